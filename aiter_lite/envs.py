@@ -1,0 +1,100 @@
+"""Every AITER_* environment variable, read in one place.
+
+Each variable is read by a function, at the moment it is needed, so tests can
+monkeypatch ``os.environ``. An unknown value is a ``ValueError`` that names the
+variable and the allowed values; an unset or empty variable takes its default.
+
+| variable | values | default |
+|---|---|---|
+| AITER_LOG_LEVEL | DEBUG, INFO, WARNING, ERROR, CRITICAL | WARNING |
+| AITER_BACKEND | triton, native, auto | auto: triton where a GPU is present, else native |
+| AITER_<FAMILY>_BACKEND | triton, native, auto | AITER_BACKEND |
+| AITER_ROPE_TRITON_BACKEND | 0, 1 | 0 (1 selects triton for rope) |
+| AITER_ROPE_NATIVE_BACKEND | 0, 1 | 0 (1 selects native for rope) |
+
+``<FAMILY>`` is one of :data:`OP_FAMILIES` in upper case, e.g. AITER_ACTIVATION_BACKEND.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+BACKENDS = ("triton", "native")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+OP_FAMILIES = (
+    "activation",
+    "normalization",
+    "rope",
+    "fusions",
+    "quant",
+    "softmax",
+    "topk",
+)
+
+
+def _read_choice(name: str, allowed: tuple[str, ...], default: str, *, upper: bool = False) -> str:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    value = raw.upper() if upper else raw.lower()
+    if value not in allowed:
+        raise ValueError(f"{name}={raw!r} is not valid; allowed values: {', '.join(allowed)}")
+    return value
+
+
+def _read_flag(name: str) -> bool:
+    return _read_choice(name, ("0", "1"), "0") == "1"
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_available() -> bool:
+    """True when torch sees a CUDA or ROCm device (cached: device presence does not change)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def log_level() -> str:
+    """AITER_LOG_LEVEL: level of the ``aiter_lite`` logger; op calls are logged at DEBUG."""
+    return _read_choice("AITER_LOG_LEVEL", LOG_LEVELS, "WARNING", upper=True)
+
+
+def default_backend() -> str:
+    """AITER_BACKEND: the backend of every op family that names none of its own."""
+    value = _read_choice("AITER_BACKEND", BACKENDS + ("auto",), "auto")
+    if value == "auto":
+        return "triton" if gpu_available() else "native"
+    return value
+
+
+def rope_backend_flags() -> str | None:
+    """aiter's AITER_ROPE_TRITON_BACKEND / AITER_ROPE_NATIVE_BACKEND (0/1); None when neither is 1."""
+    triton_on = _read_flag("AITER_ROPE_TRITON_BACKEND")
+    native_on = _read_flag("AITER_ROPE_NATIVE_BACKEND")
+    if triton_on and native_on:
+        raise ValueError(
+            "AITER_ROPE_TRITON_BACKEND=1 and AITER_ROPE_NATIVE_BACKEND=1 are both set; set at most one of them to 1"
+        )
+    if triton_on:
+        return "triton"
+    if native_on:
+        return "native"
+    return None
+
+
+def backend(family: str) -> str:
+    """The backend ("triton" or "native") the layers use for one op family.
+
+    AITER_<FAMILY>_BACKEND wins; for rope, aiter's 0/1 flags come next; then AITER_BACKEND.
+    """
+    if family not in OP_FAMILIES:
+        raise ValueError(f"backend: unknown op family {family!r}; known families: {', '.join(OP_FAMILIES)}")
+    value = _read_choice(f"AITER_{family.upper()}_BACKEND", BACKENDS + ("auto",), "auto")
+    if value != "auto":
+        return value
+    if family == "rope":
+        flagged = rope_backend_flags()
+        if flagged is not None:
+            return flagged
+    return default_backend()

@@ -1,0 +1,64 @@
+"""Activations in plain PyTorch: fp32 math, cast back to the output's dtype.
+
+Same names and signatures as ``aiter_lite.ops.triton.activation``; this is the
+reference the tests compare against and the "native" backend.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+
+ACTIVATIONS = {
+    "silu": F.silu,
+    "gelu": F.gelu,
+    "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),
+    "relu": F.relu,
+}
+
+
+def gated(input: torch.Tensor, activation: str) -> torch.Tensor:
+    """``act(input[..., :d]) * input[..., d:]`` in fp32, as a new tensor of input's dtype."""
+    d = input.shape[-1] // 2
+    x = input.float()
+    return (ACTIVATIONS[activation](x[..., :d]) * x[..., d:]).to(input.dtype)
+
+
+def act_and_mul(out: torch.Tensor, input: torch.Tensor, activation: str) -> torch.Tensor:
+    d = input.shape[-1] // 2
+    x = input.float()
+    out.copy_(ACTIVATIONS[activation](x[..., :d]) * x[..., d:])
+    return out
+
+
+def silu_and_mul(out: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
+    return act_and_mul(out, input, "silu")
+
+
+def gelu_and_mul(out: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
+    return act_and_mul(out, input, "gelu")
+
+
+def gelu_tanh_and_mul(out: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
+    return act_and_mul(out, input, "gelu_tanh")
+
+
+def fused_silu_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    if out is None:
+        out = x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
+    return act_and_mul(out, x, "silu")
+
+
+def silu(x: torch.Tensor) -> torch.Tensor:
+    return F.silu(x.float()).to(x.dtype)
+
+
+def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    return F.gelu(x.float(), approximate=approximate).to(x.dtype)
+
+
+def relu(x: torch.Tensor) -> torch.Tensor:
+    return F.relu(x.float()).to(x.dtype)

@@ -1,0 +1,1 @@
+"""Raw @triton.jit kernels. Call them through aiter_lite.ops.triton, never directly."""

@@ -1,0 +1,83 @@
+"""Activation kernels: silu, gelu (erf), gelu_tanh, relu, elementwise or gated.
+
+One kernel serves every public name: ``ACTIVATION`` and ``GATED`` are the
+constexpr flags, rows/columns/strides are runtime values.
+"""
+
+import triton
+import triton.language as tl
+
+_SQRT1_2: tl.constexpr = tl.constexpr(0.7071067811865476)  # 1 / sqrt(2)
+_GELU_TANH_2BETA: tl.constexpr = tl.constexpr(1.5957691216057308)  # 2 * sqrt(2 / pi)
+_GELU_TANH_KAPPA: tl.constexpr = tl.constexpr(0.044715)
+
+
+@triton.jit
+def _silu(x):
+    # x * sigmoid(x); for x -> -inf exp overflows to inf and x / inf -> -0, never NaN.
+    return x / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def _gelu(x):
+    return 0.5 * x * (1.0 + tl.erf(x * _SQRT1_2))
+
+
+@triton.jit
+def _gelu_tanh(x):
+    # 0.5 * x * (1 + tanh(u)) == x * sigmoid(2u), u = sqrt(2/pi) * (x + 0.044715 x^3).
+    # The sigmoid form has no tanh and no inf/inf: finite for every finite x
+    # (x^3 may overflow to +-inf, which only drives exp to 0 or inf).
+    u2 = _GELU_TANH_2BETA * (x + _GELU_TANH_KAPPA * x * x * x)
+    return x / (1.0 + tl.exp(-u2))
+
+
+@triton.jit
+def _relu(x):
+    # where(x < 0) rather than maximum(x, 0): NaN propagates as in torch.relu.
+    return tl.where(x < 0.0, 0.0, x)
+
+
+@triton.jit
+def _apply_activation(x, ACTIVATION: tl.constexpr):
+    if ACTIVATION == "silu":
+        return _silu(x)
+    elif ACTIVATION == "gelu":
+        return _gelu(x)
+    elif ACTIVATION == "gelu_tanh":
+        return _gelu_tanh(x)
+    else:
+        tl.static_assert(ACTIVATION == "relu")
+        return _relu(x)
+
+
+@triton.jit
+def _act_and_mul_kernel(
+    x_ptr,
+    y_ptr,
+    stride_x_row,
+    stride_y_row,
+    n_rows,
+    n_cols,  # output columns; a gated input row holds 2 * n_cols (gate, then up)
+    ACTIVATION: tl.constexpr,  # "silu" | "gelu" | "gelu_tanh" | "relu"
+    GATED: tl.constexpr,  # y = act(x[:, :n]) * x[:, n:]   else   y = act(x)
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    # A 1-D grid over (row block, column block) tiles, columns fastest, so
+    # neighbouring programs stream neighbouring memory and the grid has no
+    # 65535 limit on either axis.
+    pid = tl.program_id(0)
+    n_col_blocks = tl.cdiv(n_cols, BLOCK_N)
+    pid_m = pid // n_col_blocks
+    pid_n = pid % n_col_blocks
+    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+
+    x_offs = rows[:, None] * stride_x_row + cols[None, :]
+    y = _apply_activation(tl.load(x_ptr + x_offs, mask=mask, other=0.0).to(tl.float32), ACTIVATION)
+    if GATED:
+        y = y * tl.load(x_ptr + x_offs + n_cols, mask=mask, other=0.0).to(tl.float32)
+    y_offs = rows[:, None] * stride_y_row + cols[None, :]
+    tl.store(y_ptr + y_offs, y.to(y_ptr.dtype.element_ty), mask=mask)

@@ -1,0 +1,64 @@
+"""Argument checks shared by the public wrappers.
+
+Each raises ``TypeError`` (wrong kind or dtype) or ``ValueError`` (wrong shape,
+layout or device) with the op's name, the argument, what was expected and what
+was given. They are plain attribute checks: cheap enough for every call.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_FLOAT_DTYPE_NAMES = "float32, float16 or bfloat16"
+
+# Triton reads TRITON_INTERPRET when a kernel module is imported; so do we.
+TRITON_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def check_float_tensor(op: str, name: str, t) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{op}: {name} must be {_FLOAT_DTYPE_NAMES}, got {t.dtype}")
+
+
+def check_triton_device(op: str, name: str, t: torch.Tensor) -> None:
+    if t.device.type == "cpu" and not TRITON_INTERPRET:
+        raise ValueError(
+            f"{op}: {name} is on the CPU; the Triton backend needs a GPU tensor "
+            "(or TRITON_INTERPRET=1 set before import); use aiter_lite.ops.native for CPU tensors"
+        )
+
+
+def check_same_device(op: str, name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:
+    if t.device != ref.device:
+        raise ValueError(f"{op}: {name} must be on {ref_name}'s device {ref.device}, got {t.device}")
+
+
+def check_unit_last_stride(op: str, name: str, t: torch.Tensor) -> None:
+    if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(
+            f"{op}: {name} must have unit stride in its last dim, got strides {tuple(t.stride())} "
+            f"for shape {tuple(t.shape)}"
+        )
+
+
+def rows_view(op: str, name: str, t: torch.Tensor, *, writable: bool) -> torch.Tensor:
+    """``t`` as a 2-D (rows, last dim) tensor with one row stride.
+
+    Inputs whose leading dims cannot share one row stride are gathered by
+    ``reshape`` (a copy); an output must be a view, or it would not be written.
+    """
+    n = t.shape[-1]
+    try:
+        return t.view(-1, n)
+    except RuntimeError:
+        if writable:
+            raise ValueError(
+                f"{op}: {name} with shape {tuple(t.shape)} and strides {tuple(t.stride())} cannot be "
+                "viewed as rows of one stride; pass a tensor whose leading dims are contiguous"
+            ) from None
+        return t.reshape(-1, n)

@@ -1,0 +1,1 @@
+"""The benchmark harness shared by every bench_<op>.py."""

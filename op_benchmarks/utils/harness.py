@@ -1,0 +1,218 @@
+"""One benchmark harness for every bench_<op>.py: CLI, providers, bytes moved, timing, report, CSV.
+
+A bench script describes its cases (shape, bytes moved, how to build inputs) and
+its providers (name -> callable factory); ``run`` does the rest:
+
+* times each provider with ``triton.testing.do_bench`` (median, L2 flushed between
+  runs) or, with ``--cudagraph``, by replaying a CUDA graph (no launch overhead);
+* checks every provider's output against the native reference before timing it;
+* measures a 1 GiB device-to-device copy in the same run, the bandwidth ceiling;
+* prints µs, GB/s, % of copy and aiter_lite's speedup over each provider, and
+  writes a CSV row per (case, provider) with GPU name, versions and a timestamp.
+
+With no GPU the scripts run a tiny case through Triton's interpreter: a smoke
+test whose timings mean nothing, and say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+ON_GPU = torch.cuda.is_available()
+if not ON_GPU:
+    # Before any aiter_lite kernel module is imported (bench scripts import this first).
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import triton  # noqa: E402
+
+DEVICE = torch.device("cuda") if ON_GPU else torch.device("cpu")
+MODEL_CONFIGS = Path(__file__).resolve().parent.parent / "model_configs.json"
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+ALL_PROVIDERS = ("triton", "native", "compile", "liger")
+CPU_PROVIDERS = ("triton", "native")
+
+
+@dataclass
+class Case:
+    """One benchmarked shape: what it is called, what it moves, how to build its inputs."""
+
+    op: str
+    label: str  # e.g. "llama3-8B"
+    dims: dict  # e.g. {"M": 128, "N": 14336}; one CSV column each
+    dtype: torch.dtype
+    nbytes: int  # each input read once, each output written once
+    make_inputs: Callable[[], tuple]
+    rows: int = 0  # tokens, for --metric throughput
+    extra: dict = field(default_factory=dict)
+
+
+def load_models(spec: str | None, default: list[str]) -> dict:
+    """Model configs named by ``--model`` (comma list or ``all``)."""
+    configs = json.loads(MODEL_CONFIGS.read_text())
+    names = list(configs) if spec == "all" else (spec.split(",") if spec else default)
+    unknown = [n for n in names if n not in configs]
+    if unknown:
+        raise SystemExit(f"--model: unknown {unknown}; known: {', '.join(configs)}")
+    return {n: configs[n] for n in names}
+
+
+def parse_shape(text: str, names: tuple[str, ...]) -> dict:
+    """'4096x14336' -> {'M': 4096, 'N': 14336} for names ('M', 'N')."""
+    parts = text.lower().split("x")
+    if len(parts) != len(names) or not all(p.isdigit() for p in parts):
+        raise SystemExit(f"--shape {text!r}: expected {'x'.join(names)} with integers, e.g. {'x'.join(['64'] * len(names))}")
+    return dict(zip(names, map(int, parts)))
+
+
+def make_parser(description: str, shape_names: tuple[str, ...]) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--model", help="model name(s) from model_configs.json, comma separated, or 'all'")
+    p.add_argument("-M", type=int, nargs="+", help="row (token) counts")
+    p.add_argument("--shape", nargs="+", help=f"explicit shapes {'x'.join(shape_names)}, overriding --model")
+    p.add_argument("--dtype", nargs="+", default=["bf16"], choices=list(DTYPES))
+    p.add_argument("--metric", default="bandwidth", choices=["time", "bandwidth", "throughput"])
+    p.add_argument("--providers", help=f"comma list of {', '.join(ALL_PROVIDERS)} (default: all on a GPU)")
+    p.add_argument("--cudagraph", action="store_true", help="time CUDA-graph replays (no launch overhead)")
+    p.add_argument("--rep", type=int, default=100, help="timing budget per measurement, ms")
+    p.add_argument("-o", "--output", help="CSV file to write")
+    return p
+
+
+def _time_ms(fn: Callable, cudagraph: bool, rep: int) -> float:
+    if not ON_GPU:
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+    for _ in range(3):  # compile, autotune and clock ramp-up stay out of the timing
+        fn()
+    torch.cuda.synchronize()
+    if cudagraph:
+        return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=max(rep // 4, 25), rep=rep, return_mode="median")
+
+
+def copy_bandwidth_gbps(rep: int = 200) -> float:
+    """Device-to-device copy of 1 GiB (bytes read + bytes written over time): the ceiling."""
+    n = 2**30 if ON_GPU else 2**22
+    src = torch.empty(n, dtype=torch.uint8, device=DEVICE)
+    dst = torch.empty_like(src)
+    ms = _time_ms(lambda: dst.copy_(src), False, rep)
+    return 2 * n / ms / 1e6
+
+
+def _outputs(result) -> list[torch.Tensor]:
+    if isinstance(result, torch.Tensor):
+        return [result]
+    return [t for t in result if isinstance(t, torch.Tensor)]
+
+
+def _agrees(result, reference, dtype) -> bool:
+    atol, rtol = {torch.float32: (1e-4, 1e-4), torch.float16: (2e-3, 4e-3), torch.bfloat16: (2e-2, 3e-2)}[dtype]
+    return all(
+        torch.allclose(a.float(), b.float(), atol=atol, rtol=rtol, equal_nan=True)
+        for a, b in zip(_outputs(result), _outputs(reference))
+    )
+
+
+def run(
+    args: argparse.Namespace,
+    bench: str,
+    cases: list[Case],
+    providers: dict[str, Callable[[Case, tuple], Callable | None]],
+    tiny_cases: list[Case],
+) -> "object":
+    """Time every (case, provider) pair; print the report; write the CSV; return a DataFrame.
+
+    ``providers[name](case, inputs)`` returns a zero-argument callable, or None when
+    the provider lacks the op. "native" must be present: it is the reference.
+    """
+    import pandas as pd
+
+    if not ON_GPU:
+        print(f"{bench}: no GPU found; running a tiny case through the Triton interpreter. "
+              "This is a smoke test: its timings mean nothing.")
+        cases = tiny_cases
+    wanted = args.providers.split(",") if args.providers else list(ALL_PROVIDERS if ON_GPU else CPU_PROVIDERS)
+    unknown = [p for p in wanted if p not in providers]
+    if unknown:
+        raise SystemExit(f"--providers: unknown {unknown}; this bench has {', '.join(providers)}")
+    if args.cudagraph and not ON_GPU:
+        raise SystemExit("--cudagraph needs a GPU")
+
+    copy_gbps = copy_bandwidth_gbps()
+    meta = dict(
+        gpu=torch.cuda.get_device_name() if ON_GPU else "cpu (interpreter)",
+        torch=torch.__version__,
+        triton=triton.__version__,
+        timestamp=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        copy_gbps=round(copy_gbps, 1),
+        cudagraph=bool(args.cudagraph),
+    )
+    rows, wrong = [], []
+    for case in cases:
+        inputs = case.make_inputs()
+        reference = providers["native"](case, inputs)()
+        for name in wanted:
+            fn = providers[name](case, inputs)
+            if fn is None:
+                continue
+            if not _agrees(fn(), reference, case.dtype):
+                wrong.append(f"{case.op} {case.label} {case.dims} {name}")
+            ms = _time_ms(fn, args.cudagraph, args.rep)
+            rows.append(dict(bench=bench, op=case.op, model=case.label, **case.dims,
+                             dtype=str(case.dtype).replace("torch.", ""), provider=name, us=ms * 1e3,
+                             gbps=case.nbytes / ms / 1e6, pct_copy=100 * case.nbytes / ms / 1e6 / copy_gbps,
+                             rows_per_s=case.rows / ms * 1e3, **case.extra, **meta))
+        del inputs
+    df = pd.DataFrame(rows)
+    if df.empty:
+        raise SystemExit(f"{bench}: nothing was timed")
+    key = [c for c in df.columns if c not in ("provider", "us", "gbps", "pct_copy", "rows_per_s", "timestamp")]
+    tri = df[df.provider == "triton"].set_index(key)["us"] if "triton" in wanted else None
+    if tri is not None:
+        df["triton_speedup"] = [
+            row.us / tri.get(tuple(row[k] for k in key), float("nan")) for _, row in df.iterrows()
+        ]
+    if args.output:
+        df.to_csv(args.output, index=False)
+    _print_report(df, args.metric, copy_gbps, meta)
+    if wrong:
+        raise SystemExit("providers disagree with the native reference:\n  " + "\n  ".join(wrong))
+    return df
+
+
+def _print_report(df, metric: str, copy_gbps: float, meta: dict) -> None:
+    """Per shape: median µs of each provider, GB/s, triton's % of copy, triton's speedup over each."""
+    import pandas as pd
+
+    dims = [c for c in df.columns if c.isupper() or c in ("op", "model", "dtype")]
+    piv = lambda v: df.pivot_table(index=dims, columns="provider", values=v, sort=False)  # noqa: E731
+    blocks = [piv("us").round(1).add_suffix(" us")]
+    if metric in ("bandwidth", "throughput"):
+        blocks.append(piv("gbps").round(0).add_suffix(" GB/s"))
+        blocks.append(piv("pct_copy")[["triton"]].round(1).rename(columns={"triton": "triton %copy"})
+                      if "triton" in df.provider.values else None)
+    if metric == "throughput":
+        blocks.append((piv("rows_per_s") / 1e6).round(2).add_suffix(" Mrows/s"))
+    if "triton_speedup" in df:
+        sp = piv("triton_speedup").drop(columns=["triton"], errors="ignore").round(2)
+        blocks.append(sp.add_prefix("x vs "))
+    table = pd.concat([b for b in blocks if b is not None], axis=1)
+    print(f"\n{meta['gpu']} | torch {meta['torch']} triton {meta['triton']} | copy {copy_gbps:.0f} GB/s | "
+          f"{'CUDA graphs' if meta['cudagraph'] else 'eager launches'} | median of do_bench; "
+          "'x vs P' = P's time / triton's time")
+    with pd.option_context("display.width", 300, "display.max_rows", 1000, "display.max_columns", 100):
+        print(table.to_string())

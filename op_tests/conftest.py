@@ -1,0 +1,35 @@
+"""Device selection, seeds and xdist GPU pinning for the op tests.
+
+With no GPU, every Triton kernel runs on the CPU through Triton's interpreter:
+TRITON_INTERPRET must be set before any kernel module is imported, so this file
+sets it first, before anything imports aiter_lite.
+"""
+
+import os
+import zlib
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+elif torch.cuda.device_count() > 1:
+    # One GPU per xdist worker, round-robin, so `-n auto` spreads over every GPU.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    torch.cuda.set_device(int(worker.lstrip("gw") or 0) % torch.cuda.device_count())
+
+import pytest  # noqa: E402
+
+from op_tests.utils import DEVICE, ON_GPU  # noqa: E402
+
+
+def pytest_report_header(config):
+    where = torch.cuda.get_device_name() if ON_GPU else "CPU (Triton interpreter)"
+    return f"aiter_lite op tests on {where}, device={DEVICE}"
+
+
+@pytest.fixture(autouse=True)
+def _seed(request):
+    # A different, reproducible seed per test: fresh random inputs, no shared state.
+    seed = zlib.crc32(request.node.nodeid.encode())
+    torch.manual_seed(seed)
+    yield

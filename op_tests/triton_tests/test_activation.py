@@ -1,0 +1,238 @@
+"""aiter_lite.ops.triton.activation against the fp32 native reference."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import aiter_lite.utils.checks as checks
+from aiter_lite.ops.native import activation as ref
+from aiter_lite.ops.triton import activation as act
+from aiter_lite.ops.triton.activation import ActLaunchConfig
+from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device, make_rows, poisoned
+
+GATED = {"silu": act.silu_and_mul, "gelu": act.gelu_and_mul, "gelu_tanh": act.gelu_tanh_and_mul}
+
+# (rows, d): d is the output width, the input row holds 2 * d. Odd widths come
+# from tensor-parallel sharding; M=0 and M=1 are the empty batch and decode.
+GATED_SHAPES = by_device(
+    cpu=[(0, 64), (1, 1), (1, 1000), (3, 7), (7, 127), (33, 64), (5, 4097), (2, 5120)],
+    gpu=[(0, 64), (1, 1), (1, 14336), (3, 7), (7, 127), (33, 64), (1000, 4097), (64, 14336),
+         (4096, 14336), (513, 28672), (2, 65536), (3, 65537), (20000, 768)],
+)
+
+
+def _run_gated(activation, x, out_dtype=None):
+    out = poisoned((*x.shape[:-1], x.shape[-1] // 2), out_dtype or x.dtype)
+    result = GATED[activation](out, x)
+    assert result is out
+    expected = ref.act_and_mul(torch.empty_like(out), x, activation)
+    assert_close(out, expected, name=f"{activation}_and_mul{tuple(x.shape)}")
+    return out
+
+
+@pytest.mark.parametrize("shape", GATED_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("activation", list(GATED))
+def test_gated(activation, dtype, shape):
+    m, d = shape
+    _run_gated(activation, make_rows(m, 2 * d, dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("activation", list(GATED))
+def test_gated_strided_rows(activation, dtype):
+    # x[:, :2d] of a wider tensor: the row stride is not 2d.
+    x = make_rows(by_device(37, 1025), 2 * by_device(300, 4099), dtype, strided=True)
+    assert not x.is_contiguous()
+    _run_gated(activation, x)
+
+
+@pytest.mark.parametrize("lead", [(), (2,), (2, 3)], ids=str)
+def test_gated_any_rank(lead):
+    x = make_rows(5, 2 * 96, torch.bfloat16, lead=lead)
+    _run_gated("silu", x)
+    _run_gated("silu", x[..., 0, :])  # drops a dim; rank 1 when lead == ()
+
+
+def test_gated_non_collapsible_leading_dims():
+    # Every other row of a 3-D tensor: no single row stride, gathered by reshape.
+    x = make_rows(6, 2 * 40, torch.float16, lead=(3,))[:, ::2, :]
+    _run_gated("gelu_tanh", x)
+
+
+@pytest.mark.parametrize("in_dtype,out_dtype", [(torch.float32, torch.bfloat16), (torch.bfloat16, torch.float32)],
+                         ids=str)
+def test_gated_out_dtype_follows_out(in_dtype, out_dtype):
+    _run_gated("silu", make_rows(9, 2 * 130, in_dtype), out_dtype)
+
+
+def test_gated_writes_only_out_and_leaves_input():
+    x = make_rows(17, 2 * 200, torch.bfloat16, strided=True)
+    before = x.clone()
+    buf = poisoned((17, 260), torch.bfloat16)
+    out = buf[:, :200]
+    act.silu_and_mul(out, x)
+    assert torch.equal(x, before), "input was modified"
+    assert buf[:, 200:].isnan().all(), "wrote outside out"
+    assert_close(out, ref.act_and_mul(torch.empty_like(out), x, "silu"))
+
+
+def test_gated_in_place_over_gate_half():
+    # out aliasing the gate half (same rows) is safe: each tile reads before it writes.
+    x = make_rows(11, 2 * 300, torch.float32)
+    expected = ref.act_and_mul(torch.empty(11, 300, device=DEVICE), x, "silu")
+    act.silu_and_mul(x[:, :300], x)
+    assert_close(x[:, :300], expected)
+
+
+def test_gated_nan_stays_in_its_row():
+    x = make_rows(4, 2 * 64, torch.float32)
+    x[2, 5] = float("nan")
+    out = _run_gated("gelu", x)
+    assert out[2, 5].isnan() and out.isnan().sum() == 1
+
+
+@settings(max_examples=by_device(25, 60), deadline=None)
+@given(
+    m=st.integers(1, 40),
+    d=st.integers(1, 300),
+    block_m=st.sampled_from([1, 2, 8]),
+    block_n=st.sampled_from([16, 64, 256]),
+    activation=st.sampled_from(list(GATED)),
+)
+def test_gated_any_tile(m, d, block_m, block_n, activation):
+    # Pinned launch configs: partial tiles in both dims, rows and columns masked.
+    x = make_rows(m, 2 * d, torch.float32)
+    out = poisoned((m, d), torch.float32)
+    act.act_and_mul(out, x, activation, config=ActLaunchConfig(block_m, block_n, 4))
+    assert_close(out, ref.act_and_mul(torch.empty_like(out), x, activation))
+
+
+@pytest.mark.skipif(not ON_GPU, reason="needs > 2^31 elements of device memory")
+def test_gated_past_int32_offsets():
+    # 66000 x 2 x 16384 bf16 input: 2.16e9 elements, offsets past 2^31 in the last rows.
+    m, d = 66000, 16384
+    x = torch.randn(m, 2 * d, device=DEVICE, dtype=torch.bfloat16)
+    out = torch.full((m, d), float("nan"), device=DEVICE, dtype=torch.bfloat16)
+    act.silu_and_mul(out, x)
+    assert not out.isnan().any()
+    for rows in (slice(0, 4), slice(m - 4, m)):
+        assert_close(out[rows], ref.gated(x[rows], "silu"))
+
+
+def test_fused_silu_mul():
+    x = make_rows(2, 2 * 50, torch.bfloat16, lead=(3,))
+    y = act.fused_silu_mul(x)
+    assert y.shape == (3, 2, 50) and y.dtype == torch.bfloat16
+    assert_close(y, ref.gated(x, "silu"))
+    out = poisoned((3, 2, 50), torch.bfloat16)
+    assert act.fused_silu_mul(x, out) is out
+    assert_close(out, y)
+
+
+ELEMENTWISE = {
+    "silu": (act.silu, ref.silu),
+    "gelu": (act.gelu, ref.gelu),
+    "gelu_tanh": (lambda x: act.gelu(x, approximate="tanh"), lambda x: ref.gelu(x, approximate="tanh")),
+    "relu": (act.relu, ref.relu),
+}
+ELEMENTWISE_SHAPES = by_device(
+    cpu=[(), (0,), (1,), (7,), (3, 127), (2, 3, 1000), (4097,)],
+    gpu=[(), (0,), (1,), (7,), (3, 127), (2, 3, 1000), (4097,), (1000, 4096), (3, 5, 65537)],
+)
+
+
+@pytest.mark.parametrize("shape", ELEMENTWISE_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(ELEMENTWISE))
+def test_elementwise(name, dtype, shape):
+    fn, ref_fn = ELEMENTWISE[name]
+    x = (torch.randn(shape, device=DEVICE) * 3).to(dtype)
+    y = fn(x)
+    assert y.shape == x.shape and y.dtype == dtype
+    assert_close(y, ref_fn(x), name=f"{name}{shape}")
+
+
+@pytest.mark.parametrize("name", list(ELEMENTWISE))
+def test_elementwise_strided_rows(name):
+    fn, ref_fn = ELEMENTWISE[name]
+    x = make_rows(3, 50, torch.bfloat16, strided=True, lead=(2,), scale=3)
+    assert_close(fn(x), ref_fn(x))
+
+
+@pytest.mark.parametrize("name", ["silu", "gelu_tanh", "gelu"])
+def test_finite_for_large_inputs(name):
+    # gelu_tanh is written without tanh: no inf/inf for |x| up to 1e4 and beyond.
+    fn, ref_fn = ELEMENTWISE[name]
+    x = torch.cat([torch.linspace(-1e4, 1e4, 2001), torch.tensor([-3e38, -1e13, -88.0, 88.0, 1e13, 3e38])])
+    x = x.to(DEVICE)
+    y = fn(x)
+    assert y.isfinite().all(), f"{name}: non-finite at {x[~y.isfinite()].tolist()}"
+    assert_close(y, ref_fn(x))
+    gated = poisoned((1, x.numel()), torch.float32)
+    act.act_and_mul(gated, torch.cat([x, torch.ones_like(x)])[None], name)
+    assert gated.isfinite().all()
+
+
+def test_nan_propagates_elementwise():
+    x = torch.tensor([float("nan"), -1.0, 2.0], device=DEVICE)
+    for name, (fn, _) in ELEMENTWISE.items():
+        y = fn(x)
+        assert y[0].isnan() and y[1:].isfinite().all(), name
+
+
+# ---- bad input: a TypeError / ValueError naming the argument ----------------------------------
+
+def _x(m=4, n=16, dtype=torch.float32):
+    return make_rows(m, n, dtype)
+
+
+BAD_GATED = [
+    ("input not a tensor", lambda: act.silu_and_mul(_x(4, 8), [[1.0] * 16] * 4), TypeError, "input must be a torch.Tensor"),
+    ("int input", lambda: act.silu_and_mul(_x(4, 8), _x().to(torch.int32)), TypeError, "input must be float32"),
+    ("fp64 input", lambda: act.gelu_and_mul(_x(4, 8), _x().double()), TypeError, "input must be float32"),
+    ("int out", lambda: act.silu_and_mul(_x(4, 8).to(torch.int64), _x()), TypeError, "out must be float32"),
+    ("odd last dim", lambda: act.silu_and_mul(_x(4, 7), _x(4, 15)), ValueError, "last dim must be even"),
+    ("0-dim input", lambda: act.silu_and_mul(_x(4, 8), torch.tensor(1.0, device=DEVICE)), ValueError, "even"),
+    ("out wrong width", lambda: act.silu_and_mul(_x(4, 16), _x()), ValueError, "out must have shape (4, 8)"),
+    ("out wrong rows", lambda: act.gelu_tanh_and_mul(_x(5, 8), _x()), ValueError, "out must have shape (4, 8)"),
+    ("out other device", lambda: act.silu_and_mul(torch.empty(4, 8, device="meta"), _x()), ValueError,
+     "out must be on input's device"),
+    ("strided last dim", lambda: act.silu_and_mul(_x(4, 8), _x(4, 32)[:, ::2]), ValueError,
+     "input must have unit stride in its last dim"),
+    ("transposed input", lambda: act.silu_and_mul(_x(16, 2), _x(4, 16).t()), ValueError, "unit stride"),
+    ("strided out", lambda: act.silu_and_mul(_x(4, 16)[:, ::2], _x()), ValueError, "out must have unit stride"),
+    ("out not rows", lambda: act.silu_and_mul(_x(8, 6).view(2, 4, 6)[:, :2, :4], _x(4, 8).view(2, 2, 8)), ValueError, "out with shape"),
+    ("unknown activation", lambda: act.act_and_mul(_x(4, 8), _x(), "swish"), ValueError, "activation must be one of"),
+    ("fused odd", lambda: act.fused_silu_mul(_x(4, 9)), ValueError, "last dim must be even"),
+]
+
+
+@pytest.mark.parametrize("case,call,exc,match", BAD_GATED, ids=[c[0] for c in BAD_GATED])
+def test_gated_bad_input(case, call, exc, match):
+    with pytest.raises(exc, match=match.replace("(", r"\(").replace(")", r"\)")):
+        call()
+
+
+BAD_ELEMENTWISE = [
+    ("not a tensor", lambda: act.silu([1.0, 2.0]), TypeError, "x must be a torch.Tensor"),
+    ("int", lambda: act.relu(_x().to(torch.int32)), TypeError, "x must be float32"),
+    ("strided last dim", lambda: act.gelu(_x(4, 32)[:, ::2]), ValueError, "x must have unit stride"),
+    ("approximate", lambda: act.gelu(_x(), approximate="erf"), ValueError, "approximate must be 'none' or 'tanh'"),
+]
+
+
+@pytest.mark.parametrize("case,call,exc,match", BAD_ELEMENTWISE, ids=[c[0] for c in BAD_ELEMENTWISE])
+def test_elementwise_bad_input(case, call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_cpu_tensor_without_interpreter(monkeypatch):
+    monkeypatch.setattr(checks, "TRITON_INTERPRET", False)
+    x = torch.randn(4, 16)
+    with pytest.raises(ValueError, match="input is on the CPU; the Triton backend needs a GPU tensor"):
+        act.silu_and_mul(torch.empty(4, 8), x)
+    with pytest.raises(ValueError, match="x is on the CPU"):
+        act.silu(x)
