@@ -45,14 +45,14 @@ def _native(case, inputs):
     return lambda: native.gated(x, OPS[case.op])
 
 
-_compiled = {}
+_compiled = []
 
 
 def _compile(case, inputs):
     (x,) = inputs
-    fn = _compiled.setdefault(case.op, torch.compile(native.gated))
-    torch._dynamo.mark_dynamic(x, 0)  # token count varies in serving; the width does not
-    return lambda: fn(x, OPS[case.op])
+    if not _compiled:
+        _compiled.append(harness.compile_static(native.gated))
+    return lambda: _compiled[0](x, OPS[case.op])
 
 
 def _liger(case, inputs):

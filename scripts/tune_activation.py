@@ -19,9 +19,17 @@ from aiter_lite.ops.triton.activation import ActLaunchConfig, act_and_mul, act_l
 
 
 def _configs():
-    for bn, tile, w in itertools.product([256, 512, 1024, 2048, 4096], [1024, 2048, 4096, 8192, 16384], [4, 8]):
-        if tile >= bn and not (w == 8 and tile < 2048):
+    for bn, tile, w in itertools.product([128, 256, 512, 1024, 2048, 4096],
+                                         [256, 512, 1024, 2048, 4096, 8192, 16384], [1, 2, 4, 8]):
+        if tile >= bn and 128 <= tile // w <= 4096:
             yield ActLaunchConfig(tile // bn, bn, w)
+
+
+def _parse(text):
+    for c in text.split(","):
+        m, rest = c.split("x")
+        n, w = rest.split("w")
+        yield ActLaunchConfig(int(m), int(n), int(w))
 
 
 def main(argv=None):
@@ -32,6 +40,7 @@ def main(argv=None):
     p.add_argument("--act", default="silu")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--cudagraph", action="store_true")
+    p.add_argument("--configs", help="comma list like 2x1024w8 (default: the full sweep)")
     a = p.parse_args(argv)
     dtype = getattr(torch, a.dtype)
     bench = (lambda f: do_bench_cudagraph(f, rep=50, return_mode="median")) if a.cudagraph else (
@@ -48,22 +57,29 @@ def main(argv=None):
         from liger_kernel.ops.swiglu import LigerSiLUMulFunction
     except Exception:
         LigerSiLUMulFunction = None
-    compiled = torch.compile(lambda x: native.act_and_mul(x.new_empty(*x.shape[:-1], x.shape[-1] // 2), x, a.act))
+    sys.path.insert(0, ".")
+    from op_benchmarks.utils.harness import compile_static
+
+    compiled = compile_static(native.gated)
     for n in map(int, a.ns.split(",")):
         for m in map(int, a.ms.split(",")):
             x = torch.randn(m, 2 * n, device="cuda", dtype=dtype)
             y = torch.empty(m, n, device="cuda", dtype=dtype)
             nbytes = 3 * m * n * x.element_size()
-            ref = {"compile": bench(lambda: compiled(x))}
+            for _ in range(3):
+                compiled(x, a.act)
+            ref = {"compile": bench(lambda: compiled(x, a.act))}
             if LigerSiLUMulFunction is not None and a.act == "silu":
                 ga, up = x[:, :n].contiguous(), x[:, n:].contiguous()
                 ref["liger"] = bench(lambda: LigerSiLUMulFunction.apply(ga, up))
             ref["default"] = bench(lambda: act_and_mul(y, x, a.act))
             for name, ms in ref.items():
                 rows.append(dict(n=n, m=m, cfg=name, us=ms * 1e3, gbs=nbytes / ms / 1e6))
-            for cfg in _configs():
+            for cfg in _parse(a.configs) if a.configs else _configs():
                 if cfg.BLOCK_N > 2 * triton.next_power_of_2(n) or cfg.BLOCK_M > 2 * triton.next_power_of_2(m):
                     continue
+                for _ in range(3):  # compile, then let clocks settle before timing
+                    act_and_mul(y, x, a.act, config=cfg)
                 ms = bench(lambda: act_and_mul(y, x, a.act, config=cfg))
                 rows.append(dict(n=n, m=m, cfg=f"{cfg.BLOCK_M}x{cfg.BLOCK_N}w{cfg.num_warps}", us=ms * 1e3,
                                  gbs=nbytes / ms / 1e6))

@@ -104,6 +104,18 @@ def _time_ms(fn: Callable, cudagraph: bool, rep: int) -> float:
     return triton.testing.do_bench(fn, warmup=max(rep // 4, 25), rep=rep, return_mode="median")
 
 
+def compile_static(fn: Callable) -> Callable:
+    """``torch.compile(fn)`` specialised to each shape, as Inductor does best.
+
+    Every benchmarked shape is its own compile, so the recompile limit is raised
+    (past it dynamo silently falls back to eager).
+    """
+    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 4096))
+    return torch.compile(fn, dynamic=False)
+
+
 def copy_bandwidth_gbps(rep: int = 200) -> float:
     """Device-to-device copy of 1 GiB (bytes read + bytes written over time): the ceiling."""
     n = 2**30 if ON_GPU else 2**22

@@ -60,6 +60,7 @@ _MAX_BLOCK_N = 1024
 # M=1, d=14336 runs 4.4 us either way, but it keeps short rows spread over SMs.
 _MIN_TILE = 1024
 _WARP_SIZE = 64 if torch.version.hip else 32
+_FLAT_WIDTH = 4096  # row width for contiguous elementwise inputs
 
 
 @functools.lru_cache(maxsize=16)
@@ -99,7 +100,9 @@ def _launch(
     """Run the kernel over 2-D views; ``config`` pins a launch (tests, tuning)."""
     n_rows, n_cols = y2.shape
     cfg = config or act_launch_config(n_rows, n_cols, y2.device)
-    grid = (triton.cdiv(n_rows, cfg.BLOCK_M) * triton.cdiv(n_cols, cfg.BLOCK_N),)
+    # Largest offset either tensor is indexed at (gated rows reach 2 * n_cols).
+    reach = max((n_rows - 1) * x2.stride(0) + x2.shape[1], (n_rows - 1) * y2.stride(0) + n_cols)
+    grid = (triton.cdiv(n_rows, cfg.BLOCK_M), triton.cdiv(n_cols, cfg.BLOCK_N))
     _act_and_mul_kernel[grid](
         x2,
         y2,
@@ -109,6 +112,7 @@ def _launch(
         n_cols,
         ACTIVATION=activation,
         GATED=gated,
+        INT64=reach + cfg.BLOCK_M * max(x2.stride(0), y2.stride(0)) + cfg.BLOCK_N >= 2**31,
         BLOCK_M=cfg.BLOCK_M,
         BLOCK_N=cfg.BLOCK_N,
         num_warps=cfg.num_warps,
@@ -180,13 +184,18 @@ def _elementwise(op: str, x: torch.Tensor, activation: str) -> torch.Tensor:
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return y
-    if x.is_contiguous():
-        # One long row: full-width tiles whatever the last dim is.
-        x2, y2 = x.view(1, -1), y.view(1, -1)
-    else:
+    if not x.is_contiguous():
         x2 = rows_view(op, "x", x, writable=False)
-        y2 = y.view(x2.shape)
-    _launch(x2, y2, activation, False)
+        _launch(x2, y.view(x2.shape), activation, False)
+        return y
+    # Contiguous: rows of _FLAT_WIDTH whatever the shape (full-width tiles even when
+    # the last dim is tiny), plus one short row for the remainder.
+    xf, yf = x.view(-1), y.view(-1)
+    main = xf.numel() - xf.numel() % _FLAT_WIDTH
+    if main:
+        _launch(xf[:main].view(-1, _FLAT_WIDTH), yf[:main].view(-1, _FLAT_WIDTH), activation, False)
+    if main < xf.numel():
+        _launch(xf[main:].view(1, -1), yf[main:].view(1, -1), activation, False)
     return y
 
 

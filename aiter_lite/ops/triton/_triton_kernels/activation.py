@@ -61,18 +61,21 @@ def _act_and_mul_kernel(
     n_cols,  # output columns; a gated input row holds 2 * n_cols (gate, then up)
     ACTIVATION: tl.constexpr,  # "silu" | "gelu" | "gelu_tanh" | "relu"
     GATED: tl.constexpr,  # y = act(x[:, :n]) * x[:, n:]   else   y = act(x)
+    INT64: tl.constexpr,  # offsets can pass 2^31: index in int64
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    # A 1-D grid over (row block, column block) tiles, columns fastest, so
-    # neighbouring programs stream neighbouring memory and the grid has no
-    # 65535 limit on either axis.
-    pid = tl.program_id(0)
-    n_col_blocks = tl.cdiv(n_cols, BLOCK_N)
-    pid_m = pid // n_col_blocks
-    pid_n = pid % n_col_blocks
-    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    # Grid (row blocks, column blocks): axis 0 has no 65535 limit, so any row
+    # count fits. No division on the way to the first load: decode shapes are
+    # latency-bound, and a runtime divide plus 64-bit index math before the
+    # loads cost 5-9% at M <= 16 on an H200.
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    if INT64:
+        pid_m = pid_m.to(tl.int64)
+        pid_n = pid_n.to(tl.int64)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
 
     x_offs = rows[:, None] * stride_x_row + cols[None, :]
