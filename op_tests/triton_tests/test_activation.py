@@ -109,6 +109,19 @@ def test_gated_any_tile(m, d, block_m, block_n, activation):
     assert_close(out, ref.act_and_mul(torch.empty_like(out), x, activation))
 
 
+def test_gated_row_blocks_past_grid_limit(monkeypatch):
+    # Grid axis 1 stops at 65535 row blocks; programs then stride over the rest.
+    if ON_GPU:
+        m = 140_001  # 140001 one-row blocks: three strides on the real limit
+    else:
+        monkeypatch.setattr(act, "_MAX_GRID_Y", 3)
+        m = 11
+    x = make_rows(m, 2 * 8, torch.bfloat16)
+    out = poisoned((m, 8), torch.bfloat16)
+    act.act_and_mul(out, x, "silu", config=ActLaunchConfig(1, 8, 1))
+    assert_close(out, ref.gated(x, "silu"))
+
+
 @pytest.mark.skipif(not ON_GPU, reason="needs > 2^31 elements of device memory")
 def test_gated_past_int32_offsets():
     # 66000 x 2 x 16384 bf16 input: 2.16e9 elements, offsets past 2^31 in the last rows.

@@ -61,6 +61,7 @@ _MAX_BLOCK_N = 1024
 _MIN_TILE = 1024
 _WARP_SIZE = 64 if torch.version.hip else 32
 _FLAT_WIDTH = 4096  # row width for contiguous elementwise inputs
+_MAX_GRID_Y = 65535  # CUDA and HIP limit of grid axis 1
 
 
 @functools.lru_cache(maxsize=16)
@@ -102,7 +103,7 @@ def _launch(
     cfg = config or act_launch_config(n_rows, n_cols, y2.device)
     # Largest offset either tensor is indexed at (gated rows reach 2 * n_cols).
     reach = max((n_rows - 1) * x2.stride(0) + x2.shape[1], (n_rows - 1) * y2.stride(0) + n_cols)
-    grid = (triton.cdiv(n_rows, cfg.BLOCK_M), triton.cdiv(n_cols, cfg.BLOCK_N))
+    grid = (triton.cdiv(n_cols, cfg.BLOCK_N), min(triton.cdiv(n_rows, cfg.BLOCK_M), _MAX_GRID_Y))
     _act_and_mul_kernel[grid](
         x2,
         y2,

@@ -65,22 +65,25 @@ def _act_and_mul_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    # Grid (row blocks, column blocks): axis 0 has no 65535 limit, so any row
-    # count fits. No division on the way to the first load: decode shapes are
-    # latency-bound, and a runtime divide plus 64-bit index math before the
-    # loads cost 5-9% at M <= 16 on an H200.
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    # Grid (column blocks, row blocks), columns fastest: neighbouring programs
+    # stream neighbouring memory (rows-fastest order was 5% slower at
+    # 32768 x 14336 on an H200). No division on the way to the first load:
+    # decode shapes are latency-bound, and a runtime divide plus 64-bit index
+    # math before the loads cost 5-9% at M <= 16. Axis 1 stops at 65535, so
+    # each program strides over row blocks; at most one step below 131070 rows.
+    pid_n = tl.program_id(0)
     if INT64:
-        pid_m = pid_m.to(tl.int64)
         pid_n = pid_n.to(tl.int64)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
-
-    x_offs = rows[:, None] * stride_x_row + cols[None, :]
-    y = _apply_activation(tl.load(x_ptr + x_offs, mask=mask, other=0.0).to(tl.float32), ACTIVATION)
-    if GATED:
-        y = y * tl.load(x_ptr + x_offs + n_cols, mask=mask, other=0.0).to(tl.float32)
-    y_offs = rows[:, None] * stride_y_row + cols[None, :]
-    tl.store(y_ptr + y_offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+    col_mask = cols < n_cols
+    for pid_m in range(tl.program_id(1), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(1)):
+        if INT64:
+            pid_m = pid_m.to(tl.int64)
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        mask = (rows < n_rows)[:, None] & col_mask[None, :]
+        x_offs = rows[:, None] * stride_x_row + cols[None, :]
+        y = _apply_activation(tl.load(x_ptr + x_offs, mask=mask, other=0.0).to(tl.float32), ACTIVATION)
+        if GATED:
+            y = y * tl.load(x_ptr + x_offs + n_cols, mask=mask, other=0.0).to(tl.float32)
+        y_offs = rows[:, None] * stride_y_row + cols[None, :]
+        tl.store(y_ptr + y_offs, y.to(y_ptr.dtype.element_ty), mask=mask)
