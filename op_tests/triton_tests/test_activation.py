@@ -16,7 +16,7 @@ GATED = {"silu": act.silu_and_mul, "gelu": act.gelu_and_mul, "gelu_tanh": act.ge
 # (rows, d): d is the output width, the input row holds 2 * d. Odd widths come
 # from tensor-parallel sharding; M=0 and M=1 are the empty batch and decode.
 GATED_SHAPES = by_device(
-    cpu=[(0, 64), (1, 1), (1, 1000), (3, 7), (7, 127), (33, 64), (5, 4097), (2, 5120)],
+    cpu=[(0, 64), (1, 1), (1, 1000), (3, 7), (7, 127), (33, 64), (5, 4097), (2, 5120), (4, 1024)],
     gpu=[(0, 64), (1, 1), (1, 14336), (3, 7), (7, 127), (33, 64), (1000, 4097), (64, 14336),
          (4096, 14336), (513, 28672), (2, 65536), (3, 65537), (20000, 768)],
 )

@@ -103,7 +103,8 @@ def _launch(
     cfg = config or act_launch_config(n_rows, n_cols, y2.device)
     # Largest offset either tensor is indexed at (gated rows reach 2 * n_cols).
     reach = max((n_rows - 1) * x2.stride(0) + x2.shape[1], (n_rows - 1) * y2.stride(0) + n_cols)
-    grid = (triton.cdiv(n_cols, cfg.BLOCK_N), min(triton.cdiv(n_rows, cfg.BLOCK_M), _MAX_GRID_Y))
+    row_blocks = triton.cdiv(n_rows, cfg.BLOCK_M)
+    grid = (triton.cdiv(n_cols, cfg.BLOCK_N), min(row_blocks, _MAX_GRID_Y))
     _act_and_mul_kernel[grid](
         x2,
         y2,
@@ -114,6 +115,8 @@ def _launch(
         ACTIVATION=activation,
         GATED=gated,
         INT64=reach + cfg.BLOCK_M * max(x2.stride(0), y2.stride(0)) + cfg.BLOCK_N >= 2**31,
+        EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
+        ONE_PASS=row_blocks <= _MAX_GRID_Y,
         BLOCK_M=cfg.BLOCK_M,
         BLOCK_N=cfg.BLOCK_N,
         num_warps=cfg.num_warps,

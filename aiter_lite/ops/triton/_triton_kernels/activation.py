@@ -52,6 +52,25 @@ def _apply_activation(x, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
+def _act_tile(x_ptr, y_ptr, stride_x_row, stride_y_row, n_rows, n_cols, pid_m, cols, col_mask,
+              ACTIVATION: tl.constexpr, GATED: tl.constexpr, EVEN: tl.constexpr, BLOCK_M: tl.constexpr):
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    x_offs = rows[:, None] * stride_x_row + cols[None, :]
+    y_offs = rows[:, None] * stride_y_row + cols[None, :]
+    if EVEN:
+        y = _apply_activation(tl.load(x_ptr + x_offs).to(tl.float32), ACTIVATION)
+        if GATED:
+            y = y * tl.load(x_ptr + x_offs + n_cols).to(tl.float32)
+        tl.store(y_ptr + y_offs, y.to(y_ptr.dtype.element_ty))
+    else:
+        mask = (rows < n_rows)[:, None] & col_mask[None, :]
+        y = _apply_activation(tl.load(x_ptr + x_offs, mask=mask, other=0.0).to(tl.float32), ACTIVATION)
+        if GATED:
+            y = y * tl.load(x_ptr + x_offs + n_cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_ptr + y_offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _act_and_mul_kernel(
     x_ptr,
     y_ptr,
@@ -62,28 +81,31 @@ def _act_and_mul_kernel(
     ACTIVATION: tl.constexpr,  # "silu" | "gelu" | "gelu_tanh" | "relu"
     GATED: tl.constexpr,  # y = act(x[:, :n]) * x[:, n:]   else   y = act(x)
     INT64: tl.constexpr,  # offsets can pass 2^31: index in int64
+    EVEN: tl.constexpr,  # tiles divide (n_rows, n_cols): no masks
+    ONE_PASS: tl.constexpr,  # one program per row block (else stride over row blocks)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
     # Grid (column blocks, row blocks), columns fastest: neighbouring programs
     # stream neighbouring memory (rows-fastest order was 5% slower at
-    # 32768 x 14336 on an H200). No division on the way to the first load:
-    # decode shapes are latency-bound, and a runtime divide plus 64-bit index
-    # math before the loads cost 5-9% at M <= 16. Axis 1 stops at 65535, so
-    # each program strides over row blocks; at most one step below 131070 rows.
+    # 32768 x 14336 on an H200). Nothing but a multiply on the way to the first
+    # load: decode shapes are latency-bound, and a runtime divide plus 64-bit
+    # index math before the loads cost 5-9% at M <= 16. Axis 1 stops at 65535,
+    # so past that many row blocks each program strides over the rest.
     pid_n = tl.program_id(0)
     if INT64:
         pid_n = pid_n.to(tl.int64)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
-    for pid_m in range(tl.program_id(1), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(1)):
+    if ONE_PASS:
+        pid_m = tl.program_id(1)
         if INT64:
             pid_m = pid_m.to(tl.int64)
-        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        mask = (rows < n_rows)[:, None] & col_mask[None, :]
-        x_offs = rows[:, None] * stride_x_row + cols[None, :]
-        y = _apply_activation(tl.load(x_ptr + x_offs, mask=mask, other=0.0).to(tl.float32), ACTIVATION)
-        if GATED:
-            y = y * tl.load(x_ptr + x_offs + n_cols, mask=mask, other=0.0).to(tl.float32)
-        y_offs = rows[:, None] * stride_y_row + cols[None, :]
-        tl.store(y_ptr + y_offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+        _act_tile(x_ptr, y_ptr, stride_x_row, stride_y_row, n_rows, n_cols, pid_m, cols, col_mask,
+                  ACTIVATION, GATED, EVEN, BLOCK_M)
+    else:
+        for pid_m in range(tl.program_id(1), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(1)):
+            if INT64:
+                pid_m = pid_m.to(tl.int64)
+            _act_tile(x_ptr, y_ptr, stride_x_row, stride_y_row, n_rows, n_cols, pid_m, cols, col_mask,
+                      ACTIVATION, GATED, EVEN, BLOCK_M)
