@@ -101,10 +101,12 @@ def _launch(
     """Run the kernel over 2-D views; ``config`` pins a launch (tests, tuning)."""
     n_rows, n_cols = y2.shape
     cfg = config or act_launch_config(n_rows, n_cols, y2.device)
-    # Largest offset either tensor is indexed at (gated rows reach 2 * n_cols).
-    reach = max((n_rows - 1) * x2.stride(0) + x2.shape[1], (n_rows - 1) * y2.stride(0) + n_cols)
     row_blocks = triton.cdiv(n_rows, cfg.BLOCK_M)
-    grid = (triton.cdiv(n_cols, cfg.BLOCK_N), min(row_blocks, _MAX_GRID_Y))
+    col_blocks = triton.cdiv(n_cols, cfg.BLOCK_N)
+    grid = (col_blocks, min(row_blocks, _MAX_GRID_Y))
+    # Bound on any lane's offset, masked lanes of the last tiles included (a gated
+    # row's up half sits n_cols further on).
+    max_offset = row_blocks * cfg.BLOCK_M * max(x2.stride(0), y2.stride(0)) + col_blocks * cfg.BLOCK_N + n_cols
     _act_and_mul_kernel[grid](
         x2,
         y2,
@@ -114,7 +116,7 @@ def _launch(
         n_cols,
         ACTIVATION=activation,
         GATED=gated,
-        INT64=reach + cfg.BLOCK_M * max(x2.stride(0), y2.stride(0)) + cfg.BLOCK_N >= 2**31,
+        INT64=max_offset >= 2**31,
         EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
         ONE_PASS=row_blocks <= _MAX_GRID_Y,
         BLOCK_M=cfg.BLOCK_M,

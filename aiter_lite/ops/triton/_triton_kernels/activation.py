@@ -56,18 +56,15 @@ def _act_tile(x_ptr, y_ptr, stride_x_row, stride_y_row, n_rows, n_cols, pid_m, c
               ACTIVATION: tl.constexpr, GATED: tl.constexpr, EVEN: tl.constexpr, BLOCK_M: tl.constexpr):
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     x_offs = rows[:, None] * stride_x_row + cols[None, :]
-    y_offs = rows[:, None] * stride_y_row + cols[None, :]
     if EVEN:
-        y = _apply_activation(tl.load(x_ptr + x_offs).to(tl.float32), ACTIVATION)
-        if GATED:
-            y = y * tl.load(x_ptr + x_offs + n_cols).to(tl.float32)
-        tl.store(y_ptr + y_offs, y.to(y_ptr.dtype.element_ty))
+        mask = None
     else:
         mask = (rows < n_rows)[:, None] & col_mask[None, :]
-        y = _apply_activation(tl.load(x_ptr + x_offs, mask=mask, other=0.0).to(tl.float32), ACTIVATION)
-        if GATED:
-            y = y * tl.load(x_ptr + x_offs + n_cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_ptr + y_offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+    # Masked lanes load garbage that is never stored: no `other` needed.
+    y = _apply_activation(tl.load(x_ptr + x_offs, mask=mask).to(tl.float32), ACTIVATION)
+    if GATED:
+        y = y * tl.load(x_ptr + x_offs + n_cols, mask=mask).to(tl.float32)
+    tl.store(y_ptr + rows[:, None] * stride_y_row + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
