@@ -84,6 +84,8 @@ def make_parser(description: str, shape_names: tuple[str, ...]) -> argparse.Argu
     p.add_argument("--providers", help=f"comma list of {', '.join(ALL_PROVIDERS)} (default: all on a GPU)")
     p.add_argument("--cudagraph", action="store_true", help="time CUDA-graph replays (no launch overhead)")
     p.add_argument("--rep", type=int, default=100, help="timing budget per measurement, ms")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="interleaved timing rounds per shape (providers take turns); the median is reported")
     p.add_argument("-o", "--output", help="CSV file to write")
     return p
 
@@ -177,22 +179,33 @@ def run(
     for case in cases:
         inputs = case.make_inputs()
         reference = providers["native"](case, inputs)()
+        fns = {}
         for name in wanted:
             fn = providers[name](case, inputs)
             if fn is None:
                 continue
             if not _agrees(fn(), reference, case.dtype):
                 wrong.append(f"{case.op} {case.label} {case.dims} {name}")
-            ms = _time_ms(fn, args.cudagraph, args.rep)
+            fns[name] = fn
+        # Providers take turns, round after round: a slow drift of clocks or a
+        # noisy neighbour then hits every provider alike rather than one of them.
+        times = {name: [] for name in fns}
+        for _ in range(max(args.rounds, 1) if ON_GPU else 1):
+            for name, fn in fns.items():
+                times[name].append(_time_ms(fn, args.cudagraph, args.rep))
+        for name, ts in times.items():
+            ms = statistics.median(ts)
             rows.append(dict(bench=bench, op=case.op, model=case.label, **case.dims,
                              dtype=str(case.dtype).replace("torch.", ""), provider=name, us=ms * 1e3,
                              gbps=case.nbytes / ms / 1e6, pct_copy=100 * case.nbytes / ms / 1e6 / copy_gbps,
-                             rows_per_s=case.rows / ms * 1e3, **case.extra, **meta))
+                             rows_per_s=case.rows / ms * 1e3, spread_pct=100 * (max(ts) - min(ts)) / ms,
+                             **case.extra, **meta))
         del inputs
     df = pd.DataFrame(rows)
     if df.empty:
         raise SystemExit(f"{bench}: nothing was timed")
-    key = [c for c in df.columns if c not in ("provider", "us", "gbps", "pct_copy", "rows_per_s", "timestamp")]
+    key = [c for c in df.columns
+           if c not in ("provider", "us", "gbps", "pct_copy", "rows_per_s", "spread_pct", "timestamp")]
     tri = df[df.provider == "triton"].set_index(key)["us"] if "triton" in wanted else None
     if tri is not None:
         df["triton_speedup"] = [
@@ -224,7 +237,7 @@ def _print_report(df, metric: str, copy_gbps: float, meta: dict) -> None:
         blocks.append(sp.add_prefix("x vs "))
     table = pd.concat([b for b in blocks if b is not None], axis=1)
     print(f"\n{meta['gpu']} | torch {meta['torch']} triton {meta['triton']} | copy {copy_gbps:.0f} GB/s | "
-          f"{'CUDA graphs' if meta['cudagraph'] else 'eager launches'} | median of do_bench; "
+          f"{'CUDA graphs' if meta['cudagraph'] else 'eager launches'} | median over rounds of do_bench medians; "
           "'x vs P' = P's time / triton's time")
     with pd.option_context("display.width", 300, "display.max_rows", 1000, "display.max_columns", 100):
         print(table.to_string())
