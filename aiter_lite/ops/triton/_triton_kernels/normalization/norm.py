@@ -1,0 +1,241 @@
+"""RMSNorm and LayerNorm kernels, forward and backward, over rows of any width.
+
+One forward kernel serves rms_norm, layer_norm and their fused-add forms:
+``IS_RMS`` picks the statistic, ``HAS_*`` flags add the residual, the input bias,
+the weight and the bias. Two regimes (``LOOPED``):
+
+* the whole row block in registers: a (BLOCK_M, BLOCK_N) tile of BLOCK_M rows,
+  BLOCK_N >= n_cols; several rows per program when rows are short;
+* looped: one row per program in BLOCK_N-wide chunks, two passes (statistics,
+  then normalize). The second pass re-reads the row, from L2 when the rows in
+  flight fit there.
+
+Masked lanes load 0 and are excluded from every sum, so odd widths are exact.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _load_row_input(x_ptr, r_ptr, r_out_ptr, xb_ptr, x_offs, r_offs, r_out_offs, cols, mask, col_mask,
+                    HAS_RESIDUAL: tl.constexpr, HAS_X_BIAS: tl.constexpr, EVICT: tl.constexpr):
+    """x (+ x_bias) (+ residual) in fp32; with a residual, also stores the sum to r_out."""
+    x = tl.load(x_ptr + x_offs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
+    if HAS_X_BIAS:
+        x += tl.load(xb_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    if HAS_RESIDUAL:
+        x += tl.load(r_ptr + r_offs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
+        tl.store(r_out_ptr + r_out_offs, x.to(r_out_ptr.dtype.element_ty), mask=mask)
+    return x
+
+
+@triton.jit
+def _scale_shift(y, w_ptr, b_ptr, cols, col_mask, weight_offset, HAS_WEIGHT: tl.constexpr,
+                 HAS_BIAS: tl.constexpr):
+    if HAS_WEIGHT:
+        y = y * (tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32) + weight_offset)
+    if HAS_BIAS:
+        y = y + tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    return y
+
+
+@triton.jit
+def _norm_fwd_kernel(
+    x_ptr, r_ptr, r_out_ptr, xb_ptr, w_ptr, b_ptr, y_ptr,
+    mean_ptr, rstd_ptr,           # fp32 per-row statistics for backward (STORE_STATS)
+    stride_x_row, stride_r_row, stride_r_out_row, stride_y_row,
+    n_rows, n_cols,
+    eps, weight_offset,           # runtime fp32: no recompile per value
+    IS_RMS: tl.constexpr,         # RMSNorm, else LayerNorm
+    HAS_RESIDUAL: tl.constexpr,   # x += residual, the sum stored to r_out
+    HAS_X_BIAS: tl.constexpr,     # x += x_bias (N,) before the statistics
+    HAS_WEIGHT: tl.constexpr,     # y *= weight + weight_offset
+    HAS_BIAS: tl.constexpr,       # y += bias
+    STORE_STATS: tl.constexpr,
+    INT64: tl.constexpr,          # row offsets can pass 2^31
+    LOOPED: tl.constexpr,         # row wider than BLOCK_N: one row per program, two passes
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    if INT64:
+        pid = pid.to(tl.int64)
+    if not LOOPED:
+        rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tl.arange(0, BLOCK_N)
+        row_mask = rows < n_rows
+        col_mask = cols < n_cols
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = _load_row_input(x_ptr, r_ptr, r_out_ptr, xb_ptr,
+                            rows[:, None] * stride_x_row + cols[None, :],
+                            rows[:, None] * stride_r_row + cols[None, :],
+                            rows[:, None] * stride_r_out_row + cols[None, :],
+                            cols[None, :], mask, col_mask[None, :], HAS_RESIDUAL, HAS_X_BIAS, "")
+        if IS_RMS:
+            xc = x
+        else:
+            mean = tl.sum(x, axis=1) / n_cols
+            xc = tl.where(mask, x - mean[:, None], 0.0)
+        rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
+        y = _scale_shift(xc * rstd[:, None], w_ptr, b_ptr, cols[None, :], col_mask[None, :], weight_offset,
+                         HAS_WEIGHT, HAS_BIAS)
+        tl.store(y_ptr + rows[:, None] * stride_y_row + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+        if STORE_STATS:
+            tl.store(rstd_ptr + rows, rstd, mask=row_mask)
+            if not IS_RMS:
+                tl.store(mean_ptr + rows, mean, mask=row_mask)
+    else:
+        row = pid
+        x_row = x_ptr + row * stride_x_row
+        r_row = r_ptr + row * stride_r_row if HAS_RESIDUAL else r_ptr
+        r_out_row = r_out_ptr + row * stride_r_out_row if HAS_RESIDUAL else r_out_ptr
+        y_row = y_ptr + row * stride_y_row
+        # Pass 1: per-lane sums, reduced once at the end. LayerNorm sums x - shift
+        # with shift = the row's first element, so a large mean does not cancel
+        # the variance away (the shifted-data algorithm).
+        if not IS_RMS:
+            shift = tl.load(x_row).to(tl.float32)
+            if HAS_X_BIAS:
+                shift += tl.load(xb_ptr).to(tl.float32)
+            if HAS_RESIDUAL:
+                shift += tl.load(r_row).to(tl.float32)
+        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+        acc_sq = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            col_mask = cols < n_cols
+            x = _load_row_input(x_row, r_row, r_out_row, xb_ptr, cols, cols, cols, cols, col_mask, col_mask,
+                                HAS_RESIDUAL, HAS_X_BIAS, "evict_last")
+            if IS_RMS:
+                acc_sq += x * x
+            else:
+                xs = tl.where(col_mask, x - shift, 0.0)
+                acc += xs
+                acc_sq += xs * xs
+        if IS_RMS:
+            mean = 0.0
+            var = tl.sum(acc_sq, axis=0) / n_cols
+        else:
+            mean_s = tl.sum(acc, axis=0) / n_cols
+            var = tl.maximum(tl.sum(acc_sq, axis=0) / n_cols - mean_s * mean_s, 0.0)
+            mean = shift + mean_s
+        rstd = tl.rsqrt(var + eps)
+        # Pass 2: re-read (the stored sum, when there is a residual) and normalize.
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            col_mask = cols < n_cols
+            if HAS_RESIDUAL:
+                x = tl.load(r_out_row + cols, mask=col_mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            else:
+                x = tl.load(x_row + cols, mask=col_mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+                if HAS_X_BIAS:
+                    x += tl.load(xb_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+            y = _scale_shift((x - mean) * rstd, w_ptr, b_ptr, cols, col_mask, weight_offset, HAS_WEIGHT, HAS_BIAS)
+            tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=col_mask)
+        if STORE_STATS:
+            tl.store(rstd_ptr + row, rstd)
+            if not IS_RMS:
+                tl.store(mean_ptr + row, mean)
+
+
+@triton.jit
+def _norm_bwd_row_sums_kernel(
+    dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr,
+    c1_ptr, c2_ptr,               # out, fp32 per row: mean(x_hat * wdy), mean(wdy)
+    stride_dy_row, stride_x_row,
+    n_cols, weight_offset,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, INT64: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Looped backward, step 1: the two row reductions dx needs, one row per program."""
+    row = tl.program_id(0)
+    if INT64:
+        row = row.to(tl.int64)
+    rstd = tl.load(rstd_ptr + row)
+    mean = 0.0 if IS_RMS else tl.load(mean_ptr + row)
+    acc1 = tl.zeros([BLOCK_N], dtype=tl.float32)
+    acc2 = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        col_mask = cols < n_cols
+        x = tl.load(x_ptr + row * stride_x_row + cols, mask=col_mask, other=0.0).to(tl.float32)
+        wdy = tl.load(dy_ptr + row * stride_dy_row + cols, mask=col_mask, other=0.0).to(tl.float32)
+        if HAS_WEIGHT:
+            wdy *= tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32) + weight_offset
+        xhat = tl.where(col_mask, (x - mean) * rstd, 0.0)
+        acc1 += xhat * wdy
+        acc2 += wdy
+    tl.store(c1_ptr + row, tl.sum(acc1, axis=0) / n_cols)
+    if not IS_RMS:
+        tl.store(c2_ptr + row, tl.sum(acc2, axis=0) / n_cols)
+
+
+@triton.jit
+def _norm_bwd_kernel(
+    dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, c1_ptr, c2_ptr, dx_ptr,
+    dw_part_ptr, db_part_ptr,     # fp32 (programs along rows, n_cols) partial sums, one row per program
+    stride_dy_row, stride_x_row, stride_dx_row,
+    n_rows, n_cols, rows_per_program, weight_offset,
+    IS_RMS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    NEED_DW: tl.constexpr,
+    NEED_DB: tl.constexpr,
+    ROW_SUMS: tl.constexpr,       # c1/c2 come from _norm_bwd_row_sums_kernel (looped rows)
+    INT64: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """dx for a strip of rows and one column block; dweight/dbias partial sums over the strip.
+
+    Grid (row strips, column blocks). Without ROW_SUMS the column block is the
+    whole row and the row reductions happen here. Each program writes its own
+    row of the partial buffers, reduced afterwards in a fixed order:
+    deterministic, no atomics.
+    """
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < n_cols
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32) + weight_offset
+    dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    db_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    row_start = pid_m * rows_per_program
+    if INT64:
+        row_start = row_start.to(tl.int64)
+    row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    for r0 in range(row_start, row_end, BLOCK_M):
+        rows = r0 + tl.arange(0, BLOCK_M)
+        row_mask = rows < row_end
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(x_ptr + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
+        if IS_RMS:
+            xhat = x * rstd[:, None]
+        else:
+            mean = tl.load(mean_ptr + rows, mask=row_mask, other=0.0)
+            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        wdy = dy * w[None, :] if HAS_WEIGHT else dy
+        if ROW_SUMS:
+            c1 = tl.load(c1_ptr + rows, mask=row_mask, other=0.0)
+        else:
+            c1 = tl.sum(xhat * wdy, axis=1) / n_cols
+        if IS_RMS:
+            dx = (wdy - xhat * c1[:, None]) * rstd[:, None]
+        else:
+            if ROW_SUMS:
+                c2 = tl.load(c2_ptr + rows, mask=row_mask, other=0.0)
+            else:
+                c2 = tl.sum(wdy, axis=1) / n_cols
+            dx = (wdy - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
+        tl.store(dx_ptr + rows[:, None] * stride_dx_row + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        if NEED_DW:
+            dw_acc += tl.sum(dy * xhat, axis=0)
+        if NEED_DB:
+            db_acc += tl.sum(dy, axis=0)
+    part = pid_m.to(tl.int64) * n_cols + cols
+    if NEED_DW:
+        tl.store(dw_part_ptr + part, dw_acc, mask=col_mask)
+    if NEED_DB:
+        tl.store(db_part_ptr + part, db_acc, mask=col_mask)

@@ -1,0 +1,3 @@
+"""RMSNorm and LayerNorm on the Triton backend."""
+
+from aiter_lite.ops.triton.normalization import layernorm, rmsnorm  # noqa: F401

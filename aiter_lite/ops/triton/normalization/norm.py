@@ -1,0 +1,275 @@
+"""The one wrapper behind every RMSNorm / LayerNorm name: checks, launch configs, launches, autograd.
+
+``rmsnorm.py`` and ``layernorm.py`` hold the public (aiter / vLLM) names; each is a
+short call into :func:`norm_fwd` or :class:`_NormFunction` here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from aiter_lite.ops.triton._triton_kernels.normalization.norm import (
+    _norm_bwd_kernel,
+    _norm_bwd_row_sums_kernel,
+    _norm_fwd_kernel,
+)
+from aiter_lite.utils.checks import (
+    check_float_tensor,
+    check_same_device,
+    check_triton_device,
+    check_unit_last_stride,
+    rows_view,
+)
+from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms
+from aiter_lite.utils.logger import DEBUG, LOGGER, log_call
+
+
+@dataclass(frozen=True)
+class NormLaunchConfig:
+    BLOCK_M: int  # rows per program step
+    BLOCK_N: int  # columns per program step (>= n_cols unless LOOPED)
+    num_warps: int
+    LOOPED: bool  # the row does not fit one tile: loop over BLOCK_N-wide chunks
+
+
+# A row stays in registers up to this many columns; wider rows loop over chunks.
+_MAX_ROW_IN_REGS = 8192
+_LOOP_BLOCK_N = 4096
+_LOOP_WARPS = 8
+# Short rows: several per program, about _TILE elements per program.
+_TILE = 4096
+# Elements per lane of a row-in-registers tile: two 16-byte bf16 vectors.
+_PER_LANE = 16
+_MAX_WARPS = 16
+
+
+def _sms(device: torch.device | None) -> int:
+    return num_sms(device) if device is not None and device.type == "cuda" else 4
+
+
+def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None) -> NormLaunchConfig:
+    """Forward tile for an (n_rows, n_cols) normalization.
+
+    Rows up to ``_MAX_ROW_IN_REGS`` wide are held whole in registers, several per
+    program when short; wider rows loop in ``_LOOP_BLOCK_N`` chunks, one row per
+    program. On a GPU the rows per program shrink until there are two programs per SM.
+    """
+    block_n = next_power_of_2(n_cols)
+    if block_n > _MAX_ROW_IN_REGS:
+        return NormLaunchConfig(1, _LOOP_BLOCK_N, _LOOP_WARPS, True)
+    block_m = min(max(_TILE // block_n, 1), next_power_of_2(n_rows))
+    want = 2 * _sms(device)
+    while block_m > 1 and cdiv(n_rows, block_m) < want:
+        block_m //= 2
+    num_warps = min(max(block_m * block_n // (_PER_LANE * WARP_SIZE), 1), _MAX_WARPS)
+    return NormLaunchConfig(block_m, block_n, num_warps, False)
+
+
+def norm_bwd_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None):
+    """Backward: (tile config, programs along rows). LOOPED tiles are column blocks."""
+    block_n = next_power_of_2(n_cols)
+    if block_n > _MAX_ROW_IN_REGS:
+        cfg = NormLaunchConfig(4, 1024, 8, True)
+        col_blocks = cdiv(n_cols, cfg.BLOCK_N)
+        programs = min(cdiv(n_rows, cfg.BLOCK_M), max(1, cdiv(4 * _sms(device), col_blocks)))
+        return cfg, programs
+    block_m = min(max(_TILE // block_n, 1), next_power_of_2(n_rows))
+    num_warps = min(max(block_m * block_n // (_PER_LANE * WARP_SIZE), 1), _MAX_WARPS)
+    programs = min(cdiv(n_rows, block_m), 2 * _sms(device))
+    return NormLaunchConfig(block_m, block_n, num_warps, False), programs
+
+
+# ---------------------------------------------------------------------------
+# argument checks
+
+
+def check_scalar(op: str, name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{op}: {name} must be a real number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{op}: {name} must be finite, got {value}")
+    return float(value)
+
+
+def check_vector(op: str, name: str, v, n: int, ref: torch.Tensor) -> None:
+    """An optional (n,) parameter (weight, bias, x_bias) on ref's device, unit stride."""
+    if v is None:
+        return
+    check_float_tensor(op, name, v)
+    if v.dim() != 1 or v.shape[0] != n:
+        raise ValueError(f"{op}: {name} must have shape ({n},) for input of shape {tuple(ref.shape)}, "
+                         f"got {tuple(v.shape)}")
+    if n > 1 and v.stride(0) != 1:
+        raise ValueError(f"{op}: {name} must be contiguous, got stride {v.stride(0)}")
+    check_same_device(op, name, v, "input", ref)
+
+
+def check_like(op: str, name: str, t, ref: torch.Tensor) -> None:
+    """A row tensor (out, residual) with input's shape and device, unit last stride."""
+    check_float_tensor(op, name, t)
+    if tuple(t.shape) != tuple(ref.shape):
+        raise ValueError(f"{op}: {name} must have input's shape {tuple(ref.shape)}, got {tuple(t.shape)}")
+    check_same_device(op, name, t, "input", ref)
+    check_unit_last_stride(op, name, t)
+
+
+def check_input(op: str, input) -> None:
+    check_float_tensor(op, "input", input)
+    if input.dim() == 0:
+        raise ValueError(f"{op}: input must have at least 1 dim (normalized over the last), got a 0-dim tensor")
+    check_unit_last_stride(op, "input", input)
+    check_triton_device(op, "input", input)
+
+
+# ---------------------------------------------------------------------------
+# launches
+
+
+def _int64(*tensors_and_rows) -> bool:
+    """Whether any row offset of these 2-D views can pass 2^31."""
+    return any(t is not None and t.shape[0] * max(t.stride(0), t.shape[1]) + t.shape[1] >= 2**31
+               for t in tensors_and_rows)
+
+
+def norm_fwd(x, y, weight, bias, eps, *, is_rms, residual=None, residual_out=None, x_bias=None,
+             weight_offset=0.0, mean=None, rstd=None, config=None) -> None:
+    """Launch the forward kernel over 2-D row views (x, y, residual, residual_out)."""
+    n_rows, n_cols = x.shape
+    cfg = config or norm_launch_config(n_rows, n_cols, x.device)
+    grid = (n_rows if cfg.LOOPED else cdiv(n_rows, cfg.BLOCK_M),)
+    has_res = residual is not None
+    _norm_fwd_kernel[grid](
+        x, residual, residual_out, x_bias, weight, bias, y, mean, rstd,
+        x.stride(0), residual.stride(0) if has_res else 0, residual_out.stride(0) if has_res else 0, y.stride(0),
+        n_rows, n_cols, eps, weight_offset,
+        IS_RMS=is_rms, HAS_RESIDUAL=has_res, HAS_X_BIAS=x_bias is not None, HAS_WEIGHT=weight is not None,
+        HAS_BIAS=bias is not None, STORE_STATS=rstd is not None,
+        INT64=_int64(x, y, residual, residual_out), LOOPED=cfg.LOOPED, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+        num_warps=cfg.num_warps,
+    )
+
+
+def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_db, dx_dtype):
+    """dx (rows like x, contiguous), and dweight / dbias as fp32 (n_cols,) or None."""
+    n_rows, n_cols = x.shape
+    dx = torch.empty((n_rows, n_cols), dtype=dx_dtype, device=x.device)
+    cfg, programs = norm_bwd_launch_config(n_rows, n_cols, x.device)
+    col_blocks = cdiv(n_cols, cfg.BLOCK_N)
+    rows_per_program = cdiv(cdiv(n_rows, programs), cfg.BLOCK_M) * cfg.BLOCK_M
+    programs = cdiv(n_rows, rows_per_program)
+    dw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=x.device) if need_dw else None
+    db_part = torch.empty((programs, n_cols), dtype=torch.float32, device=x.device) if need_db else None
+    int64 = _int64(dy, x, dx)
+    c1 = c2 = None
+    if cfg.LOOPED:
+        c1 = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+        c2 = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
+        _norm_bwd_row_sums_kernel[(n_rows,)](
+            dy, x, weight, mean, rstd, c1, c2, dy.stride(0), x.stride(0), n_cols, weight_offset,
+            IS_RMS=is_rms, HAS_WEIGHT=weight is not None, INT64=int64, BLOCK_N=_LOOP_BLOCK_N,
+            num_warps=_LOOP_WARPS,
+        )
+    _norm_bwd_kernel[(programs, col_blocks)](
+        dy, x, weight, mean, rstd, c1, c2, dx, dw_part, db_part,
+        dy.stride(0), x.stride(0), dx.stride(0), n_rows, n_cols, rows_per_program, weight_offset,
+        IS_RMS=is_rms, HAS_WEIGHT=weight is not None, NEED_DW=need_dw, NEED_DB=need_db, ROW_SUMS=cfg.LOOPED,
+        INT64=int64, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
+    )
+    # Partial sums reduced in a fixed order: the same bits on every run.
+    dw = dw_part.sum(0) if need_dw else None
+    db = db_part.sum(0) if need_db else None
+    return dx, dw, db
+
+
+class _NormFunction(torch.autograd.Function):
+    """y = norm(x) * (weight + offset) + bias over 2-D rows, with dx, dweight, dbias, dx_bias."""
+
+    @staticmethod
+    def forward(ctx, x2, weight, bias, x_bias, eps, weight_offset, is_rms):
+        n_rows = x2.shape[0]
+        y = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
+        needs_grad = any(ctx.needs_input_grad[:4])
+        rstd = mean = None
+        if needs_grad:
+            rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)
+            mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x2.device)
+        if n_rows:
+            norm_fwd(x2, y, weight, bias, eps, is_rms=is_rms, x_bias=x_bias, weight_offset=weight_offset,
+                     mean=mean, rstd=rstd)
+        if needs_grad:
+            # With an input bias the statistics are of x + x_bias: keep that sum.
+            xs = x2 if x_bias is None else (x2.float() + x_bias.float()).to(x2.dtype)
+            ctx.save_for_backward(xs, weight, mean, rstd)
+            ctx.is_rms, ctx.weight_offset = is_rms, weight_offset
+            ctx.bias_dtype = None if bias is None else bias.dtype
+            ctx.has_x_bias = x_bias is not None
+            ctx.x_bias_dtype = None if x_bias is None else x_bias.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        xs, weight, mean, rstd = ctx.saved_tensors
+        need_dw = weight is not None and ctx.needs_input_grad[1]
+        need_db = ctx.bias_dtype is not None and ctx.needs_input_grad[2]
+        need_dxb = ctx.has_x_bias and ctx.needs_input_grad[3]
+        n_cols = xs.shape[1]
+        if xs.shape[0] == 0:
+            dx, dw, db = torch.zeros_like(xs), xs.new_zeros(n_cols, dtype=torch.float32), None
+            db = dw if need_db else None
+        else:
+            if dy.stride(-1) != 1:  # e.g. an expanded gradient; a zero row stride is fine
+                dy = dy.contiguous()
+            dx, dw, db = norm_bwd(dy, xs, weight, mean, rstd, is_rms=ctx.is_rms, weight_offset=ctx.weight_offset,
+                                  need_dw=need_dw, need_db=need_db, dx_dtype=xs.dtype)
+        return (dx,
+                dw.to(weight.dtype) if need_dw else None,
+                db.to(ctx.bias_dtype) if need_db else None,
+                dx.float().sum(0).to(ctx.x_bias_dtype) if need_dxb else None,
+                None, None, None)
+
+
+def norm(op: str, input, weight, bias, eps, *, is_rms, x_bias=None, weight_offset=0.0) -> torch.Tensor:
+    """Checked, differentiable normalization of ``input`` over its last dim; a new tensor."""
+    check_input(op, input)
+    n = input.shape[-1]
+    check_vector(op, "weight", weight, n, input)
+    check_vector(op, "bias", bias, n, input)
+    check_vector(op, "x_bias", x_bias, n, input)
+    eps = check_scalar(op, "epsilon", eps)
+    weight_offset = check_scalar(op, "weight_offset", weight_offset)
+    if LOGGER.isEnabledFor(DEBUG):
+        log_call(op, input=input, weight=weight, bias=bias, x_bias=x_bias, epsilon=eps, weight_offset=weight_offset)
+    x2 = rows_view(op, "input", input, writable=False)
+    y = _NormFunction.apply(x2, weight, bias, x_bias, eps, weight_offset, is_rms)
+    return y.view(input.shape)
+
+
+def norm_with_add(op: str, out, input, residual_in, residual_out, weight, bias, eps, *, is_rms, x_bias=None,
+                  weight_offset=0.0, names=("out", "residual_in", "residual_out")) -> None:
+    """Checked forward of residual_out = input + residual_in (+ x_bias); out = norm(residual_out).
+
+    ``names`` are the caller's names for out, residual_in and residual_out, for error messages.
+    """
+    out_name, r_name, r_out_name = names
+    check_input(op, input)
+    n = input.shape[-1]
+    check_like(op, r_name, residual_in, input)
+    check_like(op, r_out_name, residual_out, input)
+    check_like(op, out_name, out, input)
+    check_vector(op, "weight", weight, n, input)
+    check_vector(op, "bias", bias, n, input)
+    check_vector(op, "x_bias", x_bias, n, input)
+    eps = check_scalar(op, "epsilon", eps)
+    weight_offset = check_scalar(op, "weight_offset", weight_offset)
+    if LOGGER.isEnabledFor(DEBUG):
+        log_call(op, out=out, input=input, residual_in=residual_in, residual_out=residual_out, weight=weight,
+                 bias=bias, x_bias=x_bias, epsilon=eps, weight_offset=weight_offset)
+    if input.numel() == 0:
+        return
+    norm_fwd(rows_view(op, "input", input, writable=False), rows_view(op, out_name, out, writable=True), weight,
+             bias, eps, is_rms=is_rms, residual=rows_view(op, r_name, residual_in, writable=False),
+             residual_out=rows_view(op, r_out_name, residual_out, writable=True), x_bias=x_bias,
+             weight_offset=weight_offset)

@@ -1,0 +1,40 @@
+"""RMSNorm on the Triton backend, with aiter's and vLLM's names and argument orders.
+
+``y = x / sqrt(mean(x^2) + epsilon) * (weight + weight_offset)`` over the last dim;
+``weight_offset=1.0`` is Gemma's ``(1 + weight)`` scaling. Inputs of any rank, rows
+may be strided (unit stride in the last dim); fp32/fp16/bf16 in, the output's
+dtype out (the input's for new tensors); weight of any float dtype; math in fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from aiter_lite.ops.triton.normalization.norm import norm, norm_with_add
+
+__all__ = ["rms_norm", "rmsnorm2d_fwd_with_add", "fused_add_rms_norm"]
+
+
+def rms_norm(input: torch.Tensor, weight: torch.Tensor | None, epsilon: float,
+             weight_offset: float = 0.0) -> torch.Tensor:
+    """RMSNorm of ``input`` as a new tensor; differentiable in input and weight."""
+    return norm("rms_norm", input, weight, None, epsilon, is_rms=True, weight_offset=weight_offset)
+
+
+def rmsnorm2d_fwd_with_add(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
+                           residual_out: torch.Tensor, weight: torch.Tensor | None, epsilon: float,
+                           weight_offset: float = 0.0) -> torch.Tensor:
+    """``residual_out = input + residual_in``; ``out = rms_norm(residual_out)``; returns ``out``.
+
+    Any of out / residual_out may be the same tensor as input / residual_in.
+    """
+    norm_with_add("rmsnorm2d_fwd_with_add", out, input, residual_in, residual_out, weight, None, epsilon,
+                  is_rms=True, weight_offset=weight_offset)
+    return out
+
+
+def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
+                       epsilon: float, weight_offset: float = 0.0) -> None:
+    """In place, as vLLM's: ``residual += input``; ``input = rms_norm(residual)``. Allocates nothing."""
+    norm_with_add("fused_add_rms_norm", input, input, residual, residual, weight, None, epsilon,
+                  is_rms=True, weight_offset=weight_offset, names=("input", "residual", "residual"))
