@@ -200,7 +200,7 @@ def run(
                              gbps=case.nbytes / ms / 1e6, pct_copy=100 * case.nbytes / ms / 1e6 / copy_gbps,
                              rows_per_s=case.rows / ms * 1e3, spread_pct=100 * (max(ts) - min(ts)) / ms,
                              **case.extra, **meta))
-        del inputs
+        del inputs, fns, reference  # backward cases hold autograd graphs: free before the next case
     df = pd.DataFrame(rows)
     if df.empty:
         raise SystemExit(f"{bench}: nothing was timed")

@@ -152,11 +152,14 @@ def norm_fwd(x, y, weight, bias, eps, *, is_rms, residual=None, residual_out=Non
     )
 
 
-def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_db, dx_dtype):
-    """dx (rows like x, contiguous), and dweight / dbias as fp32 (n_cols,) or None."""
+def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_db, dx_dtype, config=None):
+    """dx (rows like x, contiguous), and dweight / dbias as fp32 (n_cols,) or None.
+
+    ``config`` pins (tile config, programs along rows), for tests and tuning.
+    """
     n_rows, n_cols = x.shape
     dx = torch.empty((n_rows, n_cols), dtype=dx_dtype, device=x.device)
-    cfg, programs = norm_bwd_launch_config(n_rows, n_cols, x.device)
+    cfg, programs = config or norm_bwd_launch_config(n_rows, n_cols, x.device)
     col_blocks = cdiv(n_cols, cfg.BLOCK_N)
     rows_per_program = cdiv(cdiv(n_rows, programs), cfg.BLOCK_M) * cfg.BLOCK_M
     programs = cdiv(n_rows, rows_per_program)
