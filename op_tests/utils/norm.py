@@ -12,8 +12,9 @@ from op_tests.utils.checks import assert_close, tolerance
 from op_tests.utils.device import DEVICE, by_device
 from op_tests.utils.inputs import make_rows
 
-# (M, N). Every regime: several rows per program (N <= 512), a whole row in
-# registers (up to 8192), looped rows beyond; M = 0 (empty batch) and 1 (decode).
+# (M, N). Every regime: several rows per program (short rows), a whole row in
+# registers (forward up to 32768, backward up to 16384), looped rows beyond;
+# M = 0 (empty batch) and 1 (decode).
 SHAPES = by_device(
     cpu=[(0, 64), (1, 1), (7, 1), (1000, 64), (7, 127), (7, 768), (33, 769), (3, 4096), (2, 5120), (2, 8192),
          (1, 65537)],
@@ -21,8 +22,8 @@ SHAPES = by_device(
     + [(1, 131072), (1000, 131072), (1, 262144), (300, 262144), (100000, 128)],
 )
 BWD_SHAPES = by_device(
-    cpu=[(0, 64), (1, 1), (1000, 64), (7, 127), (33, 769), (3, 4096), (2, 8193)],
-    gpu=[(0, 64), (1, 1), (1000, 64), (7, 127), (33, 769), (1000, 4096), (2048, 5120), (7, 8192), (64, 8193),
+    cpu=[(0, 64), (1, 1), (1000, 64), (7, 127), (33, 769), (3, 4096), (2, 16385)],
+    gpu=[(0, 64), (1, 1), (1000, 64), (7, 127), (33, 769), (1000, 4096), (2048, 5120), (7, 8192), (64, 8193), (64, 16385),
          (100, 65537), (3, 262144), (20000, 128)],
 )
 

@@ -35,19 +35,39 @@ class NormLaunchConfig:
     LOOPED: bool  # the row does not fit one tile: loop over BLOCK_N-wide chunks
 
 
-# A row stays in registers up to this many columns; wider rows loop over chunks.
-_MAX_ROW_IN_REGS = 8192
-_LOOP_BLOCK_N = 4096
+# Measured on an H200 (bf16 RMSNorm, M * N = 2^26, scripts/tune_norm.py):
+# * forward, N <= 1024: 2048-element tiles with 4 warps, 1-3% ahead of 4096 / 8 warps;
+#   N = 4096..8192: every tile within 1% (68-71 us, 94% of copy).
+# * forward, a row in registers beats looping up to N = 32768: 69.8 vs 83.1 us at
+#   16384 (8 warps, 64 elements per lane, no spills), 74.5 vs 102.5 us at 32768 (16 warps).
+# * looped rows: 16384-wide chunks with 8 warps, 82 us at 65536 and 109 us at 262144
+#   against 107 and 154 us for 4096-wide chunks: fewer rows in flight per SM keep
+#   the second pass's re-read in L2.
+_MAX_ROW_IN_REGS = 32768
+_LOOP_BLOCK_N = 16384
 _LOOP_WARPS = 8
-# Short rows: several per program, about _TILE elements per program.
-_TILE = 4096
-# Elements per lane of a row-in-registers tile: two 16-byte bf16 vectors.
-_PER_LANE = 16
-_MAX_WARPS = 16
+_TILE = 2048  # short rows: several per program, about this many elements
+# Backward (same sweep): short rows (N <= 1024) want 4096-element tiles, 4 warps and
+# 8 programs per SM (1.7x over one per SM at N = 1024); wider rows one row per step
+# with 16 warps and 1-2 programs per SM (fewer dweight partial rows to write and
+# reduce: 132.9 us at 4096 x 16384 rows against 153.3 us for 4-row steps); a row
+# stays in registers up to 16384 (160.5 us vs 187.1 us looped); looped rows take
+# 4 x 2048 column blocks (247.6 us at 262144 against 279.6 us for 1 x 2048).
+_BWD_MAX_ROW_IN_REGS = 16384
+_BWD_LOOP = (4, 2048, 8)  # BLOCK_M, BLOCK_N (a column block), warps
+_BWD_SUMS = (8192, 8)  # row-sum chunk and warps of the looped backward's first step
 
 
 def _sms(device: torch.device | None) -> int:
     return num_sms(device) if device is not None and device.type == "cuda" else 4
+
+
+def _row_warps(tile: int) -> int:
+    """Warps for a tile held in registers: 4 up to 2048 elements, then 16 elements per
+    lane up to 8 warps, then 64 per lane (a 16384 row takes 8 warps, 32768 takes 16)."""
+    if tile <= 16384:
+        return min(max(tile // (16 * WARP_SIZE), 4), 8)
+    return min(tile // (64 * WARP_SIZE), 16)
 
 
 def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None) -> NormLaunchConfig:
@@ -64,22 +84,21 @@ def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = N
     want = 2 * _sms(device)
     while block_m > 1 and cdiv(n_rows, block_m) < want:
         block_m //= 2
-    num_warps = min(max(block_m * block_n // (_PER_LANE * WARP_SIZE), 1), _MAX_WARPS)
-    return NormLaunchConfig(block_m, block_n, num_warps, False)
+    return NormLaunchConfig(block_m, block_n, _row_warps(block_m * block_n), False)
 
 
 def norm_bwd_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None):
-    """Backward: (tile config, programs along rows). LOOPED tiles are column blocks."""
+    """Backward: (tile config, programs along rows). LOOPED tiles are column blocks of a row strip."""
     block_n = next_power_of_2(n_cols)
-    if block_n > _MAX_ROW_IN_REGS:
-        cfg = NormLaunchConfig(4, 1024, 8, True)
-        col_blocks = cdiv(n_cols, cfg.BLOCK_N)
-        programs = min(cdiv(n_rows, cfg.BLOCK_M), max(1, cdiv(4 * _sms(device), col_blocks)))
-        return cfg, programs
-    block_m = min(max(_TILE // block_n, 1), next_power_of_2(n_rows))
-    num_warps = min(max(block_m * block_n // (_PER_LANE * WARP_SIZE), 1), _MAX_WARPS)
-    programs = min(cdiv(n_rows, block_m), 2 * _sms(device))
-    return NormLaunchConfig(block_m, block_n, num_warps, False), programs
+    sms = _sms(device)
+    if block_n > _BWD_MAX_ROW_IN_REGS:
+        return NormLaunchConfig(*_BWD_LOOP, True), min(n_rows, sms)
+    if block_n <= 1024:
+        block_m = min(4096 // block_n, next_power_of_2(n_rows))
+        cfg, programs = NormLaunchConfig(block_m, block_n, 4, False), 8 * sms
+    else:
+        cfg, programs = NormLaunchConfig(1, block_n, 16, False), (2 if block_n <= 4096 else 1) * sms
+    return cfg, min(cdiv(n_rows, cfg.BLOCK_M), programs)
 
 
 # ---------------------------------------------------------------------------
@@ -172,8 +191,8 @@ def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_
         c2 = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
         _norm_bwd_row_sums_kernel[(n_rows,)](
             dy, x, weight, mean, rstd, c1, c2, dy.stride(0), x.stride(0), n_cols, weight_offset,
-            IS_RMS=is_rms, HAS_WEIGHT=weight is not None, INT64=int64, BLOCK_N=_LOOP_BLOCK_N,
-            num_warps=_LOOP_WARPS,
+            IS_RMS=is_rms, HAS_WEIGHT=weight is not None, INT64=int64, BLOCK_N=_BWD_SUMS[0],
+            num_warps=_BWD_SUMS[1],
         )
     _norm_bwd_kernel[(programs, col_blocks)](
         dy, x, weight, mean, rstd, c1, c2, dx, dw_part, db_part,

@@ -198,8 +198,10 @@ def _norm_bwd_kernel(
     col_mask = cols < n_cols
     if HAS_WEIGHT:
         w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32) + weight_offset
-    dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    db_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    # Per-lane (BLOCK_M, BLOCK_N) accumulators, summed over rows once at the end:
+    # a cross-warp reduction per step cost 40% at 262144 x 256 on an H200.
+    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    db_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     row_start = pid_m * rows_per_program
     if INT64:
         row_start = row_start.to(tl.int64)
@@ -231,11 +233,11 @@ def _norm_bwd_kernel(
             dx = (wdy - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
         tl.store(dx_ptr + rows[:, None] * stride_dx_row + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
         if NEED_DW:
-            dw_acc += tl.sum(dy * xhat, axis=0)
+            dw_acc += dy * xhat
         if NEED_DB:
-            db_acc += tl.sum(dy, axis=0)
+            db_acc += dy
     part = pid_m.to(tl.int64) * n_cols + cols
     if NEED_DW:
-        tl.store(dw_part_ptr + part, dw_acc, mask=col_mask)
+        tl.store(dw_part_ptr + part, tl.sum(dw_acc, axis=0), mask=col_mask)
     if NEED_DB:
-        tl.store(db_part_ptr + part, db_acc, mask=col_mask)
+        tl.store(db_part_ptr + part, tl.sum(db_acc, axis=0), mask=col_mask)
