@@ -125,6 +125,11 @@ def main(argv=None):
                    help="instead of models: N = 256..262144 (powers of two) at M * N = --sweep-elems; ignores -M")
     p.add_argument("--sweep-elems", type=int, default=2**26, help="M * N of each --sweep shape (default 2**26)")
     args = p.parse_args(argv)
+    if args.cudagraph and any(op.endswith("_bwd") for op in args.op):
+        # The autograd engine runs backward on its own thread, outside the capturing stream.
+        print("--cudagraph: backward ops are timed eagerly only; dropping " +
+              ", ".join(op for op in args.op if op.endswith("_bwd")))
+        args.op = [op for op in args.op if not op.endswith("_bwd")]
     if args.shape:
         shapes = [("custom", harness.parse_shape(s, ("M", "N"))) for s in args.shape]
     elif args.sweep:

@@ -6,6 +6,7 @@ short call into :func:`norm_fwd` or :class:`_NormFunction` here.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -70,6 +71,7 @@ def _row_warps(tile: int) -> int:
     return min(tile // (64 * WARP_SIZE), 16)
 
 
+@functools.lru_cache(maxsize=1024)
 def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None) -> NormLaunchConfig:
     """Forward tile for an (n_rows, n_cols) normalization.
 
@@ -87,6 +89,7 @@ def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = N
     return NormLaunchConfig(block_m, block_n, _row_warps(block_m * block_n), False)
 
 
+@functools.lru_cache(maxsize=1024)
 def norm_bwd_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None):
     """Backward: (tile config, programs along rows). LOOPED tiles are column blocks of a row strip."""
     block_n = next_power_of_2(n_cols)
@@ -265,7 +268,12 @@ def norm(op: str, input, weight, bias, eps, *, is_rms, x_bias=None, weight_offse
     if LOGGER.isEnabledFor(DEBUG):
         log_call(op, input=input, weight=weight, bias=bias, x_bias=x_bias, epsilon=eps, weight_offset=weight_offset)
     x2 = rows_view(op, "input", input, writable=False)
-    y = _NormFunction.apply(x2, weight, bias, x_bias, eps, weight_offset, is_rms)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (input, weight, bias, x_bias)):
+        y = _NormFunction.apply(x2, weight, bias, x_bias, eps, weight_offset, is_rms)
+    else:  # inference: no autograd node, no saved statistics (its host cost shows at decode sizes)
+        y = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
+        if x2.shape[0]:
+            norm_fwd(x2, y, weight, bias, eps, is_rms=is_rms, x_bias=x_bias, weight_offset=weight_offset)
     return y.view(input.shape)
 
 
