@@ -79,22 +79,10 @@ def main(argv=None):
     p = harness.make_parser(__doc__.splitlines()[0], ("M", "N"))
     p.add_argument("--op", nargs="+", default=list(OPS), choices=list(OPS))
     args = p.parse_args(argv)
-    cases, seen = [], set()
-    for dname in args.dtype:
-        dtype = harness.DTYPES[dname]
-        for op in args.op:
-            if args.shape:
-                shapes = [("custom", harness.parse_shape(s, ("M", "N"))) for s in args.shape]
-            else:
-                shapes = []
-                for model, cfg in harness.load_models(args.model, DEFAULT_MODELS).items():
-                    for key, suffix in (("intermediate_size", ""), ("moe_intermediate_size", "-moe")):
-                        if key in cfg:
-                            shapes += [(model + suffix, {"M": m, "N": cfg[key]}) for m in args.M or DEFAULT_M]
-            for label, dims in shapes:
-                if (op, dims["M"], dims["N"], dname) not in seen:
-                    seen.add((op, dims["M"], dims["N"], dname))
-                    cases.append(_case(op, label, dims["M"], dims["N"], dtype))
+    shapes = harness.row_shapes(args, DEFAULT_MODELS, DEFAULT_M, lambda cfg: [
+        (suffix, cfg[key]) for key, suffix in (("intermediate_size", ""), ("moe_intermediate_size", "-moe"))
+        if key in cfg])
+    cases = harness.build_cases(args, args.op, shapes, _case)
     tiny = [_case(op, "tiny", 3, 96, torch.bfloat16) for op in args.op]
     return harness.run(args, "activation", cases, PROVIDERS, tiny)
 

@@ -29,7 +29,6 @@ from aiter_lite.ops.triton.normalization import rmsnorm as rms  # noqa: E402
 OPS = ("rms_norm", "rmsnorm2d_fwd_with_add", "rms_norm_bwd")
 DEFAULT_MODELS = ["llama3-8B", "qwen2.5-32B", "deepseek-v3", "llama3-70B", "llama3-405B"]
 DEFAULT_M = [1, 16, 64, 256, 1024, 4096, 16384, 32768]
-SWEEP_N = [2**k for k in range(8, 19)]  # 256 .. 262144
 EPS = 1e-6
 
 
@@ -130,30 +129,11 @@ PROVIDERS = {"triton": _triton, "native": _native, "compile": _compile, "liger":
 def main(argv=None):
     p = harness.make_parser(__doc__.splitlines()[0], ("M", "N"))
     p.add_argument("--op", nargs="+", default=list(OPS), choices=list(OPS))
-    p.add_argument("--sweep", action="store_true",
-                   help="instead of models: N = 256..262144 (powers of two) at M * N = --sweep-elems; ignores -M")
-    p.add_argument("--sweep-elems", type=int, default=2**26, help="M * N of each --sweep shape (default 2**26)")
+    harness.add_sweep_args(p)
     args = p.parse_args(argv)
-    if args.cudagraph and any(op.endswith("_bwd") for op in args.op):
-        # The autograd engine runs backward on its own thread, outside the capturing stream.
-        print("--cudagraph: backward ops are timed eagerly only; dropping " +
-              ", ".join(op for op in args.op if op.endswith("_bwd")))
-        args.op = [op for op in args.op if not op.endswith("_bwd")]
-    if args.shape:
-        shapes = [("custom", harness.parse_shape(s, ("M", "N"))) for s in args.shape]
-    elif args.sweep:
-        shapes = [("sweep", {"M": args.sweep_elems // n, "N": n}) for n in SWEEP_N if n <= args.sweep_elems]
-    else:
-        shapes = [(model, {"M": m, "N": cfg["hidden_size"]})
-                  for model, cfg in harness.load_models(args.model, DEFAULT_MODELS).items()
-                  for m in args.M or DEFAULT_M]
-    cases, seen = [], set()
-    for dname in args.dtype:
-        for op in args.op:
-            for label, dims in shapes:
-                if (op, dims["M"], dims["N"], dname) not in seen:
-                    seen.add((op, dims["M"], dims["N"], dname))
-                    cases.append(_case(op, label, dims["M"], dims["N"], harness.DTYPES[dname]))
+    harness.eager_only_backward(args)
+    shapes = harness.row_shapes(args, DEFAULT_MODELS, DEFAULT_M, lambda cfg: [("", cfg["hidden_size"])])
+    cases = harness.build_cases(args, args.op, shapes, _case)
     tiny = [_case(op, "tiny", 3, 96, torch.bfloat16) for op in args.op]
     return harness.run(args, "rmsnorm", cases, PROVIDERS, tiny)
 

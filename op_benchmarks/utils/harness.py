@@ -106,6 +106,53 @@ def _time_ms(fn: Callable, cudagraph: bool, rep: int) -> float:
     return triton.testing.do_bench(fn, warmup=max(rep // 4, 25), rep=rep, return_mode="median")
 
 
+SWEEP_N = [2**k for k in range(8, 19)]  # 256 .. 262144
+
+
+def add_sweep_args(p: argparse.ArgumentParser) -> None:
+    """--sweep / --sweep-elems: an N sweep at a fixed M * N instead of model shapes."""
+    p.add_argument("--sweep", action="store_true",
+                   help="instead of models: N = 256..262144 (powers of two) at M * N = --sweep-elems; ignores -M")
+    p.add_argument("--sweep-elems", type=int, default=2**26, help="M * N of each --sweep shape (default 2**26)")
+
+
+def row_shapes(args: argparse.Namespace, default_models: list[str], default_m: list[int],
+               widths: Callable[[dict], list]) -> list[tuple[str, dict]]:
+    """(label, {"M", "N"}) from --shape, else --sweep (when the bench has it), else the models.
+
+    ``widths(config)`` lists (label suffix, N) for one model config.
+    """
+    if args.shape:
+        return [("custom", parse_shape(s, ("M", "N"))) for s in args.shape]
+    if getattr(args, "sweep", False):
+        return [("sweep", {"M": args.sweep_elems // n, "N": n}) for n in SWEEP_N if n <= args.sweep_elems]
+    return [(model + suffix, {"M": m, "N": n})
+            for model, cfg in load_models(args.model, default_models).items()
+            for suffix, n in widths(cfg)
+            for m in args.M or default_m]
+
+
+def build_cases(args: argparse.Namespace, ops: list[str], shapes: list, make_case: Callable) -> list[Case]:
+    """One case per (dtype, op, distinct shape): ``make_case(op, label, m, n, dtype)``."""
+    cases, seen = [], set()
+    for dname in args.dtype:
+        for op in ops:
+            for label, dims in shapes:
+                if (op, dims["M"], dims["N"], dname) not in seen:
+                    seen.add((op, dims["M"], dims["N"], dname))
+                    cases.append(make_case(op, label, dims["M"], dims["N"], DTYPES[dname]))
+    return cases
+
+
+def eager_only_backward(args: argparse.Namespace) -> None:
+    """Drop *_bwd ops under --cudagraph: the autograd engine runs backward on its own
+    thread, outside the capturing stream."""
+    if args.cudagraph and any(op.endswith("_bwd") for op in args.op):
+        print("--cudagraph: backward ops are timed eagerly only; dropping "
+              + ", ".join(op for op in args.op if op.endswith("_bwd")))
+        args.op = [op for op in args.op if not op.endswith("_bwd")]
+
+
 def compile_static(fn: Callable) -> Callable:
     """``torch.compile(fn)`` specialised to each shape, as Inductor does best.
 

@@ -209,21 +209,25 @@ def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_
     return dx, dw, db
 
 
+def _forward(x2, weight, bias, x_bias, eps, weight_offset, is_rms, *, stats):
+    """y (new, x2's dtype) and, with ``stats``, the fp32 per-row mean (LayerNorm) and rstd."""
+    n_rows = x2.shape[0]
+    y = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
+    rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device) if stats else None
+    mean = torch.empty(n_rows, dtype=torch.float32, device=x2.device) if stats and not is_rms else None
+    if n_rows:
+        norm_fwd(x2, y, weight, bias, eps, is_rms=is_rms, x_bias=x_bias, weight_offset=weight_offset,
+                 mean=mean, rstd=rstd)
+    return y, mean, rstd
+
+
 class _NormFunction(torch.autograd.Function):
     """y = norm(x) * (weight + offset) + bias over 2-D rows, with dx, dweight, dbias, dx_bias."""
 
     @staticmethod
     def forward(ctx, x2, weight, bias, x_bias, eps, weight_offset, is_rms):
-        n_rows = x2.shape[0]
-        y = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
         needs_grad = any(ctx.needs_input_grad[:4])
-        rstd = mean = None
-        if needs_grad:
-            rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)
-            mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x2.device)
-        if n_rows:
-            norm_fwd(x2, y, weight, bias, eps, is_rms=is_rms, x_bias=x_bias, weight_offset=weight_offset,
-                     mean=mean, rstd=rstd)
+        y, mean, rstd = _forward(x2, weight, bias, x_bias, eps, weight_offset, is_rms, stats=needs_grad)
         if needs_grad:
             # With an input bias the statistics are of x + x_bias: keep that sum.
             xs = x2 if x_bias is None else (x2.float() + x_bias.float()).to(x2.dtype)
@@ -240,10 +244,9 @@ class _NormFunction(torch.autograd.Function):
         need_dw = weight is not None and ctx.needs_input_grad[1]
         need_db = ctx.bias_dtype is not None and ctx.needs_input_grad[2]
         need_dxb = ctx.has_x_bias and ctx.needs_input_grad[3]
-        n_cols = xs.shape[1]
-        if xs.shape[0] == 0:
-            dx, dw, db = torch.zeros_like(xs), xs.new_zeros(n_cols, dtype=torch.float32), None
-            db = dw if need_db else None
+        if xs.shape[0] == 0:  # no rows: zero sums
+            dx, dw = torch.zeros_like(xs), xs.new_zeros(xs.shape[1], dtype=torch.float32)
+            db = dw
         else:
             if dy.stride(-1) != 1:  # e.g. an expanded gradient; a zero row stride is fine
                 dy = dy.contiguous()
@@ -256,24 +259,26 @@ class _NormFunction(torch.autograd.Function):
                 None, None, None)
 
 
-def norm(op: str, input, weight, bias, eps, *, is_rms, x_bias=None, weight_offset=0.0) -> torch.Tensor:
-    """Checked, differentiable normalization of ``input`` over its last dim; a new tensor."""
-    check_input(op, input)
+def _check_params(op, input, weight, bias, x_bias, eps, weight_offset) -> tuple[float, float]:
+    """The (N,) vectors and the two scalars, checked against input; eps and weight_offset as floats."""
     n = input.shape[-1]
     check_vector(op, "weight", weight, n, input)
     check_vector(op, "bias", bias, n, input)
     check_vector(op, "x_bias", x_bias, n, input)
-    eps = check_scalar(op, "epsilon", eps)
-    weight_offset = check_scalar(op, "weight_offset", weight_offset)
+    return check_scalar(op, "epsilon", eps), check_scalar(op, "weight_offset", weight_offset)
+
+
+def norm(op: str, input, weight, bias, eps, *, is_rms, x_bias=None, weight_offset=0.0) -> torch.Tensor:
+    """Checked, differentiable normalization of ``input`` over its last dim; a new tensor."""
+    check_input(op, input)
+    eps, weight_offset = _check_params(op, input, weight, bias, x_bias, eps, weight_offset)
     if LOGGER.isEnabledFor(DEBUG):
         log_call(op, input=input, weight=weight, bias=bias, x_bias=x_bias, epsilon=eps, weight_offset=weight_offset)
     x2 = rows_view(op, "input", input, writable=False)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (input, weight, bias, x_bias)):
         y = _NormFunction.apply(x2, weight, bias, x_bias, eps, weight_offset, is_rms)
     else:  # inference: no autograd node, no saved statistics (its host cost shows at decode sizes)
-        y = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
-        if x2.shape[0]:
-            norm_fwd(x2, y, weight, bias, eps, is_rms=is_rms, x_bias=x_bias, weight_offset=weight_offset)
+        y = _forward(x2, weight, bias, x_bias, eps, weight_offset, is_rms, stats=False)[0]
     return y.view(input.shape)
 
 
@@ -285,15 +290,10 @@ def norm_with_add(op: str, out, input, residual_in, residual_out, weight, bias, 
     """
     out_name, r_name, r_out_name = names
     check_input(op, input)
-    n = input.shape[-1]
     check_like(op, r_name, residual_in, input)
     check_like(op, r_out_name, residual_out, input)
     check_like(op, out_name, out, input)
-    check_vector(op, "weight", weight, n, input)
-    check_vector(op, "bias", bias, n, input)
-    check_vector(op, "x_bias", x_bias, n, input)
-    eps = check_scalar(op, "epsilon", eps)
-    weight_offset = check_scalar(op, "weight_offset", weight_offset)
+    eps, weight_offset = _check_params(op, input, weight, bias, x_bias, eps, weight_offset)
     if LOGGER.isEnabledFor(DEBUG):
         log_call(op, out=out, input=input, residual_in=residual_in, residual_out=residual_out, weight=weight,
                  bias=bias, x_bias=x_bias, epsilon=eps, weight_offset=weight_offset)
