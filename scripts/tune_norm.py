@@ -1,10 +1,16 @@
-"""Sweep normalization launch configs on a GPU (RMSNorm, bf16); the evidence behind
+"""Sweep normalization launch configs on a GPU (bf16); the evidence behind
 norm_launch_config / norm_bwd_launch_config. Prints the best per shape; writes a CSV.
 
     PYTHONPATH=. python scripts/tune_norm.py --ns 256,4096,32768 --elems 67108864 -o tune_norm.csv
+    PYTHONPATH=. python scripts/tune_norm.py --what fwd,add --kind ln --evict ,evict_last
+
+``--what``: fwd (norm), add (fused residual add + norm), bwd. ``--kind``: rms or ln.
+``--evict``: cache hints tried for the in-register forward's loads; ``--fams``: config
+families besides the default (tile, looped; none for the default alone).
 """
 
 import argparse
+import dataclasses
 import itertools
 
 import pandas as pd
@@ -16,33 +22,33 @@ from aiter_lite.ops.triton.normalization.norm import NormLaunchConfig
 from aiter_lite.utils.launch import num_sms
 
 
-def fwd_configs(n):
+def fwd_configs(n, fams):
     bn = 1 << (n - 1).bit_length()
-    if bn <= 32768:
+    if bn <= 32768 and "tile" in fams:
         for bm, w in itertools.product([1, 2, 4, 8, 16, 32, 64], [4, 8, 16, 32]):
             tile = bm * bn
             if 1024 <= tile <= 32768 and 4 <= tile // (w * 32) <= 64:
                 yield NormLaunchConfig(bm, bn, w, False)
-    if bn >= 8192:
-        for b, w in itertools.product([2048, 4096, 8192, 16384], [4, 8, 16]):
-            if 8 <= b // (w * 32) <= 64:
-                yield NormLaunchConfig(1, b, w, True)
+    if bn >= 8192 and "looped" in fams:
+        for b, w, pre in itertools.product([4096, 8192, 16384], [4, 8, 16], [False, True]):
+            if 8 <= b // (w * 32) <= 64 and not (pre and b // (w * 32) > 32):
+                yield NormLaunchConfig(1, b, w, True, PREFETCH=pre)
 
 
-def bwd_configs(n, sms):
+def bwd_configs(n, sms, fams, mults):
     bn = 1 << (n - 1).bit_length()
     cands = []
-    if bn <= 16384:
+    if bn <= 16384 and "tile" in fams:
         for bm, w in itertools.product([1, 2, 4, 8, 16, 32], [4, 8, 16]):
             tile = bm * bn
-            if 1024 <= tile <= 16384 and 4 <= tile // (w * 32) <= 32:
+            if 2048 <= tile <= 16384 and 8 <= tile // (w * 32) <= 32:
                 cands.append(NormLaunchConfig(bm, bn, w, False))
-    if bn >= 8192:
+    if bn >= 8192 and "looped" in fams:
         for bm, b, w in itertools.product([1, 4, 8], [512, 1024, 2048], [4, 8]):
             if 4 <= bm * b // (w * 32) <= 32:
                 cands.append(NormLaunchConfig(bm, b, w, True))
-    for cfg, mult in itertools.product(cands, [1, 2, 4, 8]):
-        yield cfg, mult * sms
+    for cfg, mult, pre in itertools.product(cands, mults, [False, True]):
+        yield dataclasses.replace(cfg, PREFETCH=pre), mult * sms
 
 
 def main():
@@ -50,6 +56,10 @@ def main():
     p.add_argument("--ns", default="256,1024,4096,8192,16384,32768,65536,262144")
     p.add_argument("--elems", type=int, default=2**26, help="M * N")
     p.add_argument("--what", default="fwd,bwd")
+    p.add_argument("--kind", default="rms", choices=["rms", "ln"])
+    p.add_argument("--evict", default="", help="comma-separated load hints for the in-register forward")
+    p.add_argument("--fams", default="tile,looped", help="config families to try besides the default")
+    p.add_argument("--mults", default="1,2,4,8", help="backward programs per SM to try")
     p.add_argument("-o", default="tune_norm.csv")
     a = p.parse_args()
     dev = torch.device("cuda")
@@ -60,27 +70,40 @@ def main():
         x = torch.randn(m, n, device=dev, dtype=torch.bfloat16)
         w = torch.randn(n, device=dev, dtype=torch.bfloat16)
         y = torch.empty_like(x)
+        b = None if a.kind == "rms" else torch.randn(n, device=dev, dtype=torch.bfloat16)
+        rms = a.kind == "rms"
         rstd = torch.empty(m, device=dev, dtype=torch.float32)
+        mean = None if rms else torch.empty(m, device=dev, dtype=torch.float32)
         dy = torch.randn_like(x)
         for what in a.what.split(","):
-            if what == "fwd":
-                default = nm.norm_launch_config(m, n, dev)
-                cands = [(c, None) for c in fwd_configs(n)]
-                nbytes = 4 * m * n
+            if what in ("fwd", "add"):
+                default = nm.norm_launch_config(m, n, dev, what == "add")
+                cands = list(fwd_configs(n, a.fams))
+                if what == "fwd":
+                    nbytes = 4 * m * n
+                    kw = {}
+                else:
+                    nbytes = 8 * m * n
+                    kw = dict(residual=torch.randn_like(x), residual_out=torch.empty_like(x))
 
                 def run(c, _):
-                    nm.norm_fwd(x, y, w, None, 1e-6, is_rms=True, config=c)
+                    nm.norm_fwd(x, y, w, b, 1e-6, is_rms=rms, config=c, **kw)
+                if a.evict:  # the default's tile and each in-register candidate with every hint
+                    tiles = [dataclasses.replace(default, EVICT="")] + [c for c in cands if not c.LOOPED]
+                    cands = [dataclasses.replace(c, EVICT=ev) for c in tiles for ev in a.evict.split(",")] + [
+                        c for c in cands if c.LOOPED]
+                cands = [(None, None)] + [(c, None) for c in cands]
             else:
                 default = nm.norm_bwd_launch_config(m, n, dev)
-                cands = list(bwd_configs(n, sms))
-                nm.norm_fwd(x, y, w, None, 1e-6, is_rms=True, rstd=rstd)
+                cands = [(None, None)] + list(bwd_configs(n, sms, a.fams, [int(v) for v in a.mults.split(",")]))
+                nm.norm_fwd(x, y, w, b, 1e-6, is_rms=rms, rstd=rstd, mean=mean)
                 nbytes = 6 * m * n
 
                 def run(c, progs):
-                    nm.norm_bwd(dy, x, w, None, rstd, is_rms=True, weight_offset=0.0, need_dw=True, need_db=False,
-                                dx_dtype=x.dtype, config=None if c is None else (c, progs))
+                    nm.norm_bwd(dy, x, w, mean, rstd, is_rms=rms, weight_offset=0.0, need_dw=True,
+                                need_db=not rms, dx_dtype=x.dtype, config=None if c is None else (c, progs))
             res = []
-            for c, progs in [(None, None)] + cands:
+            for c, progs in cands:
                 try:
                     for _ in range(3):
                         run(c, progs)
@@ -88,13 +111,16 @@ def main():
                 except Exception as e:  # a config the compiler rejects (registers, shared memory)
                     print(f"  skip {c}: {type(e).__name__}")
                     continue
-                name = "default" if c is None else f"{c.BLOCK_M}x{c.BLOCK_N}w{c.num_warps}{'L' if c.LOOPED else ''}" + (
-                    f"p{progs // sms}" if progs else "")
+                name = "default" if c is None else (
+                    f"{c.BLOCK_M}x{c.BLOCK_N}w{c.num_warps}{'L' if c.LOOPED else ''}{'P' if c.PREFETCH else ''}"
+                    f"{'/' + c.EVICT if c.EVICT else ''}")
+                if progs:
+                    name += f"p{progs // sms}"
                 res.append((ms * 1e3, name))
-                rows.append(dict(what=what, m=m, n=n, cfg=name, us=ms * 1e3, gbs=nbytes / ms / 1e6))
+                rows.append(dict(what=what, kind=a.kind, m=m, n=n, cfg=name, us=ms * 1e3, gbs=nbytes / ms / 1e6))
             res.sort()
-            d = [u for u, k in res if k == "default"][0]
-            print(f"{what} {m}x{n}: default={d:.1f}us ({nbytes / d / 1e3:.0f} GB/s) {default} | best " +
+            d = min(u for u, k in res if k.startswith("default"))
+            print(f"{a.kind} {what} {m}x{n}: default={d:.1f}us ({nbytes / d / 1e3:.0f} GB/s) {default} | best " +
                   " ".join(f"{k}:{u:.1f}" for u, k in res[:5]), flush=True)
         pd.DataFrame(rows).to_csv(a.o, index=False)
 

@@ -81,6 +81,11 @@ def pin_config(monkeypatch, fwd=None, bwd=None):
         monkeypatch.setattr(norm_mod, "norm_bwd_launch_config", lambda *a, **k: bwd)
 
 
-LOOPED_SMALL = NormLaunchConfig(1, 64, 4, True)
-LOOPED_BWD_SMALL = (NormLaunchConfig(2, 64, 4, True), 3)
-MULTIROW_BWD_SMALL = (NormLaunchConfig(4, 128, 4, False), 5)
+# Pinned small configs, so the interpreter covers every code path of each regime cheaply.
+LOOPED_FWD = {"looped": NormLaunchConfig(1, 64, 4, True), "looped_prefetch": NormLaunchConfig(1, 64, 4, True, PREFETCH=True)}
+BWD_REGIMES = {
+    "looped": ((NormLaunchConfig(2, 64, 4, True), 3), 300),  # (config, programs), N
+    "multirow": ((NormLaunchConfig(4, 128, 4, False), 5), 100),
+    "multirow_prefetch": ((NormLaunchConfig(4, 128, 4, False, PREFETCH=True), 5), 100),
+    "row_prefetch": ((NormLaunchConfig(1, 128, 4, False, PREFETCH=True), 4), 127),
+}

@@ -8,9 +8,8 @@ from aiter_lite.ops.triton.normalization import layernorm as tri
 from op_tests.utils import DEVICE, DTYPES, assert_close, by_device, make_rows, poisoned, tolerance
 from op_tests.utils.norm import (
     BWD_SHAPES,
-    LOOPED_BWD_SMALL,
-    LOOPED_SMALL,
-    MULTIROW_BWD_SMALL,
+    BWD_REGIMES,
+    LOOPED_FWD,
     SHAPES,
     check_backward,
     pin_config,
@@ -52,20 +51,21 @@ def test_layernorm2d_fwd_with_add(dtype, shape):
     _check_add(make_rows(m, n, dtype), make_rows(m, n, dtype), *weights(n, dtype, bias=True))
 
 
-@pytest.mark.parametrize("looped", [False, True])
-def test_large_mean_keeps_the_variance(looped, monkeypatch):
+@pytest.mark.parametrize("regime", [None, *LOOPED_FWD])
+def test_large_mean_keeps_the_variance(regime, monkeypatch):
     # mean 1000, std 1: sum(x^2)/n - mean^2 would cancel to a variance error of
     # about 0.1 in fp32 (outputs off by 5%). What is left is the fp32 rounding of
     # values near 1000 (1.2e-4 relative to a std of 1).
-    if looped:
-        pin_config(monkeypatch, fwd=LOOPED_SMALL)
+    if regime:
+        pin_config(monkeypatch, fwd=LOOPED_FWD[regime])
     x = make_rows(6, 777, torch.float32) + 1000.0
     _check_ln(x, *weights(777, torch.float32, bias=True), atol=1e-3)
 
 
+@pytest.mark.parametrize("regime", list(LOOPED_FWD))
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_looped_rows_on_small_widths(dtype, monkeypatch):
-    pin_config(monkeypatch, fwd=LOOPED_SMALL)
+def test_looped_rows_on_small_widths(dtype, regime, monkeypatch):
+    pin_config(monkeypatch, fwd=LOOPED_FWD[regime])
     n = 1000
     _check_ln(make_rows(5, n, dtype, scale=2.0), *weights(n, dtype, bias=True))
     _check_ln(make_rows(5, n, dtype), None, None, x_bias=weights(n, dtype) - 1)
@@ -110,10 +110,10 @@ def test_backward(dtype, shape):
     check_backward("layer", make_rows(m, n, dtype, scale=2.0), *weights(n, dtype, bias=True), EPS)
 
 
-@pytest.mark.parametrize("regime", ["looped", "multirow"])
+@pytest.mark.parametrize("regime", list(BWD_REGIMES))
 def test_backward_regimes_on_small_widths(regime, monkeypatch):
-    pin_config(monkeypatch, bwd=LOOPED_BWD_SMALL if regime == "looped" else MULTIROW_BWD_SMALL)
-    n = 300 if regime == "looped" else 100
+    cfg, n = BWD_REGIMES[regime]
+    pin_config(monkeypatch, bwd=cfg)
     check_backward("layer", make_rows(29, n, torch.float32), *weights(n, torch.float32, bias=True), EPS)
 
 

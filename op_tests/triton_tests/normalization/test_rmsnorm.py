@@ -8,9 +8,8 @@ from aiter_lite.ops.triton.normalization import rmsnorm as tri
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device, make_rows, poisoned, tolerance
 from op_tests.utils.norm import (
     BWD_SHAPES,
-    LOOPED_BWD_SMALL,
-    LOOPED_SMALL,
-    MULTIROW_BWD_SMALL,
+    BWD_REGIMES,
+    LOOPED_FWD,
     SHAPES,
     check_backward,
     pin_config,
@@ -83,17 +82,18 @@ def test_rmsnorm2d_fwd_with_add_aliasing(alias, monkeypatch):
     elif alias == "residual_out_is_input":
         out, r_out = torch.empty_like(x), x
     else:  # the vLLM in-place form through the two-pass looped path
-        pin_config(monkeypatch, fwd=LOOPED_SMALL)
+        pin_config(monkeypatch, fwd=LOOPED_FWD["looped_prefetch"])
         out, r_out = x, r
     tri.rmsnorm2d_fwd_with_add(out, x, r, r_out, w, EPS)
     assert_close(r_out, e_r, name="residual_out")
     assert_close(out, e_out, atol=tolerance(dtype, n)[0], name="out")
 
 
+@pytest.mark.parametrize("regime", list(LOOPED_FWD))
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_looped_rows_on_small_widths(dtype, monkeypatch):
+def test_looped_rows_on_small_widths(dtype, regime, monkeypatch):
     # The two-pass regime, forced onto small rows so the interpreter covers it cheaply.
-    pin_config(monkeypatch, fwd=LOOPED_SMALL)
+    pin_config(monkeypatch, fwd=LOOPED_FWD[regime])
     _check_rms(make_rows(5, 1000, dtype, scale=2.0), weights(1000, dtype))
     _check_add(make_rows(5, 129, dtype), make_rows(5, 129, dtype), weights(129, dtype))
 
@@ -148,10 +148,10 @@ def test_backward(dtype, shape):
     check_backward("rms", make_rows(m, n, dtype, scale=2.0), weights(n, dtype), None, EPS)
 
 
-@pytest.mark.parametrize("regime", ["looped", "multirow"])
+@pytest.mark.parametrize("regime", list(BWD_REGIMES))
 def test_backward_regimes_on_small_widths(regime, monkeypatch):
-    pin_config(monkeypatch, bwd=LOOPED_BWD_SMALL if regime == "looped" else MULTIROW_BWD_SMALL)
-    n = 300 if regime == "looped" else 100
+    cfg, n = BWD_REGIMES[regime]
+    pin_config(monkeypatch, bwd=cfg)
     check_backward("rms", make_rows(29, n, torch.float32), weights(n, torch.float32), None, EPS)
 
 

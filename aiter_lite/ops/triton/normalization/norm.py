@@ -34,6 +34,8 @@ class NormLaunchConfig:
     BLOCK_N: int  # columns per program step (>= n_cols unless LOOPED)
     num_warps: int
     LOOPED: bool  # the row does not fit one tile: loop over BLOCK_N-wide chunks
+    PREFETCH: bool = False  # load the next row step (backward) / chunk (looped forward) before using this one
+    EVICT: str = ""  # forward, in-register tiles: cache hint for the row loads
 
 
 # Measured on an H200 (bf16 RMSNorm, M * N = 2^26, scripts/tune_norm.py):
@@ -41,19 +43,28 @@ class NormLaunchConfig:
 #   N = 4096..8192: every tile within 1% (68-71 us, 94% of copy).
 # * forward, a row in registers beats looping up to N = 32768: 69.8 vs 83.1 us at
 #   16384 (8 warps, 64 elements per lane, no spills), 74.5 vs 102.5 us at 32768 (16 warps).
-# * looped rows: 16384-wide chunks with 8 warps, 82 us at 65536 and 109 us at 262144
-#   against 107 and 154 us for 4096-wide chunks: fewer rows in flight per SM keep
-#   the second pass's re-read in L2.
+# * "evict_last" on the row loads: 68.0 / 68.8 us against 70.1 / 70.7 at 4096 / 8192
+#   (fused add: 129.4-131.6 against 133.8-136.4 at every N up to 32768), but 77.0 against
+#   71.2 at 16384 and 90.1 against 75.5 at 32768 without a residual.
+# * looped rows: 16384-wide chunks with 16 warps, the first pass double-buffered:
+#   81.1 / 100.9 / 106.3 us at 65536 / 131072 / 262144 against 82.9 / 102.7 / 109.5 for
+#   8 warps unbuffered, 143.2 against 154.1 with a residual at 65536; 4096-wide chunks
+#   take 107-154 us (more rows in flight push the second pass's re-read out of L2).
+#   Splitting a row over sibling programs that exchange statistics (read once) measured
+#   slower still: 98-120 us, the exchange's round trip through L2 adding to each step.
 _MAX_ROW_IN_REGS = 32768
-_LOOP_BLOCK_N = 16384
-_LOOP_WARPS = 8
+_LOOP = NormLaunchConfig(1, 16384, 16, True, PREFETCH=True)
+_EVICT_LAST_MAX_TILE = 8192  # without a residual; with one, always
 _TILE = 2048  # short rows: several per program, about this many elements
-# Backward (same sweep): short rows (N <= 1024) want 4096-element tiles, 4 warps and
-# 8 programs per SM (1.7x over one per SM at N = 1024); wider rows one row per step
-# with 16 warps and 1-2 programs per SM (fewer dweight partial rows to write and
-# reduce: 132.9 us at 4096 x 16384 rows against 153.3 us for 4-row steps); a row
-# stays in registers up to 16384 (160.5 us vs 187.1 us looped); looped rows take
-# 4 x 2048 column blocks (247.6 us at 262144 against 279.6 us for 1 x 2048).
+# Backward (same sweep): every in-register tile double-buffers its row steps (the
+# next step's x and dy load while this one computes): 262144 x 256 121.5 us against
+# 125.8, 32768 x 2048 116.1 against 168.9, 8192 x 8192 115.7 against 139.4; at 16384
+# the second buffer spills (1562 us), so that width goes without. Short rows (N <= 1024)
+# take 2048-element tiles, 4 warps, 8 programs per SM; N = 2048..4096 4096-element
+# tiles, 8 warps, 2 per SM; wider rows one row per step, 16 warps, one per SM (fewer
+# dweight partial rows to write and reduce). A row stays in registers up to 16384
+# (160.5 us vs 187.1 us looped); looped rows take 4 x 2048 column blocks (247.6 us at
+# 262144 against 279.6 us for 1 x 2048).
 _BWD_MAX_ROW_IN_REGS = 16384
 _BWD_LOOP = (4, 2048, 8)  # BLOCK_M, BLOCK_N (a column block), warps
 _BWD_SUMS = (8192, 8)  # row-sum chunk and warps of the looped backward's first step
@@ -72,21 +83,24 @@ def _row_warps(tile: int) -> int:
 
 
 @functools.lru_cache(maxsize=1024)
-def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None) -> NormLaunchConfig:
-    """Forward tile for an (n_rows, n_cols) normalization.
+def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None,
+                       residual: bool = False) -> NormLaunchConfig:
+    """Forward tile for an (n_rows, n_cols) normalization (``residual``: the fused-add form).
 
     Rows up to ``_MAX_ROW_IN_REGS`` wide are held whole in registers, several per
-    program when short; wider rows loop in ``_LOOP_BLOCK_N`` chunks, one row per
-    program. On a GPU the rows per program shrink until there are two programs per SM.
+    program when short; wider rows loop in chunks, one row per program. On a GPU
+    the rows per program shrink until there are two programs per SM.
     """
     block_n = next_power_of_2(n_cols)
     if block_n > _MAX_ROW_IN_REGS:
-        return NormLaunchConfig(1, _LOOP_BLOCK_N, _LOOP_WARPS, True)
+        return _LOOP
     block_m = min(max(_TILE // block_n, 1), next_power_of_2(n_rows))
     want = 2 * _sms(device)
     while block_m > 1 and cdiv(n_rows, block_m) < want:
         block_m //= 2
-    return NormLaunchConfig(block_m, block_n, _row_warps(block_m * block_n), False)
+    tile = block_m * block_n
+    evict = "evict_last" if residual or tile <= _EVICT_LAST_MAX_TILE else ""
+    return NormLaunchConfig(block_m, block_n, _row_warps(tile), False, EVICT=evict)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -97,10 +111,13 @@ def norm_bwd_launch_config(n_rows: int, n_cols: int, device: torch.device | None
     if block_n > _BWD_MAX_ROW_IN_REGS:
         return NormLaunchConfig(*_BWD_LOOP, True), min(n_rows, sms)
     if block_n <= 1024:
+        block_m = min(2048 // block_n, next_power_of_2(n_rows))
+        cfg, programs = NormLaunchConfig(block_m, block_n, 4, False, PREFETCH=True), 8 * sms
+    elif block_n <= 4096:
         block_m = min(4096 // block_n, next_power_of_2(n_rows))
-        cfg, programs = NormLaunchConfig(block_m, block_n, 4, False), 8 * sms
-    else:
-        cfg, programs = NormLaunchConfig(1, block_n, 16, False), (2 if block_n <= 4096 else 1) * sms
+        cfg, programs = NormLaunchConfig(block_m, block_n, 8, False, PREFETCH=True), 2 * sms
+    else:  # double-buffering a 16384-wide row spills (10x slower)
+        cfg, programs = NormLaunchConfig(1, block_n, 16, False, PREFETCH=block_n <= 8192), sms
     return cfg, min(cdiv(n_rows, cfg.BLOCK_M), programs)
 
 
@@ -160,16 +177,16 @@ def norm_fwd(x, y, weight, bias, eps, *, is_rms, residual=None, residual_out=Non
              weight_offset=0.0, mean=None, rstd=None, config=None) -> None:
     """Launch the forward kernel over 2-D row views (x, y, residual, residual_out)."""
     n_rows, n_cols = x.shape
-    cfg = config or norm_launch_config(n_rows, n_cols, x.device)
-    grid = (n_rows if cfg.LOOPED else cdiv(n_rows, cfg.BLOCK_M),)
     has_res = residual is not None
+    cfg = config or norm_launch_config(n_rows, n_cols, x.device, has_res)
+    grid = (n_rows if cfg.LOOPED else cdiv(n_rows, cfg.BLOCK_M),)
     _norm_fwd_kernel[grid](
         x, residual, residual_out, x_bias, weight, bias, y, mean, rstd,
         x.stride(0), residual.stride(0) if has_res else 0, residual_out.stride(0) if has_res else 0, y.stride(0),
         n_rows, n_cols, eps, weight_offset,
         IS_RMS=is_rms, HAS_RESIDUAL=has_res, HAS_X_BIAS=x_bias is not None, HAS_WEIGHT=weight is not None,
-        HAS_BIAS=bias is not None, STORE_STATS=rstd is not None,
-        INT64=_int64(x, y, residual, residual_out), LOOPED=cfg.LOOPED, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+        HAS_BIAS=bias is not None, STORE_STATS=rstd is not None, INT64=_int64(x, y, residual, residual_out),
+        EVICT=cfg.EVICT, PREFETCH=cfg.PREFETCH, LOOPED=cfg.LOOPED, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
         num_warps=cfg.num_warps,
     )
 
@@ -201,7 +218,7 @@ def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_
         dy, x, weight, mean, rstd, c1, c2, dx, dw_part, db_part,
         dy.stride(0), x.stride(0), dx.stride(0), n_rows, n_cols, rows_per_program, weight_offset,
         IS_RMS=is_rms, HAS_WEIGHT=weight is not None, NEED_DW=need_dw, NEED_DB=need_db, ROW_SUMS=cfg.LOOPED,
-        INT64=int64, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
+        INT64=int64, PREFETCH=cfg.PREFETCH, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
     )
     # Partial sums reduced in a fixed order: the same bits on every run.
     dw = dw_part.sum(0) if need_dw else None

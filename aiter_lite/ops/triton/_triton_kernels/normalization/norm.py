@@ -8,7 +8,8 @@ the weight and the bias. Two regimes (``LOOPED``):
   BLOCK_N >= n_cols; several rows per program when rows are short;
 * looped: one row per program in BLOCK_N-wide chunks, two passes (statistics,
   then normalize). The second pass re-reads the row, from L2 when the rows in
-  flight fit there.
+  flight fit there. With PREFETCH the first pass loads chunk i + 1 before
+  summing chunk i.
 
 Masked lanes load 0 and are excluded from every sum, so odd widths are exact.
 """
@@ -27,6 +28,19 @@ def _load_row_input(x_ptr, r_ptr, r_out_ptr, xb_ptr, x_offs, r_offs, r_out_offs,
     if HAS_RESIDUAL:
         x += tl.load(r_ptr + r_offs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
         tl.store(r_out_ptr + r_out_offs, x.to(r_out_ptr.dtype.element_ty), mask=mask)
+    return x
+
+
+@triton.jit
+def _reload_row_input(x_ptr, r_out_ptr, xb_ptr, x_offs, r_out_offs, cols, mask, col_mask,
+                      HAS_RESIDUAL: tl.constexpr, HAS_X_BIAS: tl.constexpr):
+    """The normalized input again, for a second pass: the stored sum with a residual, else x (+ x_bias)."""
+    if HAS_RESIDUAL:
+        x = tl.load(r_out_ptr + r_out_offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    else:
+        x = tl.load(x_ptr + x_offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        if HAS_X_BIAS:
+            x += tl.load(xb_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
     return x
 
 
@@ -54,6 +68,8 @@ def _norm_fwd_kernel(
     HAS_BIAS: tl.constexpr,       # y += bias
     STORE_STATS: tl.constexpr,
     INT64: tl.constexpr,          # row offsets can pass 2^31
+    EVICT: tl.constexpr,          # cache hint for the in-register tile's loads ("" or "evict_last")
+    PREFETCH: tl.constexpr,       # looped: double-buffer the first pass's chunks in registers
     LOOPED: tl.constexpr,         # row wider than BLOCK_N: one row per program, two passes
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -71,7 +87,7 @@ def _norm_fwd_kernel(
                             rows[:, None] * stride_x_row + cols[None, :],
                             rows[:, None] * stride_r_row + cols[None, :],
                             rows[:, None] * stride_r_out_row + cols[None, :],
-                            cols[None, :], mask, col_mask[None, :], HAS_RESIDUAL, HAS_X_BIAS, "")
+                            cols[None, :], mask, col_mask[None, :], HAS_RESIDUAL, HAS_X_BIAS, EVICT)
         if IS_RMS:
             xc = x
         else:
@@ -102,11 +118,31 @@ def _norm_fwd_kernel(
                 shift += tl.load(r_row).to(tl.float32)
         acc = tl.zeros([BLOCK_N], dtype=tl.float32)
         acc_sq = tl.zeros([BLOCK_N], dtype=tl.float32)
+        if PREFETCH:
+            x_n = tl.load(x_row + tl.arange(0, BLOCK_N), mask=tl.arange(0, BLOCK_N) < n_cols, other=0.0,
+                          eviction_policy="evict_last")
+            if HAS_RESIDUAL:
+                r_n = tl.load(r_row + tl.arange(0, BLOCK_N), mask=tl.arange(0, BLOCK_N) < n_cols, other=0.0,
+                              eviction_policy="evict_last")
         for start in range(0, n_cols, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
             col_mask = cols < n_cols
-            x = _load_row_input(x_row, r_row, r_out_row, xb_ptr, cols, cols, cols, cols, col_mask, col_mask,
-                                HAS_RESIDUAL, HAS_X_BIAS, "evict_last")
+            if PREFETCH:
+                x = x_n.to(tl.float32)
+                if HAS_RESIDUAL:
+                    r_cur = r_n
+                nxt = cols + BLOCK_N
+                x_n = tl.load(x_row + nxt, mask=nxt < n_cols, other=0.0, eviction_policy="evict_last")
+                if HAS_RESIDUAL:
+                    r_n = tl.load(r_row + nxt, mask=nxt < n_cols, other=0.0, eviction_policy="evict_last")
+                if HAS_X_BIAS:
+                    x += tl.load(xb_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+                if HAS_RESIDUAL:
+                    x += r_cur.to(tl.float32)
+                    tl.store(r_out_row + cols, x.to(r_out_ptr.dtype.element_ty), mask=col_mask)
+            else:
+                x = _load_row_input(x_row, r_row, r_out_row, xb_ptr, cols, cols, cols, cols, col_mask, col_mask,
+                                    HAS_RESIDUAL, HAS_X_BIAS, "evict_last")
             if IS_RMS:
                 acc_sq += x * x
             else:
@@ -125,12 +161,8 @@ def _norm_fwd_kernel(
         for start in range(0, n_cols, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
             col_mask = cols < n_cols
-            if HAS_RESIDUAL:
-                x = tl.load(r_out_row + cols, mask=col_mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-            else:
-                x = tl.load(x_row + cols, mask=col_mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-                if HAS_X_BIAS:
-                    x += tl.load(xb_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+            x = _reload_row_input(x_row, r_out_row, xb_ptr, cols, cols, cols, col_mask, col_mask,
+                                  HAS_RESIDUAL, HAS_X_BIAS)
             y = _scale_shift((x - mean) * rstd, w_ptr, b_ptr, cols, col_mask, weight_offset, HAS_WEIGHT, HAS_BIAS)
             tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=col_mask)
         if STORE_STATS:
@@ -171,6 +203,19 @@ def _norm_bwd_row_sums_kernel(
 
 
 @triton.jit
+def _bwd_load_rows(dy_ptr, x_ptr, mean_ptr, rstd_ptr, rows, row_end, cols, col_mask, stride_dy_row, stride_x_row,
+                   IS_RMS: tl.constexpr):
+    """x and dy (their own dtype), rstd and mean (0 for RMSNorm) of a (rows, cols) tile; rows past row_end read 0."""
+    row_mask = rows < row_end
+    mask = row_mask[:, None] & col_mask[None, :]
+    x = tl.load(x_ptr + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
+    dy = tl.load(dy_ptr + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0)
+    rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
+    mean = rstd if IS_RMS else tl.load(mean_ptr + rows, mask=row_mask, other=0.0)
+    return x, dy, rstd, mean
+
+
+@triton.jit
 def _norm_bwd_kernel(
     dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, c1_ptr, c2_ptr, dx_ptr,
     dw_part_ptr, db_part_ptr,     # fp32 (programs along rows, n_cols) partial sums, one row per program
@@ -182,6 +227,7 @@ def _norm_bwd_kernel(
     NEED_DB: tl.constexpr,
     ROW_SUMS: tl.constexpr,       # c1/c2 come from _norm_bwd_row_sums_kernel (looped rows)
     INT64: tl.constexpr,
+    PREFETCH: tl.constexpr,       # load step i + 1 before computing step i
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -206,17 +252,26 @@ def _norm_bwd_kernel(
     if INT64:
         row_start = row_start.to(tl.int64)
     row_end = tl.minimum(row_start + rows_per_program, n_rows)
+    if PREFETCH:
+        x_n, dy_n, rstd_n, mean_n = _bwd_load_rows(dy_ptr, x_ptr, mean_ptr, rstd_ptr, row_start + tl.arange(0, BLOCK_M),
+                                                   row_end, cols, col_mask, stride_dy_row, stride_x_row, IS_RMS)
     for r0 in range(row_start, row_end, BLOCK_M):
         rows = r0 + tl.arange(0, BLOCK_M)
         row_mask = rows < row_end
         mask = row_mask[:, None] & col_mask[None, :]
-        x = tl.load(x_ptr + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)
+        if PREFETCH:
+            # Registers double-buffered: the next step's loads are in flight while this one computes.
+            x, dy, rstd, mean = x_n, dy_n, rstd_n, mean_n
+            x_n, dy_n, rstd_n, mean_n = _bwd_load_rows(dy_ptr, x_ptr, mean_ptr, rstd_ptr, rows + BLOCK_M, row_end,
+                                                       cols, col_mask, stride_dy_row, stride_x_row, IS_RMS)
+        else:
+            x, dy, rstd, mean = _bwd_load_rows(dy_ptr, x_ptr, mean_ptr, rstd_ptr, rows, row_end, cols, col_mask,
+                                               stride_dy_row, stride_x_row, IS_RMS)
+        x = x.to(tl.float32)
+        dy = dy.to(tl.float32)
         if IS_RMS:
             xhat = x * rstd[:, None]
         else:
-            mean = tl.load(mean_ptr + rows, mask=row_mask, other=0.0)
             xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
         wdy = dy * w[None, :] if HAS_WEIGHT else dy
         if ROW_SUMS:
