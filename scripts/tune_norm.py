@@ -77,7 +77,7 @@ def main():
         dy = torch.randn_like(x)
         for what in a.what.split(","):
             if what in ("fwd", "add"):
-                default = nm.norm_launch_config(m, n, dev, what == "add")
+                default = nm.norm_launch_config(m, n, dev, what == "add", rms)
                 cands = list(fwd_configs(n, a.fams))
                 if what == "fwd":
                     nbytes = 4 * m * n
@@ -94,7 +94,7 @@ def main():
                         c for c in cands if c.LOOPED]
                 cands = [(None, None)] + [(c, None) for c in cands]
             else:
-                default = nm.norm_bwd_launch_config(m, n, dev)
+                default = nm.norm_bwd_launch_config(m, n, dev, rms)
                 cands = [(None, None)] + list(bwd_configs(n, sms, a.fams, [int(v) for v in a.mults.split(",")]))
                 nm.norm_fwd(x, y, w, b, 1e-6, is_rms=rms, rstd=rstd, mean=mean)
                 nbytes = 6 * m * n

@@ -43,6 +43,8 @@ class NormLaunchConfig:
 #   N = 4096..8192: every tile within 1% (68-71 us, 94% of copy).
 # * forward, a row in registers beats looping up to N = 32768: 69.8 vs 83.1 us at
 #   16384 (8 warps, 64 elements per lane, no spills), 74.5 vs 102.5 us at 32768 (16 warps).
+# * LayerNorm (no residual) differs at two widths: N = 512 wants 4096-element tiles (71.2
+#   vs 74.6 us), N = 16384 16 warps (76.0 vs 80.4).
 # * "evict_last" on the row loads: 68.0 / 68.8 us against 70.1 / 70.7 at 4096 / 8192
 #   (fused add: 129.4-131.6 against 133.8-136.4 at every N up to 32768), but 77.0 against
 #   71.2 at 16384 and 90.1 against 75.5 at 32768 without a residual.
@@ -59,14 +61,20 @@ _TILE = 2048  # short rows: several per program, about this many elements
 # Backward (same sweep): every in-register tile double-buffers its row steps (the
 # next step's x and dy load while this one computes): 262144 x 256 121.5 us against
 # 125.8, 32768 x 2048 116.1 against 168.9, 8192 x 8192 115.7 against 139.4; at 16384
-# the second buffer spills (1562 us), so that width goes without. Short rows (N <= 1024)
-# take 2048-element tiles, 4 warps, 8 programs per SM; N = 2048..4096 4096-element
-# tiles, 8 warps, 2 per SM; wider rows one row per step, 16 warps, one per SM (fewer
-# dweight partial rows to write and reduce). A row stays in registers up to 16384
-# (160.5 us vs 187.1 us looped); looped rows take 4 x 2048 column blocks (247.6 us at
-# 262144 against 279.6 us for 1 x 2048).
+# the second buffer spills (1562 us), so that width goes without. Rows up to 512 take
+# 8192-element tiles, 16 warps, one program per SM (RMSNorm 262144 x 256: 115.5 us,
+# LayerNorm 127.7 against 144.7 for 2048-element tiles); N = 1024 2048-element tiles,
+# 4 warps, 8 programs per SM (RMSNorm, 116.5) or 8192 / 8 warps / 1 per SM (LayerNorm,
+# 128.5); N = 2048..4096 4096-element tiles, 8 warps, 2 per SM; wider rows one row
+# per step, 16 warps, one per SM (fewer dweight partial rows to write and reduce).
+# RMSNorm keeps a row in registers up to 16384 (160.5 us vs 187.1 us looped); looped
+# rows take 4 x 2048 column blocks (247.6 us at 262144 against 279.6 us for 1 x 2048).
+# LayerNorm loops from 16384 (203.4 against 233.8 us in registers) in 1024-wide
+# double-buffered column blocks, 4 x 1024 unbuffered past 65536 (276.4 against 327.3).
 _BWD_MAX_ROW_IN_REGS = 16384
-_BWD_LOOP = (4, 2048, 8)  # BLOCK_M, BLOCK_N (a column block), warps
+_BWD_LOOP = NormLaunchConfig(4, 2048, 8, True)  # a BLOCK_N-wide column block of BLOCK_M rows per step
+_BWD_LOOP_LN = NormLaunchConfig(1, 1024, 4, True, PREFETCH=True)
+_BWD_LOOP_LN_WIDE = NormLaunchConfig(4, 1024, 4, True)
 _BWD_SUMS = (8192, 8)  # row-sum chunk and warps of the looped backward's first step
 
 
@@ -83,9 +91,10 @@ def _row_warps(tile: int) -> int:
 
 
 @functools.lru_cache(maxsize=1024)
-def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None,
-                       residual: bool = False) -> NormLaunchConfig:
-    """Forward tile for an (n_rows, n_cols) normalization (``residual``: the fused-add form).
+def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None, residual: bool = False,
+                       is_rms: bool = True) -> NormLaunchConfig:
+    """Forward tile for an (n_rows, n_cols) RMSNorm (``is_rms``) or LayerNorm, ``residual``
+    for the fused-add form.
 
     Rows up to ``_MAX_ROW_IN_REGS`` wide are held whole in registers, several per
     program when short; wider rows loop in chunks, one row per program. On a GPU
@@ -94,23 +103,31 @@ def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = N
     block_n = next_power_of_2(n_cols)
     if block_n > _MAX_ROW_IN_REGS:
         return _LOOP
-    block_m = min(max(_TILE // block_n, 1), next_power_of_2(n_rows))
+    plain_ln = not is_rms and not residual
+    tile = 2 * _TILE if plain_ln and block_n == 512 else _TILE
+    block_m = min(max(tile // block_n, 1), next_power_of_2(n_rows))
     want = 2 * _sms(device)
     while block_m > 1 and cdiv(n_rows, block_m) < want:
         block_m //= 2
     tile = block_m * block_n
+    warps = 16 if plain_ln and tile == 16384 else 4 if plain_ln and tile == 4096 else _row_warps(tile)
     evict = "evict_last" if residual or tile <= _EVICT_LAST_MAX_TILE else ""
-    return NormLaunchConfig(block_m, block_n, _row_warps(tile), False, EVICT=evict)
+    return NormLaunchConfig(block_m, block_n, warps, False, EVICT=evict)
 
 
 @functools.lru_cache(maxsize=1024)
-def norm_bwd_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None):
+def norm_bwd_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None, is_rms: bool = True):
     """Backward: (tile config, programs along rows). LOOPED tiles are column blocks of a row strip."""
     block_n = next_power_of_2(n_cols)
     sms = _sms(device)
+    if not is_rms and block_n >= _BWD_MAX_ROW_IN_REGS:
+        return (_BWD_LOOP_LN if block_n <= 65536 else _BWD_LOOP_LN_WIDE), min(n_rows, sms)
     if block_n > _BWD_MAX_ROW_IN_REGS:
-        return NormLaunchConfig(*_BWD_LOOP, True), min(n_rows, sms)
-    if block_n <= 1024:
+        return _BWD_LOOP, min(n_rows, sms)
+    if block_n <= 512 or (block_n == 1024 and not is_rms):
+        block_m = min(8192 // block_n, next_power_of_2(n_rows))
+        cfg, programs = NormLaunchConfig(block_m, block_n, 16 if block_n <= 512 else 8, False, PREFETCH=True), sms
+    elif block_n == 1024:
         block_m = min(2048 // block_n, next_power_of_2(n_rows))
         cfg, programs = NormLaunchConfig(block_m, block_n, 4, False, PREFETCH=True), 8 * sms
     elif block_n <= 4096:
@@ -178,7 +195,7 @@ def norm_fwd(x, y, weight, bias, eps, *, is_rms, residual=None, residual_out=Non
     """Launch the forward kernel over 2-D row views (x, y, residual, residual_out)."""
     n_rows, n_cols = x.shape
     has_res = residual is not None
-    cfg = config or norm_launch_config(n_rows, n_cols, x.device, has_res)
+    cfg = config or norm_launch_config(n_rows, n_cols, x.device, has_res, is_rms)
     grid = (n_rows if cfg.LOOPED else cdiv(n_rows, cfg.BLOCK_M),)
     _norm_fwd_kernel[grid](
         x, residual, residual_out, x_bias, weight, bias, y, mean, rstd,
@@ -198,7 +215,7 @@ def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_
     """
     n_rows, n_cols = x.shape
     dx = torch.empty((n_rows, n_cols), dtype=dx_dtype, device=x.device)
-    cfg, programs = config or norm_bwd_launch_config(n_rows, n_cols, x.device)
+    cfg, programs = config or norm_bwd_launch_config(n_rows, n_cols, x.device, is_rms)
     col_blocks = cdiv(n_cols, cfg.BLOCK_N)
     rows_per_program = cdiv(cdiv(n_rows, programs), cfg.BLOCK_M) * cfg.BLOCK_M
     programs = cdiv(n_rows, rows_per_program)
