@@ -54,8 +54,27 @@ class NormLaunchConfig:
 #   take 107-154 us (more rows in flight push the second pass's re-read out of L2).
 #   Splitting a row over sibling programs that exchange statistics (read once) measured
 #   slower still: 98-120 us, the exchange's round trip through L2 adding to each step.
+# * without a residual, rows from 32768 up want 32 warps (16 elements per lane, as
+#   torch.compile's picks): RMSNorm 72.7 us looped in 8192 chunks at 32768 against 75.8
+#   in registers, 101.4 at 262144 against 105.6 (16384 chunks, double-buffered);
+#   LayerNorm 91.3 in registers at 32768 against 93.8, 91.2 looped in 8192 chunks at
+#   65536 against 96.5, 108.2 at 262144 against 111.0.
 _MAX_ROW_IN_REGS = 32768
+_MAX_WARPS = 1024 // WARP_SIZE  # 1024 threads a program: 32 warps of 32, 16 wavefronts of 64
 _LOOP = NormLaunchConfig(1, 16384, 16, True, PREFETCH=True)
+_LOOP_WIDE = NormLaunchConfig(1, 16384, 32, True, PREFETCH=True)
+
+
+class _ByWidth(dict):
+    """Configs by power-of-2 row width; widths past the last key take the last value."""
+
+    def __missing__(self, block_n):
+        return self[max(self)]
+
+
+_WIDE_RMS = _ByWidth({32768: NormLaunchConfig(1, 8192, 32, True), 65536: _LOOP, 131072: _LOOP_WIDE})
+_WIDE_LN = _ByWidth({32768: NormLaunchConfig(1, 32768, 32, False), 65536: NormLaunchConfig(1, 8192, 32, True),
+                     131072: _LOOP_WIDE})
 _EVICT_LAST_MAX_TILE = 8192  # without a residual; with one, always
 _TILE = 2048  # short rows: several per program, about this many elements
 # Backward (same sweep): every in-register tile double-buffers its row steps (the
@@ -101,6 +120,8 @@ def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = N
     the rows per program shrink until there are two programs per SM.
     """
     block_n = next_power_of_2(n_cols)
+    if block_n >= 32768 and not residual:
+        return _WIDE_RMS[block_n] if is_rms else _WIDE_LN[block_n]
     if block_n > _MAX_ROW_IN_REGS:
         return _LOOP
     plain_ln = not is_rms and not residual
@@ -204,7 +225,7 @@ def norm_fwd(x, y, weight, bias, eps, *, is_rms, residual=None, residual_out=Non
         IS_RMS=is_rms, HAS_RESIDUAL=has_res, HAS_X_BIAS=x_bias is not None, HAS_WEIGHT=weight is not None,
         HAS_BIAS=bias is not None, STORE_STATS=rstd is not None, INT64=_int64(x, y, residual, residual_out),
         EVICT=cfg.EVICT, PREFETCH=cfg.PREFETCH, LOOPED=cfg.LOOPED, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-        num_warps=cfg.num_warps,
+        num_warps=min(cfg.num_warps, _MAX_WARPS),
     )
 
 
