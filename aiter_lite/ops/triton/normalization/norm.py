@@ -45,6 +45,9 @@ class NormLaunchConfig:
 #   16384 (8 warps, 64 elements per lane, no spills), 74.5 vs 102.5 us at 32768 (16 warps).
 # * LayerNorm (no residual) differs at two widths: N = 512 wants 4096-element tiles (71.2
 #   vs 74.6 us), N = 16384 16 warps (76.0 vs 80.4).
+# * decode (fewer programs than SMs; CUDA-graph replays, M = 1 / 16): 16 elements per
+#   lane, up to 32 warps: RMSNorm 1 x 8192 1.97-2.06 us against 2.32 with 8 warps,
+#   1 x 16384 2.39 against 2.51; fused add 1 x 16384 2.88 against 3.21.
 # * "evict_last" on the row loads: 68.0 / 68.8 us against 70.1 / 70.7 at 4096 / 8192
 #   (fused add: 129.4-131.6 against 133.8-136.4 at every N up to 32768), but 77.0 against
 #   71.2 at 16384 and 90.1 against 75.5 at 32768 without a residual.
@@ -131,7 +134,12 @@ def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = N
     while block_m > 1 and cdiv(n_rows, block_m) < want:
         block_m //= 2
     tile = block_m * block_n
-    warps = 16 if plain_ln and tile == 16384 else 4 if plain_ln and tile == 4096 else _row_warps(tile)
+    if cdiv(n_rows, block_m) < _sms(device):  # under one wave (decode): latency-bound, 16 elements per lane
+        warps = min(max(_row_warps(tile), tile // (16 * WARP_SIZE)), _MAX_WARPS)
+    elif plain_ln and block_n in (512, 16384):
+        warps = 4 if block_n == 512 else 16
+    else:
+        warps = _row_warps(tile)
     evict = "evict_last" if residual or tile <= _EVICT_LAST_MAX_TILE else ""
     return NormLaunchConfig(block_m, block_n, warps, False, EVICT=evict)
 
