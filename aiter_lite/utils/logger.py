@@ -1,7 +1,8 @@
 """The ``aiter_lite`` logger, levelled by AITER_LOG_LEVEL.
 
-Wrappers guard each call log with ``LOGGER.isEnabledFor(logging.DEBUG)``, a cached
-level check, so logging costs nothing measurable when it is off.
+Wrappers guard each call log with :func:`debug_on`, a cached level check, so logging
+costs nothing measurable when it is off (and nothing at all inside torch.compile's
+traced code, which does not log).
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ def _describe(value) -> str:
         dtype = str(value.dtype).replace("torch.", "")
         return f"{dtype}{list(value.shape)} stride={list(value.stride())} {value.device}"
     return repr(value)
+
+
+def debug_on() -> bool:
+    """Whether op calls are logged: DEBUG enabled, and not inside torch.compile's tracing."""
+    return not torch.compiler.is_compiling() and LOGGER.isEnabledFor(DEBUG)
 
 
 def log_call(op: str, **args) -> None:

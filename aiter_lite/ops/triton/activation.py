@@ -23,7 +23,7 @@ from aiter_lite.utils.checks import (
     rows_view,
 )
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms
-from aiter_lite.utils.logger import DEBUG, LOGGER, log_call
+from aiter_lite.utils.logger import debug_on, log_call
 
 __all__ = [
     "silu_and_mul",
@@ -148,7 +148,7 @@ def act_and_mul(
     check_unit_last_stride(op, "input", input)
     check_unit_last_stride(op, "out", out)
     check_triton_device(op, "input", input)
-    if LOGGER.isEnabledFor(DEBUG):
+    if debug_on():
         log_call(op, out=out, input=input)
     if out.numel() == 0:
         return out
@@ -186,7 +186,7 @@ def _elementwise(op: str, x: torch.Tensor, activation: str) -> torch.Tensor:
     check_float_tensor(op, "x", x)
     check_unit_last_stride(op, "x", x)
     check_triton_device(op, "x", x)
-    if LOGGER.isEnabledFor(DEBUG):
+    if debug_on():
         log_call(op, x=x)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel() == 0:

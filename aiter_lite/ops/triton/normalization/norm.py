@@ -25,7 +25,7 @@ from aiter_lite.utils.checks import (
     rows_view,
 )
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms
-from aiter_lite.utils.logger import DEBUG, LOGGER, log_call
+from aiter_lite.utils.logger import debug_on, log_call
 
 
 @dataclass(frozen=True)
@@ -272,6 +272,60 @@ def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_
     return dx, dw, db
 
 
+# ---------------------------------------------------------------------------
+# torch.library registrations: under torch.compile the launches are opaque custom ops
+# (traceable with fullgraph=True, CUDA-graph friendly); eager calls skip the dispatcher.
+
+
+@torch.library.custom_op("aiter_lite::norm_fwd", mutates_args=("y", "residual_out", "mean", "rstd"))
+def _norm_fwd_op(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                 eps: float, is_rms: bool, residual: torch.Tensor | None, residual_out: torch.Tensor | None,
+                 x_bias: torch.Tensor | None, weight_offset: float, mean: torch.Tensor | None,
+                 rstd: torch.Tensor | None) -> None:
+    norm_fwd(x, y, weight, bias, eps, is_rms=is_rms, residual=residual, residual_out=residual_out, x_bias=x_bias,
+             weight_offset=weight_offset, mean=mean, rstd=rstd)
+
+
+@_norm_fwd_op.register_fake
+def _(x, y, weight, bias, eps, is_rms, residual, residual_out, x_bias, weight_offset, mean, rstd) -> None:
+    return None
+
+
+@torch.library.custom_op("aiter_lite::norm_bwd", mutates_args=())
+def _norm_bwd_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor | None,
+                 rstd: torch.Tensor, is_rms: bool, weight_offset: float, need_dw: bool,
+                 need_db: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dx, dw, db = norm_bwd(dy, x, weight, mean, rstd, is_rms=is_rms, weight_offset=weight_offset, need_dw=need_dw,
+                          need_db=need_db, dx_dtype=x.dtype)
+    empty = x.new_empty(0, dtype=torch.float32)
+    return dx, empty if dw is None else dw, empty if db is None else db
+
+
+@_norm_bwd_op.register_fake
+def _(dy, x, weight, mean, rstd, is_rms, weight_offset, need_dw, need_db):
+    n = x.shape[1]
+    vec = lambda need: x.new_empty(n if need else 0, dtype=torch.float32)  # noqa: E731
+    return x.new_empty(x.shape), vec(need_dw), vec(need_db)
+
+
+def _launch_fwd(x, y, weight, bias, eps, *, is_rms, residual=None, residual_out=None, x_bias=None,
+                weight_offset=0.0, mean=None, rstd=None) -> None:
+    if torch.compiler.is_compiling():
+        torch.ops.aiter_lite.norm_fwd(x, y, weight, bias, eps, is_rms, residual, residual_out, x_bias, weight_offset,
+                                      mean, rstd)
+    else:
+        norm_fwd(x, y, weight, bias, eps, is_rms=is_rms, residual=residual, residual_out=residual_out,
+                 x_bias=x_bias, weight_offset=weight_offset, mean=mean, rstd=rstd)
+
+
+def _launch_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_db):
+    if torch.compiler.is_compiling():
+        dx, dw, db = torch.ops.aiter_lite.norm_bwd(dy, x, weight, mean, rstd, is_rms, weight_offset, need_dw, need_db)
+        return dx, dw if need_dw else None, db if need_db else None
+    return norm_bwd(dy, x, weight, mean, rstd, is_rms=is_rms, weight_offset=weight_offset, need_dw=need_dw,
+                    need_db=need_db, dx_dtype=x.dtype)
+
+
 def _forward(x2, weight, bias, x_bias, eps, weight_offset, is_rms, *, stats):
     """y (new, x2's dtype) and, with ``stats``, the fp32 per-row mean (LayerNorm) and rstd."""
     n_rows = x2.shape[0]
@@ -279,8 +333,8 @@ def _forward(x2, weight, bias, x_bias, eps, weight_offset, is_rms, *, stats):
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device) if stats else None
     mean = torch.empty(n_rows, dtype=torch.float32, device=x2.device) if stats and not is_rms else None
     if n_rows:
-        norm_fwd(x2, y, weight, bias, eps, is_rms=is_rms, x_bias=x_bias, weight_offset=weight_offset,
-                 mean=mean, rstd=rstd)
+        _launch_fwd(x2, y, weight, bias, eps, is_rms=is_rms, x_bias=x_bias, weight_offset=weight_offset,
+                    mean=mean, rstd=rstd)
     return y, mean, rstd
 
 
@@ -313,8 +367,8 @@ class _NormFunction(torch.autograd.Function):
         else:
             if dy.stride(-1) != 1:  # e.g. an expanded gradient; a zero row stride is fine
                 dy = dy.contiguous()
-            dx, dw, db = norm_bwd(dy, xs, weight, mean, rstd, is_rms=ctx.is_rms, weight_offset=ctx.weight_offset,
-                                  need_dw=need_dw, need_db=need_db, dx_dtype=xs.dtype)
+            dx, dw, db = _launch_bwd(dy, xs, weight, mean, rstd, is_rms=ctx.is_rms, weight_offset=ctx.weight_offset,
+                                     need_dw=need_dw, need_db=need_db)
         return (dx,
                 dw.to(weight.dtype) if need_dw else None,
                 db.to(ctx.bias_dtype) if need_db else None,
@@ -335,7 +389,7 @@ def norm(op: str, input, weight, bias, eps, *, is_rms, x_bias=None, weight_offse
     """Checked, differentiable normalization of ``input`` over its last dim; a new tensor."""
     check_input(op, input)
     eps, weight_offset = _check_params(op, input, weight, bias, x_bias, eps, weight_offset)
-    if LOGGER.isEnabledFor(DEBUG):
+    if debug_on():
         log_call(op, input=input, weight=weight, bias=bias, x_bias=x_bias, epsilon=eps, weight_offset=weight_offset)
     x2 = rows_view(op, "input", input, writable=False)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (input, weight, bias, x_bias)):
@@ -357,12 +411,12 @@ def norm_with_add(op: str, out, input, residual_in, residual_out, weight, bias, 
     check_like(op, r_out_name, residual_out, input)
     check_like(op, out_name, out, input)
     eps, weight_offset = _check_params(op, input, weight, bias, x_bias, eps, weight_offset)
-    if LOGGER.isEnabledFor(DEBUG):
+    if debug_on():
         log_call(op, out=out, input=input, residual_in=residual_in, residual_out=residual_out, weight=weight,
                  bias=bias, x_bias=x_bias, epsilon=eps, weight_offset=weight_offset)
     if input.numel() == 0:
         return
-    norm_fwd(rows_view(op, "input", input, writable=False), rows_view(op, out_name, out, writable=True), weight,
-             bias, eps, is_rms=is_rms, residual=rows_view(op, r_name, residual_in, writable=False),
-             residual_out=rows_view(op, r_out_name, residual_out, writable=True), x_bias=x_bias,
-             weight_offset=weight_offset)
+    _launch_fwd(rows_view(op, "input", input, writable=False), rows_view(op, out_name, out, writable=True), weight,
+                bias, eps, is_rms=is_rms, residual=rows_view(op, r_name, residual_in, writable=False),
+                residual_out=rows_view(op, r_out_name, residual_out, writable=True), x_bias=x_bias,
+                weight_offset=weight_offset)
