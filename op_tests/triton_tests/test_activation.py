@@ -249,3 +249,31 @@ def test_cpu_tensor_without_interpreter(monkeypatch):
         act.silu_and_mul(torch.empty(4, 8), x)
     with pytest.raises(ValueError, match="x is on the CPU"):
         act.silu(x)
+
+
+# torch.compile(fullgraph=True): the launches are a registered custom op.
+COMPILE_BACKEND = "inductor" if ON_GPU else "aot_eager"
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_opcheck_act_launch(gated):
+    from torch.library import opcheck
+
+    x = make_rows(5, 64, torch.float32)
+    y = torch.empty(5, 32 if gated else 64, device=DEVICE)
+    opcheck(torch.ops.aiter_lite.act_launch, (x, y, "silu", gated))
+
+
+def test_compiled_activations():
+    x = make_rows(6, 2 * 48, torch.bfloat16, lead=(2,))
+
+    def block(x):
+        h = act.fused_silu_mul(x)
+        out = torch.empty_like(h)
+        act.gelu_tanh_and_mul(out, torch.cat([h, h], -1))
+        return h, out, act.relu(out[0, :, :24]), act.gelu(h[..., :40])  # strided rows too
+
+    torch._dynamo.reset()
+    compiled = torch.compile(block, backend=COMPILE_BACKEND, fullgraph=True)
+    for got, want in zip(compiled(x), block(x)):
+        assert_close(got, want, atol=0, rtol=0)

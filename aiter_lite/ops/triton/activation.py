@@ -126,6 +126,24 @@ def _launch(
     )
 
 
+@torch.library.custom_op("aiter_lite::act_launch", mutates_args=("y2",))
+def _act_launch_op(x2: torch.Tensor, y2: torch.Tensor, activation: str, gated: bool) -> None:
+    _launch(x2, y2, activation, gated)
+
+
+@_act_launch_op.register_fake
+def _(x2, y2, activation, gated) -> None:
+    return None
+
+
+def _run(x2, y2, activation, gated, config=None) -> None:
+    """Launch; under torch.compile through the registered custom op (opaque, no graph break)."""
+    if torch.compiler.is_compiling():
+        torch.ops.aiter_lite.act_launch(x2, y2, activation, gated)
+    else:
+        _launch(x2, y2, activation, gated, config)
+
+
 def act_and_mul(
     out: torch.Tensor,
     input: torch.Tensor,
@@ -152,8 +170,8 @@ def act_and_mul(
         log_call(op, out=out, input=input)
     if out.numel() == 0:
         return out
-    _launch(rows_view(op, "input", input, writable=False), rows_view(op, "out", out, writable=True),
-            activation, True, config)
+    _run(rows_view(op, "input", input, writable=False), rows_view(op, "out", out, writable=True),
+         activation, True, config)
     return out
 
 
@@ -193,16 +211,16 @@ def _elementwise(op: str, x: torch.Tensor, activation: str) -> torch.Tensor:
         return y
     if not x.is_contiguous():
         x2 = rows_view(op, "x", x, writable=False)
-        _launch(x2, y.view(x2.shape), activation, False)
+        _run(x2, y.view(x2.shape), activation, False)
         return y
     # Contiguous: rows of _FLAT_WIDTH whatever the shape (full-width tiles even when
     # the last dim is tiny), plus one short row for the remainder.
     xf, yf = x.view(-1), y.view(-1)
     main = xf.numel() - xf.numel() % _FLAT_WIDTH
     if main:
-        _launch(xf[:main].view(-1, _FLAT_WIDTH), yf[:main].view(-1, _FLAT_WIDTH), activation, False)
+        _run(xf[:main].view(-1, _FLAT_WIDTH), yf[:main].view(-1, _FLAT_WIDTH), activation, False)
     if main < xf.numel():
-        _launch(xf[main:].view(1, -1), yf[main:].view(1, -1), activation, False)
+        _run(xf[main:].view(1, -1), yf[main:].view(1, -1), activation, False)
     return y
 
 
