@@ -10,14 +10,21 @@ from aiter_lite.ops.triton.activation import (
     silu,
     silu_and_mul,
 )
+from aiter_lite.ops.triton.normalization.layernorm import layer_norm, layernorm2d_fwd_with_add
+from aiter_lite.ops.triton.normalization.rmsnorm import fused_add_rms_norm, rms_norm, rmsnorm2d_fwd_with_add
 
 __all__ = [
     "__version__",
+    "fused_add_rms_norm",
     "fused_silu_mul",
     "gelu",
     "gelu_and_mul",
     "gelu_tanh_and_mul",
+    "layer_norm",
+    "layernorm2d_fwd_with_add",
     "relu",
+    "rms_norm",
+    "rmsnorm2d_fwd_with_add",
     "silu",
     "silu_and_mul",
 ]
