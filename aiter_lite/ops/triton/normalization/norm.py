@@ -266,9 +266,10 @@ def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_
         IS_RMS=is_rms, HAS_WEIGHT=weight is not None, NEED_DW=need_dw, NEED_DB=need_db, ROW_SUMS=cfg.LOOPED,
         INT64=int64, PREFETCH=cfg.PREFETCH, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
     )
-    # Partial sums reduced in a fixed order: the same bits on every run.
-    dw = dw_part.sum(0) if need_dw else None
-    db = db_part.sum(0) if need_db else None
+    # Partial sums reduced in a fixed order: the same bits on every run (one partial
+    # row, the decode case, is the sum already: no reduction launch).
+    dw = (dw_part[0] if programs == 1 else dw_part.sum(0)) if need_dw else None
+    db = (db_part[0] if programs == 1 else db_part.sum(0)) if need_db else None
     return dx, dw, db
 
 
