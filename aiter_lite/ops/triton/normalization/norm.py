@@ -41,8 +41,9 @@ class NormLaunchConfig:
 # Measured on an H200 (bf16 RMSNorm, M * N = 2^26, scripts/tune_norm.py):
 # * forward, N <= 1024: 2048-element tiles with 4 warps, 1-3% ahead of 4096 / 8 warps;
 #   N = 4096..8192: every tile within 1% (68-71 us, 94% of copy).
-# * forward, a row in registers beats looping up to N = 32768: 69.8 vs 83.1 us at
-#   16384 (8 warps, 64 elements per lane, no spills), 74.5 vs 102.5 us at 32768 (16 warps).
+# * forward, a row in registers beats looping up to N = 16384: 69.8 vs 83.1 us at
+#   16384 (8 warps, 64 elements per lane, no spills); at 32768 (74.5 us with 16 warps)
+#   the 32-warp configs below win.
 # * LayerNorm (no residual) differs at two widths: N = 512 wants 4096-element tiles (71.2
 #   vs 74.6 us), N = 16384 16 warps (76.0 vs 80.4).
 # * decode (fewer programs than SMs; CUDA-graph replays, M = 1 / 16): 16 elements per
