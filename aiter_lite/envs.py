@@ -98,3 +98,11 @@ def backend(family: str) -> str:
         if flagged is not None:
             return flagged
     return default_backend()
+
+
+def layer_backend(layer: str, family: str, choice: str | None) -> str:
+    """The backend a layer uses: its own ``backend`` argument (``choice``), else :func:`backend`."""
+    value = choice or backend(family)
+    if value not in BACKENDS:
+        raise ValueError(f"{layer}: backend must be one of {BACKENDS}, got {value!r}")
+    return value

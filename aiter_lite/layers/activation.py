@@ -17,9 +17,7 @@ from aiter_lite.ops.triton import activation as triton_activation
 class _ActAndMul(nn.Module):
     def __init__(self, activation: str, backend: str | None = None):
         super().__init__()
-        self.backend = backend or envs.backend("activation")
-        if self.backend not in envs.BACKENDS:
-            raise ValueError(f"{type(self).__name__}: backend must be one of {envs.BACKENDS}, got {self.backend!r}")
+        self.backend = envs.layer_backend(type(self).__name__, "activation", backend)
         self.activation = activation
         impl = triton_activation if self.backend == "triton" else native_activation
         self._act_and_mul = impl.act_and_mul

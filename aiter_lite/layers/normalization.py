@@ -19,42 +19,43 @@ from aiter_lite.ops.triton.normalization import layernorm as triton_ln
 from aiter_lite.ops.triton.normalization import rmsnorm as triton_rms
 
 
-def _pick_backend(cls: str, backend: str | None) -> str:
-    backend = backend or envs.backend("normalization")
-    if backend not in envs.BACKENDS:
-        raise ValueError(f"{cls}: backend must be one of {envs.BACKENDS}, got {backend!r}")
-    return backend
+class _Norm(nn.Module):
+    """hidden_size, eps and the backend's op module, checked and chosen once."""
+
+    def __init__(self, hidden_size: int, eps: float, backend: str | None, triton_ops, native_ops):
+        super().__init__()
+        name = type(self).__name__
+        if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
+            raise ValueError(f"{name}: hidden_size must be a positive int, got {hidden_size!r}")
+        self.backend = envs.layer_backend(name, "normalization", backend)
+        self.hidden_size = hidden_size
+        self.eps = eps
+        self._ops = triton_ops if self.backend == "triton" else native_ops
+
+    def extra_repr(self) -> str:
+        return f"hidden_size={self.hidden_size}, eps={self.eps}, backend={self.backend}"
 
 
-def _check_hidden(cls: str, hidden_size) -> int:
-    if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
-        raise ValueError(f"{cls}: hidden_size must be a positive int, got {hidden_size!r}")
-    return hidden_size
-
-
-class RMSNorm(nn.Module):
+class RMSNorm(_Norm):
     """``x * rsqrt(mean(x^2) + eps) * (weight + weight_offset)`` over the last dim (vLLM's RMSNorm)."""
 
     weight_offset = 0.0
 
     def __init__(self, hidden_size: int, eps: float = 1e-6, has_weight: bool = True,
                  dtype: torch.dtype | None = None, backend: str | None = None):
-        super().__init__()
-        self.hidden_size = _check_hidden(type(self).__name__, hidden_size)
-        self.variance_epsilon = eps
-        self.backend = _pick_backend(type(self).__name__, backend)
-        self._ops = triton_rms if self.backend == "triton" else native_rms
+        super().__init__(hidden_size, eps, backend, triton_rms, native_rms)
         init = torch.zeros if self.weight_offset else torch.ones
         self.weight = nn.Parameter(init(hidden_size, dtype=dtype)) if has_weight else None
 
+    @property
+    def variance_epsilon(self) -> float:  # vLLM's name
+        return self.eps
+
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         if residual is None:
-            return self._ops.rms_norm(x, self.weight, self.variance_epsilon, self.weight_offset)
-        self._ops.fused_add_rms_norm(x, residual, self.weight, self.variance_epsilon, self.weight_offset)
+            return self._ops.rms_norm(x, self.weight, self.eps, self.weight_offset)
+        self._ops.fused_add_rms_norm(x, residual, self.weight, self.eps, self.weight_offset)
         return x, residual
-
-    def extra_repr(self) -> str:
-        return f"hidden_size={self.hidden_size}, eps={self.variance_epsilon}, backend={self.backend}"
 
 
 class GemmaRMSNorm(RMSNorm):
@@ -67,16 +68,12 @@ class GemmaRMSNorm(RMSNorm):
         super().__init__(hidden_size, eps, True, dtype, backend)
 
 
-class LayerNorm(nn.Module):
+class LayerNorm(_Norm):
     """LayerNorm over the last dim (``torch.nn.LayerNorm``'s arguments for one normalized dim)."""
 
     def __init__(self, hidden_size: int, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
                  dtype: torch.dtype | None = None, backend: str | None = None):
-        super().__init__()
-        self.hidden_size = _check_hidden(type(self).__name__, hidden_size)
-        self.eps = eps
-        self.backend = _pick_backend(type(self).__name__, backend)
-        self._ops = triton_ln if self.backend == "triton" else native_ln
+        super().__init__(hidden_size, eps, backend, triton_ln, native_ln)
         self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype)) if elementwise_affine else None
         self.bias = nn.Parameter(torch.zeros(hidden_size, dtype=dtype)) if elementwise_affine and bias else None
 
@@ -86,6 +83,3 @@ class LayerNorm(nn.Module):
         out, residual_out = torch.empty_like(x), torch.empty_like(residual)
         self._ops.layernorm2d_fwd_with_add(out, x, residual, residual_out, self.weight, self.bias, self.eps)
         return out, residual_out
-
-    def extra_repr(self) -> str:
-        return f"hidden_size={self.hidden_size}, eps={self.eps}, backend={self.backend}"

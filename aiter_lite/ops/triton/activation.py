@@ -22,6 +22,7 @@ from aiter_lite.utils.checks import (
     check_unit_last_stride,
     rows_view,
 )
+from aiter_lite.utils.custom_ops import launch_op
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms
 from aiter_lite.utils.logger import debug_on, log_call
 
@@ -126,22 +127,10 @@ def _launch(
     )
 
 
-@torch.library.custom_op("aiter_lite::act_launch", mutates_args=("y2",))
-def _act_launch_op(x2: torch.Tensor, y2: torch.Tensor, activation: str, gated: bool) -> None:
+@launch_op("act_launch", mutates_args=("y2",))
+def _run(x2: torch.Tensor, y2: torch.Tensor, activation: str, gated: bool) -> None:
+    """The default launch; a torch.ops.aiter_lite custom op under torch.compile."""
     _launch(x2, y2, activation, gated)
-
-
-@_act_launch_op.register_fake
-def _(x2, y2, activation, gated) -> None:
-    return None
-
-
-def _run(x2, y2, activation, gated, config=None) -> None:
-    """Launch; under torch.compile through the registered custom op (opaque, no graph break)."""
-    if torch.compiler.is_compiling():
-        torch.ops.aiter_lite.act_launch(x2, y2, activation, gated)
-    else:
-        _launch(x2, y2, activation, gated, config)
 
 
 def act_and_mul(
@@ -170,8 +159,11 @@ def act_and_mul(
         log_call(op, out=out, input=input)
     if out.numel() == 0:
         return out
-    _run(rows_view(op, "input", input, writable=False), rows_view(op, "out", out, writable=True),
-         activation, True, config)
+    x2, y2 = rows_view(op, "input", input, writable=False), rows_view(op, "out", out, writable=True)
+    if config is None:
+        _run(x2, y2, activation, True)
+    else:  # a pinned launch (tests, tuning)
+        _launch(x2, y2, activation, True, config)
     return out
 
 

@@ -24,6 +24,7 @@ from aiter_lite.utils.checks import (
     check_unit_last_stride,
     rows_view,
 )
+from aiter_lite.utils.custom_ops import launch_op
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms
 from aiter_lite.utils.logger import debug_on, log_call
 
@@ -68,17 +69,10 @@ _MAX_WARPS = 1024 // WARP_SIZE  # 1024 threads a program: 32 warps of 32, 16 wav
 _LOOP = NormLaunchConfig(1, 16384, 16, True, PREFETCH=True)
 _LOOP_WIDE = NormLaunchConfig(1, 16384, 32, True, PREFETCH=True)
 
-
-class _ByWidth(dict):
-    """Configs by power-of-2 row width; widths past the last key take the last value."""
-
-    def __missing__(self, block_n):
-        return self[max(self)]
-
-
-_WIDE_RMS = _ByWidth({32768: NormLaunchConfig(1, 8192, 32, True), 65536: _LOOP, 131072: _LOOP_WIDE})
-_WIDE_LN = _ByWidth({32768: NormLaunchConfig(1, 32768, 32, False), 65536: NormLaunchConfig(1, 8192, 32, True),
-                     131072: _LOOP_WIDE})
+# Rows from 32768 up without a residual, by power-of-2 width; wider than 131072 as 131072.
+_WIDE_RMS = {32768: NormLaunchConfig(1, 8192, 32, True), 65536: _LOOP, 131072: _LOOP_WIDE}
+_WIDE_LN = {32768: NormLaunchConfig(1, 32768, 32, False), 65536: NormLaunchConfig(1, 8192, 32, True),
+            131072: _LOOP_WIDE}
 _EVICT_LAST_MAX_TILE = 8192  # without a residual; with one, always
 _TILE = 2048  # short rows: several per program, about this many elements
 # Backward (same sweep): every in-register tile double-buffers its row steps (the
@@ -125,7 +119,7 @@ def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = N
     """
     block_n = next_power_of_2(n_cols)
     if block_n >= 32768 and not residual:
-        return _WIDE_RMS[block_n] if is_rms else _WIDE_LN[block_n]
+        return (_WIDE_RMS if is_rms else _WIDE_LN)[min(block_n, 131072)]
     if block_n > _MAX_ROW_IN_REGS:
         return _LOOP
     plain_ln = not is_rms and not residual
@@ -275,57 +269,33 @@ def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_
 
 
 # ---------------------------------------------------------------------------
-# torch.library registrations: under torch.compile the launches are opaque custom ops
-# (traceable with fullgraph=True, CUDA-graph friendly); eager calls skip the dispatcher.
+# the launches as torch.ops.aiter_lite custom ops under torch.compile (utils.custom_ops)
 
 
-@torch.library.custom_op("aiter_lite::norm_fwd", mutates_args=("y", "residual_out", "mean", "rstd"))
-def _norm_fwd_op(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                 eps: float, is_rms: bool, residual: torch.Tensor | None, residual_out: torch.Tensor | None,
-                 x_bias: torch.Tensor | None, weight_offset: float, mean: torch.Tensor | None,
-                 rstd: torch.Tensor | None) -> None:
+@launch_op("norm_fwd", mutates_args=("y", "residual_out", "mean", "rstd"))
+def _launch_fwd(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                eps: float, is_rms: bool, residual: torch.Tensor | None, residual_out: torch.Tensor | None,
+                x_bias: torch.Tensor | None, weight_offset: float, mean: torch.Tensor | None,
+                rstd: torch.Tensor | None) -> None:
     norm_fwd(x, y, weight, bias, eps, is_rms=is_rms, residual=residual, residual_out=residual_out, x_bias=x_bias,
              weight_offset=weight_offset, mean=mean, rstd=rstd)
 
 
-@_norm_fwd_op.register_fake
-def _(x, y, weight, bias, eps, is_rms, residual, residual_out, x_bias, weight_offset, mean, rstd) -> None:
-    return None
+def _bwd_fake(dy, x, weight, mean, rstd, is_rms, weight_offset, need_dw, need_db):
+    n = x.shape[1]
+    return (x.new_empty(x.shape), x.new_empty(n if need_dw else 0, dtype=torch.float32),
+            x.new_empty(n if need_db else 0, dtype=torch.float32))
 
 
-@torch.library.custom_op("aiter_lite::norm_bwd", mutates_args=())
-def _norm_bwd_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor | None,
-                 rstd: torch.Tensor, is_rms: bool, weight_offset: float, need_dw: bool,
-                 need_db: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+@launch_op("norm_bwd", fake=_bwd_fake)
+def _launch_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor | None,
+                rstd: torch.Tensor, is_rms: bool, weight_offset: float, need_dw: bool,
+                need_db: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dx, dweight, dbias (fp32); a sum not asked for is an empty tensor (an op returns no None)."""
     dx, dw, db = norm_bwd(dy, x, weight, mean, rstd, is_rms=is_rms, weight_offset=weight_offset, need_dw=need_dw,
                           need_db=need_db, dx_dtype=x.dtype)
     empty = x.new_empty(0, dtype=torch.float32)
     return dx, empty if dw is None else dw, empty if db is None else db
-
-
-@_norm_bwd_op.register_fake
-def _(dy, x, weight, mean, rstd, is_rms, weight_offset, need_dw, need_db):
-    n = x.shape[1]
-    vec = lambda need: x.new_empty(n if need else 0, dtype=torch.float32)  # noqa: E731
-    return x.new_empty(x.shape), vec(need_dw), vec(need_db)
-
-
-def _launch_fwd(x, y, weight, bias, eps, *, is_rms, residual=None, residual_out=None, x_bias=None,
-                weight_offset=0.0, mean=None, rstd=None) -> None:
-    if torch.compiler.is_compiling():
-        torch.ops.aiter_lite.norm_fwd(x, y, weight, bias, eps, is_rms, residual, residual_out, x_bias, weight_offset,
-                                      mean, rstd)
-    else:
-        norm_fwd(x, y, weight, bias, eps, is_rms=is_rms, residual=residual, residual_out=residual_out,
-                 x_bias=x_bias, weight_offset=weight_offset, mean=mean, rstd=rstd)
-
-
-def _launch_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_db):
-    if torch.compiler.is_compiling():
-        dx, dw, db = torch.ops.aiter_lite.norm_bwd(dy, x, weight, mean, rstd, is_rms, weight_offset, need_dw, need_db)
-        return dx, dw if need_dw else None, db if need_db else None
-    return norm_bwd(dy, x, weight, mean, rstd, is_rms=is_rms, weight_offset=weight_offset, need_dw=need_dw,
-                    need_db=need_db, dx_dtype=x.dtype)
 
 
 def _forward(x2, weight, bias, x_bias, eps, weight_offset, is_rms, *, stats):
@@ -335,8 +305,7 @@ def _forward(x2, weight, bias, x_bias, eps, weight_offset, is_rms, *, stats):
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device) if stats else None
     mean = torch.empty(n_rows, dtype=torch.float32, device=x2.device) if stats and not is_rms else None
     if n_rows:
-        _launch_fwd(x2, y, weight, bias, eps, is_rms=is_rms, x_bias=x_bias, weight_offset=weight_offset,
-                    mean=mean, rstd=rstd)
+        _launch_fwd(x2, y, weight, bias, eps, is_rms, None, None, x_bias, weight_offset, mean, rstd)
     return y, mean, rstd
 
 
@@ -369,8 +338,7 @@ class _NormFunction(torch.autograd.Function):
         else:
             if dy.stride(-1) != 1:  # e.g. an expanded gradient; a zero row stride is fine
                 dy = dy.contiguous()
-            dx, dw, db = _launch_bwd(dy, xs, weight, mean, rstd, is_rms=ctx.is_rms, weight_offset=ctx.weight_offset,
-                                     need_dw=need_dw, need_db=need_db)
+            dx, dw, db = _launch_bwd(dy, xs, weight, mean, rstd, ctx.is_rms, ctx.weight_offset, need_dw, need_db)
         return (dx,
                 dw.to(weight.dtype) if need_dw else None,
                 db.to(ctx.bias_dtype) if need_db else None,
@@ -419,6 +387,5 @@ def norm_with_add(op: str, out, input, residual_in, residual_out, weight, bias, 
     if input.numel() == 0:
         return
     _launch_fwd(rows_view(op, "input", input, writable=False), rows_view(op, out_name, out, writable=True), weight,
-                bias, eps, is_rms=is_rms, residual=rows_view(op, r_name, residual_in, writable=False),
-                residual_out=rows_view(op, r_out_name, residual_out, writable=True), x_bias=x_bias,
-                weight_offset=weight_offset)
+                bias, eps, is_rms, rows_view(op, r_name, residual_in, writable=False),
+                rows_view(op, r_out_name, residual_out, writable=True), x_bias, weight_offset, None, None)
