@@ -6,7 +6,7 @@ norm_launch_config / norm_bwd_launch_config. Prints the best per shape; writes a
 
 ``--what``: fwd (norm), add (fused residual add + norm), bwd. ``--kind``: rms or ln.
 ``--evict``: cache hints tried for the in-register forward's loads; ``--fams``: config
-families besides the default (tile, looped; none for the default alone).
+families besides the default (tile, looped, split; none for the default alone).
 """
 
 import argparse
@@ -33,6 +33,10 @@ def fwd_configs(n, fams):
         for b, w, pre in itertools.product([4096, 8192, 16384], [4, 8, 16], [False, True]):
             if 8 <= b // (w * 32) <= 64 and not (pre and b // (w * 32) > 32):
                 yield NormLaunchConfig(1, b, w, True, PREFETCH=pre)
+    if bn >= 16384 and "split" in fams:  # segments of one tile each, one program each, held in registers
+        for b, w in itertools.product([4096, 8192, 16384], [4, 8, 16]):
+            if b < bn and 8 <= b // (w * 32) <= 64:
+                yield NormLaunchConfig(1, b, w, False, SPLIT=True)
 
 
 def bwd_configs(n, sms, fams, mults):
@@ -113,7 +117,7 @@ def main():
                     continue
                 name = "default" if c is None else (
                     f"{c.BLOCK_M}x{c.BLOCK_N}w{c.num_warps}{'L' if c.LOOPED else ''}{'P' if c.PREFETCH else ''}"
-                    f"{'/' + c.EVICT if c.EVICT else ''}")
+                    f"{'S' if c.SPLIT else ''}{'/' + c.EVICT if c.EVICT else ''}")
                 if progs:
                     name += f"p{progs // sms}"
                 res.append((ms * 1e3, name))

@@ -82,7 +82,12 @@ def pin_config(monkeypatch, fwd=None, bwd=None):
 
 
 # Pinned small configs, so the interpreter covers every code path of each regime cheaply.
-LOOPED_FWD = {"looped": NormLaunchConfig(1, 64, 4, True), "looped_prefetch": NormLaunchConfig(1, 64, 4, True, PREFETCH=True)}
+LOOPED_FWD = {
+    "looped": NormLaunchConfig(1, 64, 4, True),
+    "looped_prefetch": NormLaunchConfig(1, 64, 4, True, PREFETCH=True),
+    "split": NormLaunchConfig(1, 256, 4, False, SPLIT=True),  # 1000 = 3 x 256 + a 232-wide segment
+    "split_narrow": NormLaunchConfig(1, 64, 4, False, SPLIT=True),  # 129 = 2 x 64 + one column
+}
 BWD_REGIMES = {
     "looped": ((NormLaunchConfig(2, 64, 4, True), 3), 300),  # (config, programs), N
     "multirow": ((NormLaunchConfig(4, 128, 4, False), 5), 100),

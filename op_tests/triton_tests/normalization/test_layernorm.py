@@ -134,6 +134,14 @@ def test_backward_optional_parameters_and_x_bias():
     assert_close(gxb, exb, atol=1e-3, name="dx_bias")
 
 
+@pytest.mark.parametrize("regime", ["looped_prefetch", "split"])
+def test_backward_after_a_pinned_forward(regime, monkeypatch):
+    # The statistics saved for backward come from the forward regime (the split
+    # rows' first segment stores them).
+    pin_config(monkeypatch, fwd=LOOPED_FWD[regime])
+    check_backward("layer", make_rows(5, 1000, torch.float32), *weights(1000, torch.float32, bias=True), EPS)
+
+
 def test_backward_is_deterministic():
     m, n = by_device((300, 256), (20000, 4096))
     x, (w, b) = make_rows(m, n, torch.bfloat16), weights(n, torch.bfloat16, bias=True)

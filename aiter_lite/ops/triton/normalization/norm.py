@@ -16,8 +16,10 @@ from aiter_lite.ops.triton._triton_kernels.normalization.norm import (
     _norm_bwd_kernel,
     _norm_bwd_row_sums_kernel,
     _norm_fwd_kernel,
+    _norm_fwd_split_kernel,
 )
 from aiter_lite.utils.checks import (
+    TRITON_INTERPRET,
     check_float_tensor,
     check_same_device,
     check_triton_device,
@@ -37,6 +39,7 @@ class NormLaunchConfig:
     LOOPED: bool  # the row does not fit one tile: loop over BLOCK_N-wide chunks
     PREFETCH: bool = False  # load the next row step (backward) / chunk (looped forward) before using this one
     EVICT: str = ""  # forward, in-register tiles: cache hint for the row loads
+    SPLIT: bool = False  # forward: the row cut into BLOCK_N-wide segments, one program each, held in registers
 
 
 # Measured on an H200 (bf16 RMSNorm, M * N = 2^26, scripts/tune_norm.py):
@@ -73,6 +76,16 @@ _LOOP_WIDE = NormLaunchConfig(1, 16384, 32, True, PREFETCH=True)
 _WIDE_RMS = {32768: NormLaunchConfig(1, 8192, 32, True), 65536: _LOOP, 131072: _LOOP_WIDE}
 _WIDE_LN = {32768: NormLaunchConfig(1, 32768, 32, False), 65536: NormLaunchConfig(1, 8192, 32, True),
             131072: _LOOP_WIDE}
+_SPLIT = NormLaunchConfig(1, 8192, 4, False, SPLIT=True)
+
+
+def _split_from(residual: bool, is_rms: bool) -> int:
+    """The row width from which rows are split over programs (_SPLIT)."""
+    if residual:
+        return 65536
+    return 131072 if is_rms else 1 << 40
+
+
 _EVICT_LAST_MAX_TILE = 8192  # without a residual; with one, always
 _TILE = 2048  # short rows: several per program, about this many elements
 # Backward (same sweep): every in-register tile double-buffers its row steps (the
@@ -118,6 +131,8 @@ def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = N
     the rows per program shrink until there are two programs per SM.
     """
     block_n = next_power_of_2(n_cols)
+    if block_n >= _split_from(residual, is_rms) and cdiv(n_cols, _SPLIT.BLOCK_N) <= _sms(device) // 2:
+        return _SPLIT
     if block_n >= 32768 and not residual:
         return (_WIDE_RMS if is_rms else _WIDE_LN)[min(block_n, 131072)]
     if block_n > _MAX_ROW_IN_REGS:
@@ -220,16 +235,28 @@ def norm_fwd(x, y, weight, bias, eps, *, is_rms, residual=None, residual_out=Non
     n_rows, n_cols = x.shape
     has_res = residual is not None
     cfg = config or norm_launch_config(n_rows, n_cols, x.device, has_res, is_rms)
-    grid = (n_rows if cfg.LOOPED else cdiv(n_rows, cfg.BLOCK_M),)
-    _norm_fwd_kernel[grid](
-        x, residual, residual_out, x_bias, weight, bias, y, mean, rstd,
-        x.stride(0), residual.stride(0) if has_res else 0, residual_out.stride(0) if has_res else 0, y.stride(0),
-        n_rows, n_cols, eps, weight_offset,
-        IS_RMS=is_rms, HAS_RESIDUAL=has_res, HAS_X_BIAS=x_bias is not None, HAS_WEIGHT=weight is not None,
-        HAS_BIAS=bias is not None, STORE_STATS=rstd is not None, INT64=_int64(x, y, residual, residual_out),
-        EVICT=cfg.EVICT, PREFETCH=cfg.PREFETCH, LOOPED=cfg.LOOPED, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-        num_warps=min(cfg.num_warps, _MAX_WARPS),
-    )
+    strides = (x.stride(0), residual.stride(0) if has_res else 0, residual_out.stride(0) if has_res else 0, y.stride(0))
+    flags = dict(IS_RMS=is_rms, HAS_RESIDUAL=has_res, HAS_X_BIAS=x_bias is not None, HAS_WEIGHT=weight is not None,
+                 HAS_BIAS=bias is not None, STORE_STATS=rstd is not None, EVICT=cfg.EVICT, BLOCK_N=cfg.BLOCK_N,
+                 num_warps=min(cfg.num_warps, _MAX_WARPS))
+    n_segs = cdiv(n_cols, cfg.BLOCK_N) if cfg.SPLIT else 1
+    if n_segs > 1:
+        if n_segs > _sms(x.device) and not TRITON_INTERPRET:
+            raise ValueError(f"rows of {n_cols} columns in {cfg.BLOCK_N}-wide segments need {n_segs} programs "
+                             f"running at once, more than this GPU's {_sms(x.device)} SMs")
+        # A zeroed int64 word per segment for its statistics, and one for the ticket.
+        slots = torch.zeros(n_rows * n_segs + 1, dtype=torch.int64, device=x.device)
+        # The interpreter runs programs one after another, so the segments of a row
+        # cannot wait for each other there: every first half, then every second half.
+        for phase in (1, 2) if TRITON_INTERPRET else (0,):
+            _norm_fwd_split_kernel[(n_rows * n_segs,)](
+                x, residual, residual_out, x_bias, weight, bias, y, mean, rstd, slots, *strides,
+                n_rows, n_cols, n_segs, eps, weight_offset, PHASE=phase, BLOCK_S=next_power_of_2(n_segs), **flags)
+        return
+    _norm_fwd_kernel[(n_rows if cfg.LOOPED else cdiv(n_rows, cfg.BLOCK_M),)](
+        x, residual, residual_out, x_bias, weight, bias, y, mean, rstd, *strides, n_rows, n_cols, eps, weight_offset,
+        INT64=_int64(x, y, residual, residual_out), PREFETCH=cfg.PREFETCH, LOOPED=cfg.LOOPED,
+        BLOCK_M=cfg.BLOCK_M, **flags)
 
 
 def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_db, dx_dtype, config=None):

@@ -11,6 +11,10 @@ the weight and the bias. Two regimes (``LOOPED``):
   flight fit there. With PREFETCH the first pass loads chunk i + 1 before
   summing chunk i.
 
+A third regime has its own kernel (``_norm_fwd_split_kernel``): a wide row split
+into one-tile segments, one program each, each segment read once and held in
+registers while the programs of the row exchange their statistics.
+
 Masked lanes load 0 and are excluded from every sum, so odd widths are exact.
 """
 
@@ -169,6 +173,113 @@ def _norm_fwd_kernel(
             tl.store(rstd_ptr + row, rstd)
             if not IS_RMS:
                 tl.store(mean_ptr + row, mean)
+
+
+@triton.jit
+def _publish_segment(slot, total, sq):
+    """Publish a segment's statistics as one 64-bit word: its sum (0 for RMSNorm) in the
+    high half; in the low half its sum of squares (RMSNorm) or squares about its own mean
+    (LayerNorm), never negative, with the sign bit flipped, so a published word is never
+    0, the value of an unpublished slot. An atomic exchange at device scope: the word
+    reaches the point of coherence every program reads from (L2, or on a GPU of several
+    dies, memory), not just this program's cache."""
+    hi = total.to(tl.uint32, bitcast=True).to(tl.uint64)
+    lo = (sq.to(tl.uint32, bitcast=True) ^ 0x80000000).to(tl.uint64)
+    tl.atomic_xchg(slot, ((hi << 32) | lo).to(tl.int64, bitcast=True), sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _segments_stats(slot_row, n_segs, seg_len, n_cols, IS_RMS: tl.constexpr, BLOCK_S: tl.constexpr):
+    """Wait for every segment of the row to publish; the row's mean and variance.
+
+    The words are read with device-scope atomics (adding 0), at the same point of
+    coherence they were published to, never from a stale cache line; each is one
+    64-bit word, so a nonzero word is a whole one. Every sibling merges the same
+    words in the same order (Chan's formula for LayerNorm): the same bits for every
+    program of a row, whatever the arrival order.
+    """
+    g = tl.arange(0, BLOCK_S)
+    g_mask = g < n_segs
+    zero = tl.zeros([BLOCK_S], dtype=tl.int64)
+    v = tl.atomic_add(slot_row + g, zero, mask=g_mask, sem="relaxed", scope="gpu")
+    v = tl.where(g_mask, v, 1)
+    while tl.sum((v == 0).to(tl.int32), axis=0) > 0:
+        v = tl.atomic_add(slot_row + g, zero, mask=g_mask, sem="relaxed", scope="gpu")
+        v = tl.where(g_mask, v, 1)
+    u = v.to(tl.uint64, bitcast=True)
+    sq = tl.where(g_mask, ((u & 0xFFFFFFFF).to(tl.uint32) ^ 0x80000000).to(tl.float32, bitcast=True), 0.0)
+    if IS_RMS:
+        mean = 0.0
+        m2 = tl.sum(sq, axis=0)
+    else:
+        sums = tl.where(g_mask, (u >> 32).to(tl.uint32).to(tl.float32, bitcast=True), 0.0)
+        mean = tl.sum(sums, axis=0) / n_cols
+        n_g = tl.maximum(tl.minimum(n_cols - g * seg_len, seg_len), 1).to(tl.float32)
+        d = tl.where(g_mask, sums / n_g - mean, 0.0)
+        m2 = tl.sum(sq + n_g * d * d, axis=0)
+    return mean, m2 / n_cols
+
+
+@triton.jit
+def _norm_fwd_split_kernel(
+    x_ptr, r_ptr, r_out_ptr, xb_ptr, w_ptr, b_ptr, y_ptr,
+    mean_ptr, rstd_ptr,           # fp32 per-row statistics for backward (STORE_STATS)
+    slot_ptr,                     # int64 (n_rows * n_segs + 1,), zeroed: published statistics, a ticket
+    stride_x_row, stride_r_row, stride_r_out_row, stride_y_row,
+    n_rows, n_cols, n_segs,
+    eps, weight_offset,
+    IS_RMS: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    HAS_X_BIAS: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    STORE_STATS: tl.constexpr,
+    EVICT: tl.constexpr,
+    PHASE: tl.constexpr,          # 0 all at once; 1 / 2 first / second half alone (interpreter)
+    BLOCK_N: tl.constexpr,        # the segment: one tile, held in registers
+    BLOCK_S: tl.constexpr,        # next power of 2 >= n_segs
+):
+    """A wide row split into BLOCK_N-wide segments, one program each, each segment read
+    once and held in registers: the programs of a row publish their segment's
+    statistics and wait for each other's, then normalize what they hold. Programs take
+    their segment in start order (a ticket), so the siblings a program waits for have
+    started or start as earlier rows finish (n_segs programs must fit the GPU at once).
+    The ticket and the slots are int64, so every offset below is 64-bit."""
+    if PHASE == 0:
+        ticket = tl.atomic_add(slot_ptr + n_rows * n_segs, 1, sem="relaxed", scope="gpu")
+    else:
+        ticket = tl.program_id(0).to(tl.int64)
+    row = ticket // n_segs
+    seg = ticket % n_segs
+    cols = seg * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < n_cols
+    x_row = x_ptr + row * stride_x_row
+    r_row = r_ptr + row * stride_r_row if HAS_RESIDUAL else r_ptr
+    r_out_row = r_out_ptr + row * stride_r_out_row if HAS_RESIDUAL else r_out_ptr
+    if PHASE == 2:
+        x = _reload_row_input(x_row, r_out_row, xb_ptr, cols, cols, cols, col_mask, col_mask,
+                              HAS_RESIDUAL, HAS_X_BIAS)
+    else:
+        x = _load_row_input(x_row, r_row, r_out_row, xb_ptr, cols, cols, cols, cols, col_mask, col_mask,
+                            HAS_RESIDUAL, HAS_X_BIAS, EVICT)
+        if IS_RMS:
+            sq = tl.sum(x * x, axis=0)
+            total = tl.zeros_like(sq)
+        else:
+            total = tl.sum(x, axis=0)
+            xc = tl.where(col_mask, x - total / tl.minimum(n_cols - seg * BLOCK_N, BLOCK_N).to(tl.float32), 0.0)
+            sq = tl.sum(xc * xc, axis=0)
+        _publish_segment(slot_ptr + row * n_segs + seg, total, sq)
+    if PHASE != 1:
+        mean, var = _segments_stats(slot_ptr + row * n_segs, n_segs, BLOCK_N, n_cols, IS_RMS, BLOCK_S)
+        rstd = tl.rsqrt(var + eps)
+        y = _scale_shift((x - mean) * rstd, w_ptr, b_ptr, cols, col_mask, weight_offset, HAS_WEIGHT, HAS_BIAS)
+        tl.store(y_ptr + row * stride_y_row + cols, y.to(y_ptr.dtype.element_ty), mask=col_mask)
+        if STORE_STATS:
+            if seg == 0:
+                tl.store(rstd_ptr + row, rstd)
+                if not IS_RMS:
+                    tl.store(mean_ptr + row, mean)
 
 
 @triton.jit
