@@ -60,8 +60,8 @@ class NormLaunchConfig:
 #   81.1 / 100.9 / 106.3 us at 65536 / 131072 / 262144 against 82.9 / 102.7 / 109.5 for
 #   8 warps unbuffered, 143.2 against 154.1 with a residual at 65536; 4096-wide chunks
 #   take 107-154 us (more rows in flight push the second pass's re-read out of L2).
-#   Splitting a row over sibling programs that exchange statistics (read once) measured
-#   slower still: 98-120 us, the exchange's round trip through L2 adding to each step.
+#   A persistent split (each program looping over row steps, exchanging statistics at
+#   every step) measured slower still: 98-120 us; see _split_config for the one-step split.
 # * without a residual, rows from 32768 up want 32 warps (16 elements per lane, as
 #   torch.compile's picks): RMSNorm 72.7 us looped in 8192 chunks at 32768 against 75.8
 #   in registers, 101.4 at 262144 against 105.6 (16384 chunks, double-buffered);
@@ -76,14 +76,24 @@ _LOOP_WIDE = NormLaunchConfig(1, 16384, 32, True, PREFETCH=True)
 _WIDE_RMS = {32768: NormLaunchConfig(1, 8192, 32, True), 65536: _LOOP, 131072: _LOOP_WIDE}
 _WIDE_LN = {32768: NormLaunchConfig(1, 32768, 32, False), 65536: NormLaunchConfig(1, 8192, 32, True),
             131072: _LOOP_WIDE}
+# Split rows (one program per one-tile segment, read once; from 65536 with a residual,
+# from 131072 for RMSNorm without): fused add 138.5 / 142.2 / 147.5 us at 65536 / 131072 /
+# 262144 against 143.4 / 158.9 / 170.7 looped (LayerNorm 143.7 / 151.5 / 158.0), RMSNorm
+# 86.6 / 92.5 at 131072 / 262144 against 87.0 / 101.3. The exchange's wait is what keeps
+# them from a short row's 92% of copy: without it the same kernel takes 73-76 us at
+# 131072. LayerNorm without a residual stays looped (92.7 / 104.6 us against 96.1 / 104.3).
 _SPLIT = NormLaunchConfig(1, 8192, 4, False, SPLIT=True)
+_SPLIT_NARROW = NormLaunchConfig(1, 4096, 4, False, SPLIT=True)
+_SPLIT_LN_WIDE = NormLaunchConfig(1, 8192, 8, False, SPLIT=True)
 
 
-def _split_from(residual: bool, is_rms: bool) -> int:
-    """The row width from which rows are split over programs (_SPLIT)."""
-    if residual:
-        return 65536
-    return 131072 if is_rms else 1 << 40
+def _split_config(block_n: int, residual: bool, is_rms: bool) -> NormLaunchConfig | None:
+    """The split-row config for this width, or None where rows are not split."""
+    if residual and block_n >= 65536:
+        return _SPLIT if is_rms else _SPLIT_NARROW if block_n <= 131072 else _SPLIT_LN_WIDE
+    if not residual and is_rms and block_n >= 131072:
+        return _SPLIT_NARROW if block_n == 131072 else _SPLIT
+    return None
 
 
 _EVICT_LAST_MAX_TILE = 8192  # without a residual; with one, always
@@ -127,12 +137,15 @@ def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = N
     for the fused-add form.
 
     Rows up to ``_MAX_ROW_IN_REGS`` wide are held whole in registers, several per
-    program when short; wider rows loop in chunks, one row per program. On a GPU
-    the rows per program shrink until there are two programs per SM.
+    program when short; wider rows loop in chunks, one row per program, or are
+    split over programs (``_split_config``) while no more segments than half the
+    SMs make a row. On a GPU the rows per program shrink until there are two
+    programs per SM.
     """
     block_n = next_power_of_2(n_cols)
-    if block_n >= _split_from(residual, is_rms) and cdiv(n_cols, _SPLIT.BLOCK_N) <= _sms(device) // 2:
-        return _SPLIT
+    split = _split_config(block_n, residual, is_rms)
+    if split is not None and cdiv(n_cols, split.BLOCK_N) <= _sms(device) // 2:
+        return split
     if block_n >= 32768 and not residual:
         return (_WIDE_RMS if is_rms else _WIDE_LN)[min(block_n, 131072)]
     if block_n > _MAX_ROW_IN_REGS:
