@@ -288,13 +288,21 @@ def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_
     int64 = _int64(dy, x, dx)
     c1 = c2 = None
     if cfg.LOOPED:
-        c1 = torch.empty(n_rows, dtype=torch.float32, device=x.device)
-        c2 = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x.device)
-        _norm_bwd_row_sums_kernel[(n_rows,)](
-            dy, x, weight, mean, rstd, c1, c2, dy.stride(0), x.stride(0), n_cols, weight_offset,
-            IS_RMS=is_rms, HAS_WEIGHT=weight is not None, INT64=int64, BLOCK_N=_BWD_SUMS[0],
+        # Few wide rows: split each row's sums over column ranges until the grid holds
+        # about two programs per SM.
+        sums_n = _BWD_SUMS[0]
+        splits = min(cdiv(n_cols, sums_n), max(1, cdiv(2 * _sms(x.device), n_rows)))
+        cols_per_split = cdiv(cdiv(n_cols, splits), sums_n) * sums_n
+        splits = cdiv(n_cols, cols_per_split)
+        c1 = torch.empty((splits, n_rows), dtype=torch.float32, device=x.device)
+        c2 = None if is_rms else torch.empty((splits, n_rows), dtype=torch.float32, device=x.device)
+        _norm_bwd_row_sums_kernel[(n_rows, splits)](
+            dy, x, weight, mean, rstd, c1, c2, dy.stride(0), x.stride(0), n_rows, n_cols, cols_per_split,
+            weight_offset, IS_RMS=is_rms, HAS_WEIGHT=weight is not None, INT64=int64, BLOCK_N=sums_n,
             num_warps=_BWD_SUMS[1],
         )
+        c1 = c1[0] if splits == 1 else c1.sum(0)
+        c2 = None if c2 is None else c2[0] if splits == 1 else c2.sum(0)
     _norm_bwd_kernel[(programs, col_blocks)](
         dy, x, weight, mean, rstd, c1, c2, dx, dw_part, db_part,
         dy.stride(0), x.stride(0), dx.stride(0), n_rows, n_cols, rows_per_program, weight_offset,

@@ -285,22 +285,29 @@ def _norm_fwd_split_kernel(
 @triton.jit
 def _norm_bwd_row_sums_kernel(
     dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr,
-    c1_ptr, c2_ptr,               # out, fp32 per row: mean(x_hat * wdy), mean(wdy)
+    c1_ptr, c2_ptr,               # out, fp32 (splits, n_rows): this split's share of mean(x_hat * wdy), mean(wdy)
     stride_dy_row, stride_x_row,
-    n_cols, weight_offset,
+    n_rows, n_cols, cols_per_split, weight_offset,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, INT64: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """Looped backward, step 1: the two row reductions dx needs, one row per program."""
+    """Looped backward, step 1: the two row reductions dx needs.
+
+    Grid (rows, splits): program (row, s) sums columns [s * cols_per_split, (s + 1) *
+    cols_per_split) of one row, so that few wide rows still fill the GPU; the splits'
+    shares are added afterwards in a fixed order."""
     row = tl.program_id(0)
+    split = tl.program_id(1)
     if INT64:
         row = row.to(tl.int64)
     rstd = tl.load(rstd_ptr + row)
     mean = 0.0 if IS_RMS else tl.load(mean_ptr + row)
     acc1 = tl.zeros([BLOCK_N], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, n_cols, BLOCK_N):
+    col_start = split * cols_per_split
+    col_end = tl.minimum(col_start + cols_per_split, n_cols)
+    for start in range(col_start, col_end, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        col_mask = cols < n_cols
+        col_mask = cols < col_end
         x = tl.load(x_ptr + row * stride_x_row + cols, mask=col_mask, other=0.0).to(tl.float32)
         wdy = tl.load(dy_ptr + row * stride_dy_row + cols, mask=col_mask, other=0.0).to(tl.float32)
         if HAS_WEIGHT:
@@ -308,9 +315,10 @@ def _norm_bwd_row_sums_kernel(
         xhat = tl.where(col_mask, (x - mean) * rstd, 0.0)
         acc1 += xhat * wdy
         acc2 += wdy
-    tl.store(c1_ptr + row, tl.sum(acc1, axis=0) / n_cols)
+    out = split.to(tl.int64) * n_rows + row
+    tl.store(c1_ptr + out, tl.sum(acc1, axis=0) / n_cols)
     if not IS_RMS:
-        tl.store(c2_ptr + row, tl.sum(acc2, axis=0) / n_cols)
+        tl.store(c2_ptr + out, tl.sum(acc2, axis=0) / n_cols)
 
 
 @triton.jit
