@@ -6,7 +6,7 @@ norm_launch_config / norm_bwd_launch_config. Prints the best per shape; writes a
 
 ``--what``: fwd (norm), add (fused residual add + norm), bwd. ``--kind``: rms or ln.
 ``--evict``: cache hints tried for the in-register forward's loads; ``--fams``: config
-families besides the default (tile, looped, split; none for the default alone).
+families besides the default (tile, looped, small, split, wfirst; none for the default alone).
 """
 
 import argparse
@@ -33,6 +33,14 @@ def fwd_configs(n, fams):
         for b, w, pre in itertools.product([4096, 8192, 16384], [4, 8, 16], [False, True]):
             if 8 <= b // (w * 32) <= 64 and not (pre and b // (w * 32) > 32):
                 yield NormLaunchConfig(1, b, w, True, PREFETCH=pre)
+    if "small" in fams:  # small programs, many per SM: 1-2 warps per tile, short looped chunks
+        for bm, w in itertools.product([1, 2, 4, 8], [1, 2]):
+            if 256 <= bm * bn <= 4096:
+                yield NormLaunchConfig(bm, bn, w, False)
+        if bn >= 4096:
+            for b, w in itertools.product([1024, 2048, 4096], [4, 8, 16]):
+                if 2 <= b // (w * 32) <= 16 and b < bn:
+                    yield NormLaunchConfig(1, b, w, True)
     if bn >= 16384 and "split" in fams:  # segments of one tile each, one program each, held in registers
         for b, w in itertools.product([4096, 8192, 16384], [4, 8, 16]):
             if b < bn and 8 <= b // (w * 32) <= 64:
@@ -59,6 +67,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--ns", default="256,1024,4096,8192,16384,32768,65536,262144")
     p.add_argument("--elems", type=int, default=2**26, help="M * N")
+    p.add_argument("--m", type=int, default=0, help="a fixed row count instead of --elems / N")
     p.add_argument("--what", default="fwd,bwd")
     p.add_argument("--kind", default="rms", choices=["rms", "ln"])
     p.add_argument("--evict", default="", help="comma-separated load hints for the in-register forward")
@@ -70,7 +79,7 @@ def main():
     sms = num_sms(dev)
     rows = []
     for n in map(int, a.ns.split(",")):
-        m = a.elems // n
+        m = a.m or a.elems // n
         x = torch.randn(m, n, device=dev, dtype=torch.bfloat16)
         w = torch.randn(n, device=dev, dtype=torch.bfloat16)
         y = torch.empty_like(x)
@@ -96,6 +105,9 @@ def main():
                     tiles = [dataclasses.replace(default, EVICT="")] + [c for c in cands if not c.LOOPED]
                     cands = [dataclasses.replace(c, EVICT=ev) for c in tiles for ev in a.evict.split(",")] + [
                         c for c in cands if c.LOOPED]
+                if "wfirst" in a.fams:  # the weight loaded with the row, for the default and every tile
+                    cands += [dataclasses.replace(c, W_FIRST=True) for c in [default] + cands
+                              if not c.LOOPED and not c.SPLIT]
                 cands = [(None, None)] + [(c, None) for c in cands]
             else:
                 default = nm.norm_bwd_launch_config(m, n, dev, rms)
@@ -117,7 +129,7 @@ def main():
                     continue
                 name = "default" if c is None else (
                     f"{c.BLOCK_M}x{c.BLOCK_N}w{c.num_warps}{'L' if c.LOOPED else ''}{'P' if c.PREFETCH else ''}"
-                    f"{'S' if c.SPLIT else ''}{'/' + c.EVICT if c.EVICT else ''}")
+                    f"{'S' if c.SPLIT else ''}{'W' if c.W_FIRST else ''}{'/' + c.EVICT if c.EVICT else ''}")
                 if progs:
                     name += f"p{progs // sms}"
                 res.append((ms * 1e3, name))

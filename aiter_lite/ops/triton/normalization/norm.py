@@ -39,6 +39,7 @@ class NormLaunchConfig:
     LOOPED: bool  # the row does not fit one tile: loop over BLOCK_N-wide chunks
     PREFETCH: bool = False  # load the next row step (backward) / chunk (looped forward) before using this one
     EVICT: str = ""  # forward, in-register tiles: cache hint for the row loads
+    W_FIRST: bool = False  # forward, in-register tiles: weight and bias loaded with the row, not after the sums
     SPLIT: bool = False  # forward: the row cut into BLOCK_N-wide segments, one program each, held in registers
 
 
@@ -48,8 +49,9 @@ class NormLaunchConfig:
 # * forward, a row in registers beats looping up to N = 16384: 69.8 vs 83.1 us at
 #   16384 (8 warps, 64 elements per lane, no spills); at 32768 (74.5 us with 16 warps)
 #   the 32-warp configs below win.
-# * LayerNorm (no residual) differs at two widths: N = 512 wants 4096-element tiles (71.2
-#   vs 74.6 us), N = 16384 16 warps (76.0 vs 80.4).
+# * LayerNorm (no residual) differs at two widths: N = 512 wants 1024-element tiles with 2
+#   warps (68.8 us against 71.4 for 4096 / 4 warps; torch.compile picks 2 rows / 1 warp),
+#   N = 16384 16 warps (76.0 vs 80.4).
 # * decode (fewer programs than SMs; CUDA-graph replays, M = 1 / 16): 16 elements per
 #   lane, up to 32 warps: RMSNorm 1 x 8192 1.97-2.06 us against 2.32 with 8 warps,
 #   1 x 16384 2.39 against 2.51; fused add 1 x 16384 2.88 against 3.21.
@@ -97,6 +99,22 @@ def _split_config(block_n: int, residual: bool, is_rms: bool) -> NormLaunchConfi
 
 
 _EVICT_LAST_MAX_TILE = 8192  # without a residual; with one, always
+# Plain norms (no residual) held in registers, by (is_rms, power-of-2 width, at least _BIG
+# elements): (rows per program, warps, load hint, weight loaded with the row). Measured at
+# M = 4096 / 8192 / 16384 rows (bf16, scripts/tune_norm.py --m): RMSNorm 4096 x 8192 36.6
+# us against 39.3 for the general rule (8 warps, evict_last, weight after the sums), 4096 x
+# 5120 26.7 against 28.8, 16384 x 8192 129.2 against 130.2; LayerNorm 4096-wide rows two
+# per program (8192 x 4096: 36.6 against 40.1, 16384 x 4096 68.5 against 71.7), 8192-wide
+# below _BIG two per program with 16 warps (4096 x 8192: 39.5 against 41.0).
+_BIG = 1 << 26
+_PLAIN_TILES = {
+    **{(True, n, big): (1, 8, "evict_last" if big else "", True) for n in (4096, 8192) for big in (False, True)},
+    **{(False, 512, big): (2, 2, "evict_last", False) for big in (False, True)},
+    **{(False, 4096, big): (2, 8, "", False) for big in (False, True)},
+    (False, 8192, False): (2, 16, "", True),
+    (False, 8192, True): (1, 8, "evict_last", False),
+    **{(False, 16384, big): (1, 16, "", False) for big in (False, True)},
+}
 _TILE = 2048  # short rows: several per program, about this many elements
 # Backward (same sweep): every in-register tile double-buffers its row steps (the
 # next step's x and dy load while this one computes): 262144 x 256 121.5 us against
@@ -150,21 +168,20 @@ def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = N
         return (_WIDE_RMS if is_rms else _WIDE_LN)[min(block_n, 131072)]
     if block_n > _MAX_ROW_IN_REGS:
         return _LOOP
-    plain_ln = not is_rms and not residual
-    tile = 2 * _TILE if plain_ln and block_n == 512 else _TILE
-    block_m = min(max(tile // block_n, 1), next_power_of_2(n_rows))
+    plain = None if residual else _PLAIN_TILES.get((is_rms, block_n, n_rows * n_cols >= _BIG))
+    block_m = min(plain[0] if plain else max(_TILE // block_n, 1), next_power_of_2(n_rows))
     want = 2 * _sms(device)
     while block_m > 1 and cdiv(n_rows, block_m) < want:
         block_m //= 2
     tile = block_m * block_n
-    if cdiv(n_rows, block_m) < _sms(device):  # under one wave (decode): latency-bound, 16 elements per lane
+    if cdiv(n_rows, block_m) < _sms(device):  # under one wave: latency-bound, 16 elements per lane
         warps = min(max(_row_warps(tile), tile // (16 * WARP_SIZE)), _MAX_WARPS)
-    elif plain_ln and block_n in (512, 16384):
-        warps = 4 if block_n == 512 else 16
-    else:
-        warps = _row_warps(tile)
+        evict = "evict_last" if residual or tile <= _EVICT_LAST_MAX_TILE else ""
+        return NormLaunchConfig(block_m, block_n, warps, False, EVICT=evict, W_FIRST=block_n < 16384)
+    if plain:
+        return NormLaunchConfig(block_m, block_n, plain[1], False, EVICT=plain[2], W_FIRST=plain[3])
     evict = "evict_last" if residual or tile <= _EVICT_LAST_MAX_TILE else ""
-    return NormLaunchConfig(block_m, block_n, warps, False, EVICT=evict)
+    return NormLaunchConfig(block_m, block_n, _row_warps(tile), False, EVICT=evict)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -268,7 +285,7 @@ def norm_fwd(x, y, weight, bias, eps, *, is_rms, residual=None, residual_out=Non
         return
     _norm_fwd_kernel[(n_rows if cfg.LOOPED else cdiv(n_rows, cfg.BLOCK_M),)](
         x, residual, residual_out, x_bias, weight, bias, y, mean, rstd, *strides, n_rows, n_cols, eps, weight_offset,
-        INT64=_int64(x, y, residual, residual_out), PREFETCH=cfg.PREFETCH, LOOPED=cfg.LOOPED,
+        INT64=_int64(x, y, residual, residual_out), PREFETCH=cfg.PREFETCH, W_FIRST=cfg.W_FIRST, LOOPED=cfg.LOOPED,
         BLOCK_M=cfg.BLOCK_M, **flags)
 
 

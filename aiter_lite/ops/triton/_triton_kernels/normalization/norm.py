@@ -49,13 +49,27 @@ def _reload_row_input(x_ptr, r_out_ptr, xb_ptr, x_offs, r_out_offs, cols, mask, 
 
 
 @triton.jit
+def _load_scale_shift(w_ptr, b_ptr, cols, col_mask, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """The weight and bias under ``cols``, in their own dtype (0 where absent)."""
+    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0) if HAS_WEIGHT else 0.0
+    b = tl.load(b_ptr + cols, mask=col_mask, other=0.0) if HAS_BIAS else 0.0
+    return w, b
+
+
+@triton.jit
+def _apply_scale_shift(y, w, b, weight_offset, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    if HAS_WEIGHT:
+        y = y * (w.to(tl.float32) + weight_offset)
+    if HAS_BIAS:
+        y = y + b.to(tl.float32)
+    return y
+
+
+@triton.jit
 def _scale_shift(y, w_ptr, b_ptr, cols, col_mask, weight_offset, HAS_WEIGHT: tl.constexpr,
                  HAS_BIAS: tl.constexpr):
-    if HAS_WEIGHT:
-        y = y * (tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32) + weight_offset)
-    if HAS_BIAS:
-        y = y + tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    return y
+    w, b = _load_scale_shift(w_ptr, b_ptr, cols, col_mask, HAS_WEIGHT, HAS_BIAS)
+    return _apply_scale_shift(y, w, b, weight_offset, HAS_WEIGHT, HAS_BIAS)
 
 
 @triton.jit
@@ -74,6 +88,7 @@ def _norm_fwd_kernel(
     INT64: tl.constexpr,          # row offsets can pass 2^31
     EVICT: tl.constexpr,          # cache hint for the in-register tile's loads ("" or "evict_last")
     PREFETCH: tl.constexpr,       # looped: double-buffer the first pass's chunks in registers
+    W_FIRST: tl.constexpr,        # in-register tile: load the weight and bias before the row
     LOOPED: tl.constexpr,         # row wider than BLOCK_N: one row per program, two passes
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -87,6 +102,8 @@ def _norm_fwd_kernel(
         row_mask = rows < n_rows
         col_mask = cols < n_cols
         mask = row_mask[:, None] & col_mask[None, :]
+        if W_FIRST:  # weight and bias in flight with the row: one memory round trip, not two
+            w, b = _load_scale_shift(w_ptr, b_ptr, cols[None, :], col_mask[None, :], HAS_WEIGHT, HAS_BIAS)
         x = _load_row_input(x_ptr, r_ptr, r_out_ptr, xb_ptr,
                             rows[:, None] * stride_x_row + cols[None, :],
                             rows[:, None] * stride_r_row + cols[None, :],
@@ -98,8 +115,9 @@ def _norm_fwd_kernel(
             mean = tl.sum(x, axis=1) / n_cols
             xc = tl.where(mask, x - mean[:, None], 0.0)
         rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
-        y = _scale_shift(xc * rstd[:, None], w_ptr, b_ptr, cols[None, :], col_mask[None, :], weight_offset,
-                         HAS_WEIGHT, HAS_BIAS)
+        if not W_FIRST:
+            w, b = _load_scale_shift(w_ptr, b_ptr, cols[None, :], col_mask[None, :], HAS_WEIGHT, HAS_BIAS)
+        y = _apply_scale_shift(xc * rstd[:, None], w, b, weight_offset, HAS_WEIGHT, HAS_BIAS)
         tl.store(y_ptr + rows[:, None] * stride_y_row + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
         if STORE_STATS:
             tl.store(rstd_ptr + rows, rstd, mask=row_mask)
