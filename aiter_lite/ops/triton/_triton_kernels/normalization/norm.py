@@ -89,6 +89,7 @@ def _norm_fwd_kernel(
     EVICT: tl.constexpr,          # cache hint for the in-register tile's loads ("" or "evict_last")
     PREFETCH: tl.constexpr,       # looped: double-buffer the first pass's chunks in registers
     W_FIRST: tl.constexpr,        # in-register tile: load the weight and bias before the row
+    UNROLL: tl.constexpr,         # looped: chunks unrolled per loop step (more loads in flight)
     LOOPED: tl.constexpr,         # row wider than BLOCK_N: one row per program, two passes
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -146,7 +147,7 @@ def _norm_fwd_kernel(
             if HAS_RESIDUAL:
                 r_n = tl.load(r_row + tl.arange(0, BLOCK_N), mask=tl.arange(0, BLOCK_N) < n_cols, other=0.0,
                               eviction_policy="evict_last")
-        for start in range(0, n_cols, BLOCK_N):
+        for start in tl.range(0, n_cols, BLOCK_N, loop_unroll_factor=UNROLL):
             cols = start + tl.arange(0, BLOCK_N)
             col_mask = cols < n_cols
             if PREFETCH:
@@ -180,7 +181,7 @@ def _norm_fwd_kernel(
             mean = shift + mean_s
         rstd = tl.rsqrt(var + eps)
         # Pass 2: re-read (the stored sum, when there is a residual) and normalize.
-        for start in range(0, n_cols, BLOCK_N):
+        for start in tl.range(0, n_cols, BLOCK_N, loop_unroll_factor=UNROLL):
             cols = start + tl.arange(0, BLOCK_N)
             col_mask = cols < n_cols
             x = _reload_row_input(x_row, r_out_row, xb_ptr, cols, cols, cols, col_mask, col_mask,
