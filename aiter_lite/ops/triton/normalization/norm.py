@@ -176,13 +176,12 @@ def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = N
     while block_m > 1 and cdiv(n_rows, block_m) < want:
         block_m //= 2
     tile = block_m * block_n
+    evict = "evict_last" if residual or tile <= _EVICT_LAST_MAX_TILE else ""
     if cdiv(n_rows, block_m) < _sms(device):  # under one wave: latency-bound, 16 elements per lane
         warps = min(max(_row_warps(tile), tile // (16 * WARP_SIZE)), _MAX_WARPS)
-        evict = "evict_last" if residual or tile <= _EVICT_LAST_MAX_TILE else ""
         return NormLaunchConfig(block_m, block_n, warps, False, EVICT=evict, W_FIRST=block_n < 16384)
     if plain:
         return NormLaunchConfig(block_m, block_n, plain[1], False, EVICT=plain[2], W_FIRST=plain[3])
-    evict = "evict_last" if residual or tile <= _EVICT_LAST_MAX_TILE else ""
     return NormLaunchConfig(block_m, block_n, _row_warps(tile), False, EVICT=evict)
 
 
@@ -288,8 +287,7 @@ def norm_fwd(x, y, weight, bias, eps, *, is_rms, residual=None, residual_out=Non
     _norm_fwd_kernel[(n_rows if cfg.LOOPED else cdiv(n_rows, cfg.BLOCK_M),)](
         x, residual, residual_out, x_bias, weight, bias, y, mean, rstd, *strides, n_rows, n_cols, eps, weight_offset,
         INT64=_int64(x, y, residual, residual_out), PREFETCH=cfg.PREFETCH, W_FIRST=cfg.W_FIRST, UNROLL=cfg.UNROLL,
-        LOOPED=cfg.LOOPED,
-        BLOCK_M=cfg.BLOCK_M, **flags)
+        LOOPED=cfg.LOOPED, BLOCK_M=cfg.BLOCK_M, **flags)
 
 
 def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_db, dx_dtype, config=None):
