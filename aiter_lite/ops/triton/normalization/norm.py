@@ -41,6 +41,7 @@ class NormLaunchConfig:
     EVICT: str = ""  # forward, in-register tiles: cache hint for the row loads
     W_FIRST: bool = False  # forward, in-register tiles: weight and bias loaded with the row, not after the sums
     UNROLL: int = 1  # forward, looped: chunks unrolled per loop step
+    STATIC: bool = False  # forward, looped: the row width compiled in (the whole loop unrolled; one build per width)
     SPLIT: bool = False  # forward: the row cut into BLOCK_N-wide segments, one program each, held in registers
 
 
@@ -287,7 +288,7 @@ def norm_fwd(x, y, weight, bias, eps, *, is_rms, residual=None, residual_out=Non
     _norm_fwd_kernel[(n_rows if cfg.LOOPED else cdiv(n_rows, cfg.BLOCK_M),)](
         x, residual, residual_out, x_bias, weight, bias, y, mean, rstd, *strides, n_rows, n_cols, eps, weight_offset,
         INT64=_int64(x, y, residual, residual_out), PREFETCH=cfg.PREFETCH, W_FIRST=cfg.W_FIRST, UNROLL=cfg.UNROLL,
-        LOOPED=cfg.LOOPED, BLOCK_M=cfg.BLOCK_M, **flags)
+        N_STATIC=n_cols if cfg.LOOPED and cfg.STATIC else 0, LOOPED=cfg.LOOPED, BLOCK_M=cfg.BLOCK_M, **flags)
 
 
 def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_db, dx_dtype, config=None):

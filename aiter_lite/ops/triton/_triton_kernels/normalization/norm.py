@@ -73,6 +73,28 @@ def _scale_shift(y, w_ptr, b_ptr, cols, col_mask, weight_offset, HAS_WEIGHT: tl.
 
 
 @triton.jit
+def _accumulate(x, col_mask, shift, acc, acc_sq, IS_RMS: tl.constexpr):
+    """A looped first pass's per-lane sums: of x^2 (RMSNorm), of x - shift and its square."""
+    if IS_RMS:
+        acc_sq += x * x
+    else:
+        xs = tl.where(col_mask, x - shift, 0.0)
+        acc += xs
+        acc_sq += xs * xs
+    return acc, acc_sq
+
+
+@triton.jit
+def _normalize_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, y_row, cols, col_mask, mean, rstd, weight_offset,
+                     HAS_RESIDUAL: tl.constexpr, HAS_X_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+                     HAS_BIAS: tl.constexpr):
+    """A looped second pass's chunk: re-read (the stored sum with a residual), normalize, store."""
+    x = _reload_row_input(x_row, r_out_row, xb_ptr, cols, cols, cols, col_mask, col_mask, HAS_RESIDUAL, HAS_X_BIAS)
+    y = _scale_shift((x - mean) * rstd, w_ptr, b_ptr, cols, col_mask, weight_offset, HAS_WEIGHT, HAS_BIAS)
+    tl.store(y_row + cols, y.to(y_row.dtype.element_ty), mask=col_mask)
+
+
+@triton.jit
 def _norm_fwd_kernel(
     x_ptr, r_ptr, r_out_ptr, xb_ptr, w_ptr, b_ptr, y_ptr,
     mean_ptr, rstd_ptr,           # fp32 per-row statistics for backward (STORE_STATS)
@@ -90,6 +112,7 @@ def _norm_fwd_kernel(
     PREFETCH: tl.constexpr,       # looped: double-buffer the first pass's chunks in registers
     W_FIRST: tl.constexpr,        # in-register tile: load the weight and bias before the row
     UNROLL: tl.constexpr,         # looped: chunks unrolled per loop step (more loads in flight)
+    N_STATIC: tl.constexpr,       # looped: n_cols as a compile-time value (0: a runtime loop)
     LOOPED: tl.constexpr,         # row wider than BLOCK_N: one row per program, two passes
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -133,7 +156,9 @@ def _norm_fwd_kernel(
         # Pass 1: per-lane sums, reduced once at the end. LayerNorm sums x - shift
         # with shift = the row's first element, so a large mean does not cancel
         # the variance away (the shifted-data algorithm).
-        if not IS_RMS:
+        if IS_RMS:
+            shift = 0.0
+        else:
             shift = tl.load(x_row).to(tl.float32)
             if HAS_X_BIAS:
                 shift += tl.load(xb_ptr).to(tl.float32)
@@ -141,37 +166,40 @@ def _norm_fwd_kernel(
                 shift += tl.load(r_row).to(tl.float32)
         acc = tl.zeros([BLOCK_N], dtype=tl.float32)
         acc_sq = tl.zeros([BLOCK_N], dtype=tl.float32)
-        if PREFETCH:
-            x_n = tl.load(x_row + tl.arange(0, BLOCK_N), mask=tl.arange(0, BLOCK_N) < n_cols, other=0.0,
-                          eviction_policy="evict_last")
-            if HAS_RESIDUAL:
-                r_n = tl.load(r_row + tl.arange(0, BLOCK_N), mask=tl.arange(0, BLOCK_N) < n_cols, other=0.0,
-                              eviction_policy="evict_last")
-        for start in tl.range(0, n_cols, BLOCK_N, loop_unroll_factor=UNROLL):
-            cols = start + tl.arange(0, BLOCK_N)
-            col_mask = cols < n_cols
-            if PREFETCH:
-                x = x_n.to(tl.float32)
-                if HAS_RESIDUAL:
-                    r_cur = r_n
-                nxt = cols + BLOCK_N
-                x_n = tl.load(x_row + nxt, mask=nxt < n_cols, other=0.0, eviction_policy="evict_last")
-                if HAS_RESIDUAL:
-                    r_n = tl.load(r_row + nxt, mask=nxt < n_cols, other=0.0, eviction_policy="evict_last")
-                if HAS_X_BIAS:
-                    x += tl.load(xb_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-                if HAS_RESIDUAL:
-                    x += r_cur.to(tl.float32)
-                    tl.store(r_out_row + cols, x.to(r_out_ptr.dtype.element_ty), mask=col_mask)
-            else:
+        if N_STATIC > 0:  # the width known at compile time: chunks unrolled, loads issued together
+            for start in tl.static_range(0, N_STATIC, BLOCK_N):
+                cols = start + tl.arange(0, BLOCK_N)
+                col_mask = cols < N_STATIC
                 x = _load_row_input(x_row, r_row, r_out_row, xb_ptr, cols, cols, cols, cols, col_mask, col_mask,
                                     HAS_RESIDUAL, HAS_X_BIAS, "evict_last")
-            if IS_RMS:
-                acc_sq += x * x
-            else:
-                xs = tl.where(col_mask, x - shift, 0.0)
-                acc += xs
-                acc_sq += xs * xs
+                acc, acc_sq = _accumulate(x, col_mask, shift, acc, acc_sq, IS_RMS)
+        else:
+            if PREFETCH:
+                x_n = tl.load(x_row + tl.arange(0, BLOCK_N), mask=tl.arange(0, BLOCK_N) < n_cols, other=0.0,
+                              eviction_policy="evict_last")
+                if HAS_RESIDUAL:
+                    r_n = tl.load(r_row + tl.arange(0, BLOCK_N), mask=tl.arange(0, BLOCK_N) < n_cols, other=0.0,
+                                  eviction_policy="evict_last")
+            for start in tl.range(0, n_cols, BLOCK_N, loop_unroll_factor=UNROLL):
+                cols = start + tl.arange(0, BLOCK_N)
+                col_mask = cols < n_cols
+                if PREFETCH:
+                    x = x_n.to(tl.float32)
+                    if HAS_RESIDUAL:
+                        r_cur = r_n
+                    nxt = cols + BLOCK_N
+                    x_n = tl.load(x_row + nxt, mask=nxt < n_cols, other=0.0, eviction_policy="evict_last")
+                    if HAS_RESIDUAL:
+                        r_n = tl.load(r_row + nxt, mask=nxt < n_cols, other=0.0, eviction_policy="evict_last")
+                    if HAS_X_BIAS:
+                        x += tl.load(xb_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+                    if HAS_RESIDUAL:
+                        x += r_cur.to(tl.float32)
+                        tl.store(r_out_row + cols, x.to(r_out_ptr.dtype.element_ty), mask=col_mask)
+                else:
+                    x = _load_row_input(x_row, r_row, r_out_row, xb_ptr, cols, cols, cols, cols, col_mask, col_mask,
+                                        HAS_RESIDUAL, HAS_X_BIAS, "evict_last")
+                acc, acc_sq = _accumulate(x, col_mask, shift, acc, acc_sq, IS_RMS)
         if IS_RMS:
             mean = 0.0
             var = tl.sum(acc_sq, axis=0) / n_cols
@@ -181,13 +209,16 @@ def _norm_fwd_kernel(
             mean = shift + mean_s
         rstd = tl.rsqrt(var + eps)
         # Pass 2: re-read (the stored sum, when there is a residual) and normalize.
-        for start in tl.range(0, n_cols, BLOCK_N, loop_unroll_factor=UNROLL):
-            cols = start + tl.arange(0, BLOCK_N)
-            col_mask = cols < n_cols
-            x = _reload_row_input(x_row, r_out_row, xb_ptr, cols, cols, cols, col_mask, col_mask,
-                                  HAS_RESIDUAL, HAS_X_BIAS)
-            y = _scale_shift((x - mean) * rstd, w_ptr, b_ptr, cols, col_mask, weight_offset, HAS_WEIGHT, HAS_BIAS)
-            tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=col_mask)
+        if N_STATIC > 0:
+            for start in tl.static_range(0, N_STATIC, BLOCK_N):
+                cols = start + tl.arange(0, BLOCK_N)
+                _normalize_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, y_row, cols, cols < N_STATIC, mean, rstd,
+                                 weight_offset, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS)
+        else:
+            for start in tl.range(0, n_cols, BLOCK_N, loop_unroll_factor=UNROLL):
+                cols = start + tl.arange(0, BLOCK_N)
+                _normalize_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, y_row, cols, cols < n_cols, mean, rstd,
+                                 weight_offset, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS)
         if STORE_STATS:
             tl.store(rstd_ptr + row, rstd)
             if not IS_RMS:
