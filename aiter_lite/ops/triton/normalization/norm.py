@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -51,9 +51,10 @@ class NormLaunchConfig:
 # * forward, a row in registers beats looping up to N = 16384: 69.8 vs 83.1 us at
 #   16384 (8 warps, 64 elements per lane, no spills); at 32768 (74.5 us with 16 warps)
 #   the 32-warp configs below win.
-# * LayerNorm (no residual) differs at two widths: N = 512 wants 1024-element tiles with 2
-#   warps (68.8 us against 71.4 for 4096 / 4 warps; torch.compile picks 2 rows / 1 warp),
-#   N = 16384 16 warps (76.0 vs 80.4).
+# * LayerNorm (no residual) at N = 512 wants 1024-element tiles with 2 warps (68.8 us
+#   against 71.4 for 4096 / 4 warps; torch.compile picks 2 rows / 1 warp).
+# * a looped row with the width compiled in beats a row in registers from 16384 (from
+#   8192 for large LayerNorms): _STATIC_LOOPS.
 # * decode (fewer programs than SMs; CUDA-graph replays, M = 1 / 16): 16 elements per
 #   lane, up to 32 warps: RMSNorm 1 x 8192 1.97-2.06 us against 2.32 with 8 warps,
 #   1 x 16384 2.39 against 2.51; fused add 1 x 16384 2.88 against 3.21.
@@ -69,17 +70,59 @@ class NormLaunchConfig:
 # * without a residual, rows from 32768 up want 32 warps (16 elements per lane, as
 #   torch.compile's picks): RMSNorm 72.7 us looped in 8192 chunks at 32768 against 75.8
 #   in registers, 101.4 at 262144 against 105.6 (16384 chunks, double-buffered);
-#   LayerNorm 91.2 looped in 8192 chunks at 65536 against 96.5, 108.2 at 262144 against
-#   111.0; at 32768 8192-wide chunks four to a loop step (UNROLL, more loads in flight):
-#   81.7 us against 92.0 in registers and 83.3-86.3 for 4096-wide chunks.
+#   LayerNorm 108.2 at 262144 against 111.0. A persistent grid of fewer programs than
+#   rows (so the rows in flight fit in L2 for the re-read) loses: 87-105 us at 65536 ..
+#   262144 for 33..264 programs, the bandwidth of fewer SMs dropping faster than the
+#   re-read gains.
 _MAX_ROW_IN_REGS = 32768
 _MAX_WARPS = 1024 // WARP_SIZE  # 1024 threads a program: 32 warps of 32, 16 wavefronts of 64
 _LOOP = NormLaunchConfig(1, 16384, 16, True, PREFETCH=True)
 _LOOP_WIDE = NormLaunchConfig(1, 16384, 32, True, PREFETCH=True)
 
+# Looped rows with the width compiled in (STATIC: every chunk's loads issued together), by
+# (is_rms, residual, power-of-2 width), from one wave of rows up. Measured (bf16, M * N =
+# 2^26 unless given): LayerNorm 8192 x 8192 69.2 us against 71.5 in registers (32768 x
+# 8192: 255.3 against 258.3; 1024 x 5120 / 7168 / 8192: 10.2 / 13.3 / 14.2 against 12.8 /
+# 15.1 / 16.1, 4096 x 5120 27.8 against 33.4); 4096 x 16384 69.6 against 77.4 in registers with 16 warps
+# (32768 x 16384: 501.5 against 538.3; torch.compile 72.1 / 516); 2048 x 32768 72.7
+# against 81.8 for a runtime loop four chunks to a step; 1024 x 65536 87.1 against 90.0;
+# with a residual 4096 x 16384 131.8 against 134.3. RMSNorm 4096 x 16384 68.8 against 71.5
+# (32768 x 16384: 503.5 against 511.5), 2048 x 32768 69.5 against 73.2. A runtime loop
+# stays where it measured as fast: RMSNorm at 65536 (81.4 against 82.3) and every width
+# from 131072 (static 95.9 / 105.9 against 86.6 / 92.0 split, LayerNorm 102.4 / 107.7
+# against 92.7 / 104.7 looped); also RMSNorm 8192 and the fused add's RMSNorm.
+_STATIC_LOOPS = {
+    (False, False, 8192): NormLaunchConfig(1, 4096, 8, True, STATIC=True),
+    (False, False, 16384): NormLaunchConfig(1, 4096, 16, True, STATIC=True),
+    (False, True, 16384): NormLaunchConfig(1, 8192, 32, True, STATIC=True),
+    (True, False, 16384): NormLaunchConfig(1, 8192, 16, True, STATIC=True),
+    (True, False, 32768): NormLaunchConfig(1, 8192, 32, True, STATIC=True),
+    (False, False, 32768): NormLaunchConfig(1, 8192, 32, True, STATIC=True),
+    (False, False, 65536): NormLaunchConfig(1, 8192, 16, True, STATIC=True),
+}
+_MIN_STATIC_CHUNK = 2048
+
+
+def _static_chunks(cfg: NormLaunchConfig, n_cols: int) -> NormLaunchConfig:
+    """A STATIC config's chunks narrowed (halved, down to 2048) to the widest that
+    divides the row, if one does, warps halved to keep at least 8 elements a lane: a
+    partial last chunk costs more than narrower whole ones (LayerNorm + residual 4096 x
+    12288: 153.8 us in 8192-wide chunks with 32 warps, 102.4 in 4096-wide with 16)."""
+    if not cfg.STATIC:
+        return cfg
+    block, warps = cfg.BLOCK_N, cfg.num_warps
+    while n_cols % block and block > _MIN_STATIC_CHUNK:
+        block //= 2
+    if n_cols % block:  # no chunk divides the row: the widest, with a partial last one
+        return cfg
+    while warps > 4 and block // (warps * WARP_SIZE) < 8:
+        warps //= 2
+    return replace(cfg, BLOCK_N=block, num_warps=warps)
+
+
 # Rows from 32768 up without a residual, by power-of-2 width; wider than 131072 as 131072.
-_WIDE_RMS = {32768: NormLaunchConfig(1, 8192, 32, True), 65536: _LOOP, 131072: _LOOP_WIDE}
-_WIDE_LN = {32768: NormLaunchConfig(1, 8192, 16, True, UNROLL=4), 65536: NormLaunchConfig(1, 8192, 32, True),
+_WIDE_RMS = {32768: _STATIC_LOOPS[True, False, 32768], 65536: _LOOP, 131072: _LOOP_WIDE}
+_WIDE_LN = {32768: _STATIC_LOOPS[False, False, 32768], 65536: _STATIC_LOOPS[False, False, 65536],
             131072: _LOOP_WIDE}
 # Split rows (one program per one-tile segment, read once; from 65536 with a residual,
 # from 131072 for RMSNorm without): fused add 138.5 / 142.2 / 147.5 us at 65536 / 131072 /
@@ -107,16 +150,12 @@ _EVICT_LAST_MAX_TILE = 8192  # without a residual; with one, always
 # M = 4096 / 8192 / 16384 rows (bf16, scripts/tune_norm.py --m): RMSNorm 4096 x 8192 36.6
 # us against 39.3 for the general rule (8 warps, evict_last, weight after the sums), 4096 x
 # 5120 26.7 against 28.8, 16384 x 8192 129.2 against 130.2; LayerNorm 4096-wide rows two
-# per program (8192 x 4096: 36.6 against 40.1, 16384 x 4096 68.5 against 71.7), 8192-wide
-# below _BIG two per program with 16 warps (4096 x 8192: 39.5 against 41.0).
+# per program (8192 x 4096: 36.6 against 40.1, 16384 x 4096 68.5 against 71.7).
 _BIG = 1 << 26
 _PLAIN_TILES = {
     **{(True, n, big): (1, 8, "evict_last" if big else "", True) for n in (4096, 8192) for big in (False, True)},
     **{(False, 512, big): (2, 2, "evict_last", False) for big in (False, True)},
     **{(False, 4096, big): (2, 8, "", False) for big in (False, True)},
-    (False, 8192, False): (2, 16, "", True),
-    (False, 8192, True): (1, 8, "evict_last", False),
-    **{(False, 16384, big): (1, 16, "", False) for big in (False, True)},
 }
 _TILE = 2048  # short rows: several per program, about this many elements
 # Backward (same sweep): every in-register tile double-buffers its row steps (the
@@ -168,9 +207,12 @@ def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = N
     if split is not None and cdiv(n_cols, split.BLOCK_N) <= _sms(device) // 2:
         return split
     if block_n >= 32768 and not residual:
-        return (_WIDE_RMS if is_rms else _WIDE_LN)[min(block_n, 131072)]
+        return _static_chunks((_WIDE_RMS if is_rms else _WIDE_LN)[min(block_n, 131072)], n_cols)
     if block_n > _MAX_ROW_IN_REGS:
         return _LOOP
+    static = _STATIC_LOOPS.get((is_rms, residual, block_n))
+    if static is not None and n_rows >= _sms(device):
+        return _static_chunks(static, n_cols)
     plain = None if residual else _PLAIN_TILES.get((is_rms, block_n, n_rows * n_cols >= _BIG))
     block_m = min(plain[0] if plain else max(_TILE // block_n, 1), next_power_of_2(n_rows))
     want = 2 * _sms(device)
