@@ -46,7 +46,8 @@ def test_opcheck_norm_bwd(is_rms):
     y, rstd, mean = torch.empty_like(x), torch.empty(m, device=DEVICE), torch.empty(m, device=DEVICE)
     torch.ops.aiter_lite.norm_fwd(x, y, w, None, 1e-6, is_rms, None, None, None, 0.0, None if is_rms else mean, rstd)
     dy = torch.randn_like(x)
-    opcheck(torch.ops.aiter_lite.norm_bwd, (dy, x, w, None if is_rms else mean, rstd, is_rms, 0.0, True, not is_rms))
+    opcheck(torch.ops.aiter_lite.norm_bwd,
+            (dy, x, w, None if is_rms else mean, rstd, is_rms, 0.0, True, not is_rms, torch.float32))
 
 
 def test_compiled_rms_norm_and_fused_add():

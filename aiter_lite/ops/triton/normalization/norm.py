@@ -333,8 +333,10 @@ def norm_fwd(x, y, weight, bias, eps, *, is_rms, residual=None, residual_out=Non
         N_STATIC=n_cols if cfg.LOOPED and cfg.STATIC else 0, LOOPED=cfg.LOOPED, BLOCK_M=cfg.BLOCK_M, **flags)
 
 
-def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_db, dx_dtype, config=None):
-    """dx (rows like x, contiguous), and dweight / dbias as fp32 (n_cols,) or None.
+def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_db, dx_dtype, config=None,
+             dw_dtype=torch.float32, db_dtype=torch.float32):
+    """dx (rows like x, contiguous), and dweight / dbias as (n_cols,) ``dw_dtype`` / ``db_dtype``
+    (summed in fp32) or None.
 
     ``config`` pins (tile config, programs along rows), for tests and tuning.
     """
@@ -344,8 +346,12 @@ def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_
     col_blocks = cdiv(n_cols, cfg.BLOCK_N)
     rows_per_program = cdiv(cdiv(n_rows, programs), cfg.BLOCK_M) * cfg.BLOCK_M
     programs = cdiv(n_rows, rows_per_program)
-    dw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=x.device) if need_dw else None
-    db_part = torch.empty((programs, n_cols), dtype=torch.float32, device=x.device) if need_db else None
+    # One program along rows writes the sums themselves, in their final dtype (no cast
+    # launch: host time is what bounds the backward at decode sizes); more write fp32 partials.
+    dw_part = torch.empty((programs, n_cols), dtype=dw_dtype if programs == 1 else torch.float32,
+                          device=x.device) if need_dw else None
+    db_part = torch.empty((programs, n_cols), dtype=db_dtype if programs == 1 else torch.float32,
+                          device=x.device) if need_db else None
     int64 = _int64(dy, x, dx)
     c1 = c2 = None
     if cfg.LOOPED:
@@ -372,8 +378,8 @@ def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_
     )
     # Partial sums reduced in a fixed order: the same bits on every run (one partial
     # row, the decode case, is the sum already: no reduction launch).
-    dw = (dw_part[0] if programs == 1 else dw_part.sum(0)) if need_dw else None
-    db = (db_part[0] if programs == 1 else db_part.sum(0)) if need_db else None
+    dw = (dw_part[0] if programs == 1 else dw_part.sum(0).to(dw_dtype)) if need_dw else None
+    db = (db_part[0] if programs == 1 else db_part.sum(0).to(db_dtype)) if need_db else None
     return dx, dw, db
 
 
@@ -390,19 +396,21 @@ def _launch_fwd(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None, b
              weight_offset=weight_offset, mean=mean, rstd=rstd)
 
 
-def _bwd_fake(dy, x, weight, mean, rstd, is_rms, weight_offset, need_dw, need_db):
+def _bwd_fake(dy, x, weight, mean, rstd, is_rms, weight_offset, need_dw, need_db, db_dtype):
     n = x.shape[1]
-    return (x.new_empty(x.shape), x.new_empty(n if need_dw else 0, dtype=torch.float32),
-            x.new_empty(n if need_db else 0, dtype=torch.float32))
+    return (x.new_empty(x.shape), x.new_empty(n if need_dw else 0, dtype=weight.dtype if need_dw else torch.float32),
+            x.new_empty(n if need_db else 0, dtype=db_dtype if need_db else torch.float32))
 
 
 @launch_op("norm_bwd", fake=_bwd_fake)
 def _launch_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor | None,
-                rstd: torch.Tensor, is_rms: bool, weight_offset: float, need_dw: bool,
-                need_db: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dx, dweight, dbias (fp32); a sum not asked for is an empty tensor (an op returns no None)."""
+                rstd: torch.Tensor, is_rms: bool, weight_offset: float, need_dw: bool, need_db: bool,
+                db_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dx, dweight (weight's dtype), dbias (``db_dtype``); a sum not asked for is an empty
+    fp32 tensor (an op returns no None)."""
     dx, dw, db = norm_bwd(dy, x, weight, mean, rstd, is_rms=is_rms, weight_offset=weight_offset, need_dw=need_dw,
-                          need_db=need_db, dx_dtype=x.dtype)
+                          need_db=need_db, dx_dtype=x.dtype, dw_dtype=weight.dtype if need_dw else torch.float32,
+                          db_dtype=db_dtype)
     empty = x.new_empty(0, dtype=torch.float32)
     return dx, empty if dw is None else dw, empty if db is None else db
 
@@ -447,9 +455,10 @@ class _NormFunction(torch.autograd.Function):
         else:
             if dy.stride(-1) != 1:  # e.g. an expanded gradient; a zero row stride is fine
                 dy = dy.contiguous()
-            dx, dw, db = _launch_bwd(dy, xs, weight, mean, rstd, ctx.is_rms, ctx.weight_offset, need_dw, need_db)
+            dx, dw, db = _launch_bwd(dy, xs, weight, mean, rstd, ctx.is_rms, ctx.weight_offset, need_dw, need_db,
+                                     ctx.bias_dtype or torch.float32)
         return (dx,
-                dw.to(weight.dtype) if need_dw else None,
+                dw.to(weight.dtype) if need_dw else None,  # no-ops but for the no-rows case
                 db.to(ctx.bias_dtype) if need_db else None,
                 dx.float().sum(0).to(ctx.x_bias_dtype) if need_dxb else None,
                 None, None, None)

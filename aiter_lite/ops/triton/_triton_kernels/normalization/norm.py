@@ -387,7 +387,7 @@ def _bwd_load_rows(dy_ptr, x_ptr, mean_ptr, rstd_ptr, rows, row_end, cols, col_m
 @triton.jit
 def _norm_bwd_kernel(
     dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, c1_ptr, c2_ptr, dx_ptr,
-    dw_part_ptr, db_part_ptr,     # fp32 (programs along rows, n_cols) partial sums, one row per program
+    dw_part_ptr, db_part_ptr,     # (programs along rows, n_cols) partial sums, one row per program (fp32 but for one)
     stride_dy_row, stride_x_row, stride_dx_row,
     n_rows, n_cols, rows_per_program, weight_offset,
     IS_RMS: tl.constexpr,
@@ -462,6 +462,6 @@ def _norm_bwd_kernel(
             db_acc += dy
     part = pid_m.to(tl.int64) * n_cols + cols
     if NEED_DW:
-        tl.store(dw_part_ptr + part, tl.sum(dw_acc, axis=0), mask=col_mask)
+        tl.store(dw_part_ptr + part, tl.sum(dw_acc, axis=0).to(dw_part_ptr.dtype.element_ty), mask=col_mask)
     if NEED_DB:
-        tl.store(db_part_ptr + part, tl.sum(db_acc, axis=0), mask=col_mask)
+        tl.store(db_part_ptr + part, tl.sum(db_acc, axis=0).to(db_part_ptr.dtype.element_ty), mask=col_mask)
