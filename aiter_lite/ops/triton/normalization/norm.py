@@ -57,7 +57,10 @@ class NormLaunchConfig:
 #   8192 for large LayerNorms): _STATIC_LOOPS.
 # * decode (fewer programs than SMs; CUDA-graph replays, M = 1 / 16): 16 elements per
 #   lane, up to 32 warps: RMSNorm 1 x 8192 1.97-2.06 us against 2.32 with 8 warps,
-#   1 x 16384 2.39 against 2.51; fused add 1 x 16384 2.88 against 3.21.
+#   1 x 16384 2.39 against 2.51; fused add 1 x 16384 2.88 against 3.21. A fused add on
+#   _DECODE_ADD_ROWS rows or more with 8192-element tiles takes 32 warps and plain loads:
+#   RMSNorm 16 x 7168 / 8192 2.19 / 2.28 us against 2.31 / 2.40 (Liger 2.18 / 2.30),
+#   LayerNorm 2.78 / 2.91 against 2.85 / 2.98; M = 1 and narrower rows keep the rule.
 # * "evict_last" on the row loads: 68.0 / 68.8 us against 70.1 / 70.7 at 4096 / 8192
 #   (fused add: 129.4-131.6 against 133.8-136.4 at every N up to 32768), but 77.0 against
 #   71.2 at 16384 and 90.1 against 75.5 at 32768 without a residual.
@@ -157,6 +160,7 @@ _PLAIN_TILES = {
     **{(False, 512, big): (2, 2, "evict_last", False) for big in (False, True)},
     **{(False, 4096, big): (2, 8, "", False) for big in (False, True)},
 }
+_DECODE_ADD_ROWS = 8
 _TILE = 2048  # short rows: several per program, about this many elements
 # Backward (same sweep): every in-register tile double-buffers its row steps (the
 # next step's x and dy load while this one computes): 262144 x 256 121.5 us against
@@ -222,6 +226,8 @@ def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = N
     evict = "evict_last" if residual or tile <= _EVICT_LAST_MAX_TILE else ""
     if cdiv(n_rows, block_m) < _sms(device):  # under one wave: latency-bound, 16 elements per lane
         warps = min(max(_row_warps(tile), tile // (16 * WARP_SIZE)), _MAX_WARPS)
+        if residual and n_rows >= _DECODE_ADD_ROWS and tile >= 8192:
+            return NormLaunchConfig(block_m, block_n, _MAX_WARPS, False)
         return NormLaunchConfig(block_m, block_n, warps, False, EVICT=evict, W_FIRST=block_n < 16384)
     if plain:
         return NormLaunchConfig(block_m, block_n, plain[1], False, EVICT=plain[2], W_FIRST=plain[3])
