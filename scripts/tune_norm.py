@@ -6,7 +6,7 @@ norm_launch_config / norm_bwd_launch_config. Prints the best per shape; writes a
 
 ``--what``: fwd (norm), add (fused residual add + norm), bwd. ``--kind``: rms or ln.
 ``--evict``: cache hints tried for the in-register forward's loads; ``--fams``: config
-families besides the default (tile, looped, small, unroll, static, split, wfirst; none for the default alone).
+families besides the default (tile, looped, small, static, split, wfirst; none for the default alone).
 """
 
 import argparse
@@ -41,10 +41,6 @@ def fwd_configs(n, fams):
             for b, w in itertools.product([1024, 2048, 4096], [4, 8, 16]):
                 if 2 <= b // (w * 32) <= 16 and b < bn:
                     yield NormLaunchConfig(1, b, w, True)
-    if bn >= 8192 and "unroll" in fams:  # looped chunks unrolled (more loads in flight per program)
-        for b, w, u in itertools.product([2048, 4096, 8192], [8, 16, 32], [2, 4, 8]):
-            if 4 <= b // (w * 32) <= 16 and b * u <= bn:
-                yield NormLaunchConfig(1, b, w, True, UNROLL=u)
     if bn >= 8192 and "static" in fams:  # the row width compiled in, every chunk unrolled
         for b, w in itertools.product([2048, 4096, 8192], [8, 16, 32]):
             if 4 <= b // (w * 32) <= 16 and 2 <= bn // b <= 32:
@@ -137,7 +133,7 @@ def main():
                     continue
                 name = "default" if c is None else (
                     f"{c.BLOCK_M}x{c.BLOCK_N}w{c.num_warps}{'L' if c.LOOPED else ''}{'P' if c.PREFETCH else ''}"
-                    f"{f'U{c.UNROLL}' if c.UNROLL > 1 else ''}{'C' if c.STATIC else ''}{'S' if c.SPLIT else ''}{'W' if c.W_FIRST else ''}{'/' + c.EVICT if c.EVICT else ''}")
+                    f"{'C' if c.STATIC else ''}{'S' if c.SPLIT else ''}{'W' if c.W_FIRST else ''}{'/' + c.EVICT if c.EVICT else ''}")
                 if progs:
                     name += f"p{progs // sms}"
                 res.append((ms * 1e3, name))

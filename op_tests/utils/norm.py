@@ -87,7 +87,6 @@ def pin_config(monkeypatch, fwd=None, bwd=None):
 LOOPED_FWD = {
     "looped": NormLaunchConfig(1, 64, 4, True),
     "looped_prefetch": NormLaunchConfig(1, 64, 4, True, PREFETCH=True),
-    "looped_unroll": NormLaunchConfig(1, 64, 4, True, UNROLL=4),  # 1000 = 3 steps of 4 x 64 + a partial one
     "looped_static": NormLaunchConfig(1, 256, 4, True, STATIC=True),  # the width compiled in, a partial last chunk
     "split": NormLaunchConfig(1, 256, 4, False, SPLIT=True),  # 1000 = 3 x 256 + a 232-wide segment
     "split_narrow": NormLaunchConfig(1, 64, 4, False, SPLIT=True),  # 129 = 2 x 64 + one column

@@ -115,8 +115,10 @@ def _transposed(y: torch.Tensor, transpose_output: bool) -> torch.Tensor:
 
 
 def _rows(table: torch.Tensor) -> torch.Tensor:
-    """A (rows, 1, 1, F) or (rows, F) table as (rows, F)."""
-    return table.reshape(table.shape[0], table.shape[-1])
+    """A table laid out (rows, 1, 1, F), (1, rows, 1, F) (2-D) or (rows, F), as (rows, F)."""
+    if sum(n != 1 for n in table.shape[:-1]) > 1:
+        raise ValueError(f"rope: a table is (rows, F) with any unit dims between, got shape {tuple(table.shape)}")
+    return table.reshape(max(table.shape[:-1], default=1), table.shape[-1])
 
 
 def _sbhd_tables(freqs: torch.Tensor, s: int):
@@ -307,26 +309,22 @@ def _2d(op, x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style, 
     return rotate(op, x, tables, rotate_style, reuse, nope_first, backward=backward)
 
 
-def _2d_rows(table: torch.Tensor) -> torch.Tensor:
-    return table.reshape(-1, table.shape[-1]) if table.dim() != 4 else table[0, :, 0, :]
-
-
 def rope_fwd_2d(x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style, reuse_freqs_front_part,
                 nope_first, transpose_output=False):
-    y = _2d("rope_fwd_2d", x, _2d_rows(cos_h), _2d_rows(sin_h), _2d_rows(cos_w), _2d_rows(sin_w), img_height,
+    y = _2d("rope_fwd_2d", x, cos_h, sin_h, cos_w, sin_w, img_height,
             img_width, rotate_style, reuse_freqs_front_part, nope_first, False)
     return _transposed(y, transpose_output)
 
 
 def rope_fwd_2d_inplace(x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style,
                         reuse_freqs_front_part, nope_first, transpose_output=False):
-    y = _2d("rope_fwd_2d_inplace", x, _2d_rows(cos_h), _2d_rows(sin_h), _2d_rows(cos_w), _2d_rows(sin_w),
+    y = _2d("rope_fwd_2d_inplace", x, cos_h, sin_h, cos_w, sin_w,
             img_height, img_width, rotate_style, reuse_freqs_front_part, nope_first, False)
     return _write_back(x, y)
 
 
 def rope_bwd_2d(x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style, reuse_freqs_front_part,
                 nope_first, transpose_output=False):
-    y = _2d("rope_bwd_2d", x, _2d_rows(cos_h), _2d_rows(sin_h), _2d_rows(cos_w), _2d_rows(sin_w), img_height,
+    y = _2d("rope_bwd_2d", x, cos_h, sin_h, cos_w, sin_w, img_height,
             img_width, rotate_style, reuse_freqs_front_part, nope_first, True)
     return _transposed(y, transpose_output)

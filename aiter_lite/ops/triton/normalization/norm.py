@@ -40,7 +40,6 @@ class NormLaunchConfig:
     PREFETCH: bool = False  # load the next row step (backward) / chunk (looped forward) before using this one
     EVICT: str = ""  # forward, in-register tiles: cache hint for the row loads
     W_FIRST: bool = False  # forward, in-register tiles: weight and bias loaded with the row, not after the sums
-    UNROLL: int = 1  # forward, looped: chunks unrolled per loop step
     STATIC: bool = False  # forward, looped: the row width compiled in (the whole loop unrolled; one build per width)
     SPLIT: bool = False  # forward: the row cut into BLOCK_N-wide segments, one program each, held in registers
 
@@ -335,7 +334,7 @@ def norm_fwd(x, y, weight, bias, eps, *, is_rms, residual=None, residual_out=Non
         return
     _norm_fwd_kernel[(n_rows if cfg.LOOPED else cdiv(n_rows, cfg.BLOCK_M),)](
         x, residual, residual_out, x_bias, weight, bias, y, mean, rstd, *strides, n_rows, n_cols, eps, weight_offset,
-        INT64=_int64(x, y, residual, residual_out), PREFETCH=cfg.PREFETCH, W_FIRST=cfg.W_FIRST, UNROLL=cfg.UNROLL,
+        INT64=_int64(x, y, residual, residual_out), PREFETCH=cfg.PREFETCH, W_FIRST=cfg.W_FIRST,
         N_STATIC=n_cols if cfg.LOOPED and cfg.STATIC else 0, LOOPED=cfg.LOOPED, BLOCK_M=cfg.BLOCK_M, **flags)
 
 
@@ -456,16 +455,17 @@ class _NormFunction(torch.autograd.Function):
         need_db = ctx.bias_dtype is not None and ctx.needs_input_grad[2]
         need_dxb = ctx.has_x_bias and ctx.needs_input_grad[3]
         if xs.shape[0] == 0:  # no rows: zero sums
-            dx, dw = torch.zeros_like(xs), xs.new_zeros(xs.shape[1], dtype=torch.float32)
-            db = dw
+            dx = torch.zeros_like(xs)
+            dw = xs.new_zeros(xs.shape[1], dtype=weight.dtype) if need_dw else None
+            db = xs.new_zeros(xs.shape[1], dtype=ctx.bias_dtype) if need_db else None
         else:
             if dy.stride(-1) != 1:  # e.g. an expanded gradient; a zero row stride is fine
                 dy = dy.contiguous()
             dx, dw, db = _launch_bwd(dy, xs, weight, mean, rstd, ctx.is_rms, ctx.weight_offset, need_dw, need_db,
                                      ctx.bias_dtype or torch.float32)
         return (dx,
-                dw.to(weight.dtype) if need_dw else None,  # no-ops but for the no-rows case
-                db.to(ctx.bias_dtype) if need_db else None,
+                dw if need_dw else None,  # already in the parameters' dtypes
+                db if need_db else None,
                 dx.float().sum(0).to(ctx.x_bias_dtype) if need_dxb else None,
                 None, None, None)
 

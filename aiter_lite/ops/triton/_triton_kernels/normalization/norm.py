@@ -111,7 +111,6 @@ def _norm_fwd_kernel(
     EVICT: tl.constexpr,          # cache hint for the in-register tile's loads ("" or "evict_last")
     PREFETCH: tl.constexpr,       # looped: double-buffer the first pass's chunks in registers
     W_FIRST: tl.constexpr,        # in-register tile: load the weight and bias before the row
-    UNROLL: tl.constexpr,         # looped: chunks unrolled per loop step (more loads in flight)
     N_STATIC: tl.constexpr,       # looped: n_cols as a compile-time value (0: a runtime loop)
     LOOPED: tl.constexpr,         # row wider than BLOCK_N: one row per program, two passes
     BLOCK_M: tl.constexpr,
@@ -180,7 +179,7 @@ def _norm_fwd_kernel(
                 if HAS_RESIDUAL:
                     r_n = tl.load(r_row + tl.arange(0, BLOCK_N), mask=tl.arange(0, BLOCK_N) < n_cols, other=0.0,
                                   eviction_policy="evict_last")
-            for start in tl.range(0, n_cols, BLOCK_N, loop_unroll_factor=UNROLL):
+            for start in tl.range(0, n_cols, BLOCK_N):
                 cols = start + tl.arange(0, BLOCK_N)
                 col_mask = cols < n_cols
                 if PREFETCH:
@@ -215,7 +214,7 @@ def _norm_fwd_kernel(
                 _normalize_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, y_row, cols, cols < N_STATIC, mean, rstd,
                                  weight_offset, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS)
         else:
-            for start in tl.range(0, n_cols, BLOCK_N, loop_unroll_factor=UNROLL):
+            for start in tl.range(0, n_cols, BLOCK_N):
                 cols = start + tl.arange(0, BLOCK_N)
                 _normalize_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, y_row, cols, cols < n_cols, mean, rstd,
                                  weight_offset, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS)

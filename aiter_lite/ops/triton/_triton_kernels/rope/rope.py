@@ -21,8 +21,7 @@ def _pair_cols(j, HALF: tl.constexpr, IS_NEOX: tl.constexpr):
 
 
 @triton.jit
-def _table(t_ptr, row_off, stride_f, j, mask, HALF: tl.constexpr, IS_NEOX: tl.constexpr, REUSE: tl.constexpr,
-           IS_FREQS: tl.constexpr):
+def _table(t_ptr, row_off, stride_f, j, mask, HALF: tl.constexpr, IS_NEOX: tl.constexpr, REUSE: tl.constexpr):
     """(cos, sin) for both members of each pair, fp32, from the token rows at ``row_off``."""
     if REUSE:
         c1 = tl.load(t_ptr + row_off + j * stride_f, mask=mask, other=0.0).to(tl.float32)
@@ -122,11 +121,11 @@ def _rope_kernel(
         tmask = valid[:, None] & j_mask[None, :]
         row_off = (prow * srow)[:, None]
         if IS_FREQS:
-            a1, a2 = _table(t_ptr, row_off, sf, j[None, :], tmask, HALF, IS_NEOX, REUSE, IS_FREQS)
+            a1, a2 = _table(t_ptr, row_off, sf, j[None, :], tmask, HALF, IS_NEOX, REUSE)
             c1, c2, s1, s2 = tl.cos(a1), tl.cos(a2), tl.sin(a1), tl.sin(a2)
         else:
-            c1, c2 = _table(t_ptr, row_off, sf, j[None, :], tmask, HALF, IS_NEOX, REUSE, IS_FREQS)
-            s1, s2 = _table(s_ptr, row_off, sf, j[None, :], tmask, HALF, IS_NEOX, REUSE, IS_FREQS)
+            c1, c2 = _table(t_ptr, row_off, sf, j[None, :], tmask, HALF, IS_NEOX, REUSE)
+            s1, s2 = _table(s_ptr, row_off, sf, j[None, :], tmask, HALF, IS_NEOX, REUSE)
         c1, c2, s1, s2 = c1[:, None, :], c2[:, None, :], s1[:, None, :], s2[:, None, :]
         a, b = _pair_cols(j, HALF, IS_NEOX)
         base = rot_lo + part * 2 * HALF
