@@ -11,6 +11,7 @@ variable and the allowed values; an unset or empty variable takes its default.
 | AITER_<FAMILY>_BACKEND | triton, native, auto | AITER_BACKEND |
 | AITER_ROPE_TRITON_BACKEND | 0, 1 | 0 (1 selects triton for rope) |
 | AITER_ROPE_NATIVE_BACKEND | 0, 1 | 0 (1 selects native for rope) |
+| AITER_ROPE_CHECK_POSITIONS | 0, 1 | 0 (1: RoPE checks positions / offsets / cu_seqlens against the table on the host) |
 
 ``<FAMILY>`` is one of :data:`OP_FAMILIES` in upper case, e.g. AITER_ACTIVATION_BACKEND.
 """
@@ -81,6 +82,13 @@ def rope_backend_flags() -> str | None:
     if native_on:
         return "native"
     return None
+
+
+def rope_check_positions() -> bool:
+    """AITER_ROPE_CHECK_POSITIONS=1: the Triton RoPE ops check GPU positions, offsets and
+    cu_seqlens against the table's rows before launching (a ValueError instead of NaN
+    rows; the check waits for the GPU). Indices on the CPU are always checked."""
+    return _read_flag("AITER_ROPE_CHECK_POSITIONS")
 
 
 def backend(family: str) -> str:

@@ -3,9 +3,13 @@ together, 2-D images), raw angles or cached cos / sin, forward and backward.
 
 x is seen as (outer, inner, heads, d) with four strides: SBHD (s, b, h, d), THD and "2c"
 (t, 1, h, d), 2-D (b, img_height * img_width, h, d). A program takes BLOCK_T tokens
-(flattened outer x inner) and BLOCK_H heads; each token's table row is loaded once and
-shared by its heads. The rotary part is R = 2 * HALF channels (any even R), turned as
-pairs: NEOX (j, j + HALF), GPTJ (2j, 2j + 1).
+(flattened outer x inner) and BLOCK_H heads of one tensor; the grid's second axis runs
+over the head blocks of x, then of x2 (Q and K in one launch, sharing each token's table
+row). The rotary part is R = 2 * HALF channels (any even R), turned as pairs: NEOX
+(j, j + HALF), GPTJ (2j, 2j + 1).
+
+A token whose table row falls outside the table (a bad position or offset) gets NaN
+tables, so its rotary channels come out NaN: never a read out of bounds.
 """
 
 import triton
@@ -22,29 +26,102 @@ def _pair_cols(j, HALF: tl.constexpr, IS_NEOX: tl.constexpr):
 
 @triton.jit
 def _table(t_ptr, row_off, stride_f, j, mask, HALF: tl.constexpr, IS_NEOX: tl.constexpr, REUSE: tl.constexpr):
-    """(cos, sin) for both members of each pair, fp32, from the token rows at ``row_off``."""
+    """Both members' entries of each pair, fp32, from the token rows at ``row_off``; NaN where masked."""
     if REUSE:
-        c1 = tl.load(t_ptr + row_off + j * stride_f, mask=mask, other=0.0).to(tl.float32)
+        c1 = tl.load(t_ptr + row_off + j * stride_f, mask=mask, other=float("nan")).to(tl.float32)
         c2 = c1
     else:
         a, b = _pair_cols(j, HALF, IS_NEOX)
-        c1 = tl.load(t_ptr + row_off + a * stride_f, mask=mask, other=0.0).to(tl.float32)
-        c2 = tl.load(t_ptr + row_off + b * stride_f, mask=mask, other=0.0).to(tl.float32)
+        c1 = tl.load(t_ptr + row_off + a * stride_f, mask=mask, other=float("nan")).to(tl.float32)
+        c2 = tl.load(t_ptr + row_off + b * stride_f, mask=mask, other=float("nan")).to(tl.float32)
     return c1, c2
 
 
 @triton.jit
+def _tables(cos_ptr, sin_ptr, row, n_rows, stride_r, stride_f, valid,
+            HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, IS_NEOX: tl.constexpr, REUSE: tl.constexpr,
+            IS_FREQS: tl.constexpr):
+    """(c1, c2, s1, s2), each (BLOCK_T, 1, BLOCK_HALF) fp32, for the tokens' table rows."""
+    j = tl.arange(0, BLOCK_HALF)
+    in_table = valid & (row >= 0) & (row < n_rows)
+    mask = in_table[:, None] & (j < HALF)[None, :]
+    row_off = (row * stride_r)[:, None]
+    if IS_FREQS:
+        a1, a2 = _table(cos_ptr, row_off, stride_f, j[None, :], mask, HALF, IS_NEOX, REUSE)
+        c1, c2, s1, s2 = tl.cos(a1), tl.cos(a2), tl.sin(a1), tl.sin(a2)
+    else:
+        c1, c2 = _table(cos_ptr, row_off, stride_f, j[None, :], mask, HALF, IS_NEOX, REUSE)
+        s1, s2 = _table(sin_ptr, row_off, stride_f, j[None, :], mask, HALF, IS_NEOX, REUSE)
+    return c1[:, None, :], c2[:, None, :], s1[:, None, :], s2[:, None, :]
+
+
+@triton.jit
+def _turn(x_ptr, out_ptr, sxd, syd, xh, yh, m3, rot3, base, c1, c2, s1, s2,
+          HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, IS_NEOX: tl.constexpr, BACKWARD: tl.constexpr):
+    """One rotary part (channels base .. base + 2 * HALF) of a (tokens, heads) block."""
+    a, b = _pair_cols(tl.arange(0, BLOCK_HALF), HALF, IS_NEOX)
+    x1 = tl.load(xh[:, :, None] + (base + a)[None, None, :] * sxd, mask=m3, other=0.0).to(tl.float32)
+    x2 = tl.load(xh[:, :, None] + (base + b)[None, None, :] * sxd, mask=m3, other=0.0).to(tl.float32)
+    if BACKWARD:  # the transpose of the forward
+        o1 = x1 * c1 + x2 * s2
+        o2 = x2 * c2 - x1 * s1
+    else:
+        o1 = x1 * c1 - x2 * s1
+        o2 = x2 * c2 + x1 * s2
+    # tokens outside every sequence (varlen) pass through unrotated
+    o1 = tl.where(rot3, o1, x1)
+    o2 = tl.where(rot3, o2, x2)
+    tl.store(yh[:, :, None] + (base + a)[None, None, :] * syd, o1.to(out_ptr.dtype.element_ty), mask=m3)
+    tl.store(yh[:, :, None] + (base + b)[None, None, :] * syd, o2.to(out_ptr.dtype.element_ty), mask=m3)
+
+
+@triton.jit
+def _rotate_heads(x_ptr, out_ptr, sxo, sxi, sxh, sxd, syo, syi, syh, syd,
+                  hblock, n_heads, head_dim, o_idx, i_idx, t_mask, valid,
+                  c1, c2, s1, s2, w1, w2, v1, v2,
+                  N_PARTS: tl.constexpr, IS_NEOX: tl.constexpr, BACKWARD: tl.constexpr, NOPE_FIRST: tl.constexpr,
+                  COPY_REST: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr,
+                  BLOCK_REST: tl.constexpr, BLOCK_H: tl.constexpr):
+    """Rotate one (tokens, BLOCK_H heads) block of x into out; (w, v) are the 2-D width tables."""
+    heads = hblock * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_mask = heads < n_heads
+    xh = (x_ptr + o_idx * sxo + i_idx * sxi)[:, None] + heads[None, :] * sxh  # (BLOCK_T, BLOCK_H)
+    yh = (out_ptr + o_idx * syo + i_idx * syi)[:, None] + heads[None, :] * syh
+    th_mask = t_mask[:, None] & h_mask[None, :]
+    j_mask = tl.arange(0, BLOCK_HALF) < HALF
+    m3 = th_mask[:, :, None] & j_mask[None, None, :]
+    rot3 = valid[:, None, None] & m3
+    rot_width = N_PARTS * 2 * HALF
+    rot_lo = head_dim - rot_width if NOPE_FIRST else 0
+    _turn(x_ptr, out_ptr, sxd, syd, xh, yh, m3, rot3, rot_lo, c1, c2, s1, s2, HALF, BLOCK_HALF, IS_NEOX, BACKWARD)
+    if N_PARTS == 2:
+        _turn(x_ptr, out_ptr, sxd, syd, xh, yh, m3, rot3, rot_lo + 2 * HALF, w1, w2, v1, v2,
+              HALF, BLOCK_HALF, IS_NEOX, BACKWARD)
+    if COPY_REST:
+        k = tl.arange(0, BLOCK_REST)
+        rest_lo = 0 if NOPE_FIRST else rot_width
+        mr = th_mask[:, :, None] & (k < head_dim - rot_width)[None, None, :]
+        v = tl.load(xh[:, :, None] + (rest_lo + k)[None, None, :] * sxd, mask=mr)
+        tl.store(yh[:, :, None] + (rest_lo + k)[None, None, :] * syd, v.to(out_ptr.dtype.element_ty), mask=mr)
+
+
+@triton.jit(do_not_specialize=["n_tokens", "n_rows", "n_rows2", "n_seqs", "search_steps"])
 def _rope_kernel(
-    x_ptr, out_ptr,
+    x_ptr, out_ptr,               # first tensor (Q), viewed (outer, inner, heads, d)
+    x2_ptr, out2_ptr,             # second tensor (K): same tokens, its own heads and strides
     cos_ptr, sin_ptr,             # (rows, F) cached tables, or angles in cos_ptr (IS_FREQS)
     cos2_ptr, sin2_ptr,           # 2-D: the width tables
     pos_ptr, off_ptr,             # ROW_MODE 1: (outer, inner) positions (+ offsets)
     cu_ptr,                       # ROW_MODE 2: (n_seqs + 1,) cumulative sequence lengths
     stride_x_o, stride_x_i, stride_x_h, stride_x_d,
     stride_y_o, stride_y_i, stride_y_h, stride_y_d,
+    stride_x2_o, stride_x2_i, stride_x2_h, stride_x2_d,
+    stride_y2_o, stride_y2_i, stride_y2_h, stride_y2_d,
     stride_t_r, stride_t_f, stride_t2_r, stride_t2_f,
     stride_p_o, stride_p_i,
-    n_inner, n_tokens, n_heads,
+    n_inner, n_tokens,
+    n_heads, n_heads2,            # heads of x and x2 (0: no second tensor)
+    n_rows, n_rows2,              # table rows: a row outside [0, n_rows) gives NaN
     n_seqs, search_steps,         # ROW_MODE 2: binary-search steps over cu_seqlens
     img_width,                    # ROW_MODE 3
     head_dim,
@@ -71,16 +148,11 @@ def _rope_kernel(
     t_mask = tok < n_tokens
     o_idx = tok // n_inner
     i_idx = tok % n_inner
-    heads = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-    h_mask = heads < n_heads
-    j = tl.arange(0, BLOCK_HALF)
-    j_mask = j < HALF
-    n_parts: tl.constexpr = 2 if ROW_MODE == 3 else 1
-    rot_width = n_parts * 2 * HALF
-    rot_lo = head_dim - rot_width if NOPE_FIRST else 0
+    N_PARTS: tl.constexpr = 2 if ROW_MODE == 3 else 1
 
     # the table row of every token
     valid = t_mask
+    row2 = i_idx
     if ROW_MODE == 0:
         row = o_idx
     elif ROW_MODE == 1:
@@ -105,52 +177,21 @@ def _rope_kernel(
         row = i_idx // img_width
         row2 = i_idx % img_width
 
-    x_tok = x_ptr + o_idx * stride_x_o + i_idx * stride_x_i
-    y_tok = out_ptr + o_idx * stride_y_o + i_idx * stride_y_i
-    xh = x_tok[:, None] + heads[None, :] * stride_x_h  # (BLOCK_T, BLOCK_H)
-    yh = y_tok[:, None] + heads[None, :] * stride_y_h
-    th_mask = t_mask[:, None] & h_mask[None, :]
-    m3 = th_mask[:, :, None] & j_mask[None, None, :]
-    rot3 = valid[:, None, None] & h_mask[None, :, None] & j_mask[None, None, :]
+    c1, c2, s1, s2 = _tables(cos_ptr, sin_ptr, row, n_rows, stride_t_r, stride_t_f, valid,
+                             HALF, BLOCK_HALF, IS_NEOX, REUSE, IS_FREQS)
+    w1, w2, v1, v2 = c1, c2, s1, s2
+    if N_PARTS == 2:
+        w1, w2, v1, v2 = _tables(cos2_ptr, sin2_ptr, row2, n_rows2, stride_t2_r, stride_t2_f, valid,
+                                 HALF, BLOCK_HALF, IS_NEOX, REUSE, IS_FREQS)
 
-    for part in tl.static_range(n_parts):
-        if part == 0:
-            t_ptr, s_ptr, srow, sf, prow = cos_ptr, sin_ptr, stride_t_r, stride_t_f, row
-        else:
-            t_ptr, s_ptr, srow, sf, prow = cos2_ptr, sin2_ptr, stride_t2_r, stride_t2_f, row2
-        tmask = valid[:, None] & j_mask[None, :]
-        row_off = (prow * srow)[:, None]
-        if IS_FREQS:
-            a1, a2 = _table(t_ptr, row_off, sf, j[None, :], tmask, HALF, IS_NEOX, REUSE)
-            c1, c2, s1, s2 = tl.cos(a1), tl.cos(a2), tl.sin(a1), tl.sin(a2)
-        else:
-            c1, c2 = _table(t_ptr, row_off, sf, j[None, :], tmask, HALF, IS_NEOX, REUSE)
-            s1, s2 = _table(s_ptr, row_off, sf, j[None, :], tmask, HALF, IS_NEOX, REUSE)
-        c1, c2, s1, s2 = c1[:, None, :], c2[:, None, :], s1[:, None, :], s2[:, None, :]
-        a, b = _pair_cols(j, HALF, IS_NEOX)
-        base = rot_lo + part * 2 * HALF
-        xa = xh[:, :, None] + (base + a)[None, None, :] * stride_x_d
-        xb = xh[:, :, None] + (base + b)[None, None, :] * stride_x_d
-        x1 = tl.load(xa, mask=m3, other=0.0).to(tl.float32)
-        x2 = tl.load(xb, mask=m3, other=0.0).to(tl.float32)
-        if BACKWARD:
-            o1 = x1 * c1 + x2 * s2
-            o2 = x2 * c2 - x1 * s1
-        else:
-            o1 = x1 * c1 - x2 * s1
-            o2 = x2 * c2 + x1 * s2
-        # tokens outside every sequence (varlen) pass through unrotated
-        o1 = tl.where(rot3, o1, x1)
-        o2 = tl.where(rot3, o2, x2)
-        ya = yh[:, :, None] + (base + a)[None, None, :] * stride_y_d
-        yb = yh[:, :, None] + (base + b)[None, None, :] * stride_y_d
-        tl.store(ya, o1.to(out_ptr.dtype.element_ty), mask=m3)
-        tl.store(yb, o2.to(out_ptr.dtype.element_ty), mask=m3)
-
-    if COPY_REST:
-        k = tl.arange(0, BLOCK_REST)
-        rest_lo = 0 if NOPE_FIRST else rot_width
-        k_mask = k < head_dim - rot_width
-        mr = th_mask[:, :, None] & k_mask[None, None, :]
-        v = tl.load(xh[:, :, None] + (rest_lo + k)[None, None, :] * stride_x_d, mask=mr)
-        tl.store(yh[:, :, None] + (rest_lo + k)[None, None, :] * stride_y_d, v.to(out_ptr.dtype.element_ty), mask=mr)
+    n_blocks = tl.cdiv(n_heads, BLOCK_H)
+    if pid_h < n_blocks:
+        _rotate_heads(x_ptr, out_ptr, stride_x_o, stride_x_i, stride_x_h, stride_x_d,
+                      stride_y_o, stride_y_i, stride_y_h, stride_y_d, pid_h, n_heads, head_dim,
+                      o_idx, i_idx, t_mask, valid, c1, c2, s1, s2, w1, w2, v1, v2,
+                      N_PARTS, IS_NEOX, BACKWARD, NOPE_FIRST, COPY_REST, HALF, BLOCK_HALF, BLOCK_REST, BLOCK_H)
+    else:
+        _rotate_heads(x2_ptr, out2_ptr, stride_x2_o, stride_x2_i, stride_x2_h, stride_x2_d,
+                      stride_y2_o, stride_y2_i, stride_y2_h, stride_y2_d, pid_h - n_blocks, n_heads2, head_dim,
+                      o_idx, i_idx, t_mask, valid, c1, c2, s1, s2, w1, w2, v1, v2,
+                      N_PARTS, IS_NEOX, BACKWARD, NOPE_FIRST, COPY_REST, HALF, BLOCK_HALF, BLOCK_REST, BLOCK_H)

@@ -1,0 +1,655 @@
+"""Rotary position embedding on the Triton backend, with aiter's names and argument orders.
+
+Every name is a short call into :func:`_rope` (checks, views, launch config) and one
+kernel, ``_rope_kernel``. Semantics are those of ``aiter_lite.ops.native.rope``:
+
+* the rotary part is ``R = F * (2 if reuse_freqs_front_part else 1)`` channels for a
+  table ``F`` wide (any even ``R`` up to the head dim), ``x[..., :R]`` or, with
+  ``nope_first``, ``x[..., d - R:]``; the other channels are copied (out of place) or
+  left untouched (in place);
+* forward ``y = x * cos + rotate(x) * sin`` (NEOX halves or GPTJ pairs), backward its
+  exact transpose; math in fp32 from the tables' own precision, one rounding to the
+  output dtype;
+* ``transpose_output`` (SBHD and 2-D, out of place): the (s, b, ...) result is laid out
+  in (b, s, ...) memory, so ``out.transpose(0, 1)`` is contiguous;
+* token counts, sequence lengths and batch are runtime values: one build per layout,
+  dtype and head geometry, not per shape.
+
+Positions, offsets and sequence lengths are indices into the tables. A token whose row
+falls outside the table gets NaN in its rotary channels (the kernel never reads out of
+bounds); with the indices on the CPU, or with ``AITER_ROPE_CHECK_POSITIONS=1``, the
+wrapper checks them first and raises ``ValueError`` (the check waits for the GPU).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from aiter_lite import envs
+from aiter_lite.ops.native.rope import rope as _native
+from aiter_lite.ops.native.rope.rope import RotateStyle, rotary_width
+from aiter_lite.ops.triton._triton_kernels.rope.rope import _rope_kernel
+from aiter_lite.utils.checks import check_float_tensor, check_same_device, check_triton_device
+from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.launch import cdiv, next_power_of_2, num_sms
+from aiter_lite.utils.logger import debug_on, log_call
+
+__all__ = [
+    "RotateStyle", "RoPE", "RoPETHD", "RoPECached", "RoPE2D", "RopeLaunchConfig", "rope_launch_config",
+    "rope_fwd", "rope_fwd_inplace", "rope_bwd",
+    "rope_thd_fwd", "rope_thd_fwd_inplace", "rope_thd_bwd",
+    "rope_cached_fwd", "rope_cached_fwd_inplace", "rope_cached_bwd",
+    "rope_cached_positions_fwd", "rope_cached_positions_fwd_inplace", "rope_cached_positions_bwd",
+    "rope_cached_positions_offsets_fwd", "rope_cached_positions_offsets_fwd_inplace",
+    "rope_cached_positions_offsets_bwd",
+    "rope_cached_thd_positions_2c_fwd", "rope_cached_thd_positions_2c_fwd_inplace",
+    "rope_cached_thd_positions_2c_bwd",
+    "rope_cached_thd_positions_offsets_2c_fwd", "rope_cached_thd_positions_offsets_2c_fwd_inplace",
+    "rope_cached_thd_positions_offsets_2c_bwd",
+    "rope_fwd_2d", "rope_fwd_2d_inplace", "rope_bwd_2d",
+]
+
+ROW_OUTER, ROW_POSITIONS, ROW_VARLEN, ROW_2D = 0, 1, 2, 3
+
+
+# ---------------------------------------------------------------------------
+# launch configuration
+
+
+@dataclass(frozen=True)
+class RopeLaunchConfig:
+    BLOCK_T: int  # tokens per program
+    BLOCK_H: int  # heads per program (of one tensor)
+    num_warps: int
+
+
+_TILE = 4096  # elements a program moves (x read and out written: 8 KB each in bf16)
+_DECODE_TOKENS = 64
+
+
+def _sms(device: torch.device | None) -> int:
+    return num_sms(device) if device is not None and device.type == "cuda" else 4
+
+
+@functools.lru_cache(maxsize=1024)
+def rope_launch_config(n_tokens: int, n_heads: int, n_heads2: int, head_dim: int,
+                       device: torch.device | None = None) -> RopeLaunchConfig:
+    """Tokens and heads per program for ``n_tokens`` tokens of ``n_heads`` (and, Q and K
+    together, ``n_heads2``) heads ``head_dim`` wide.
+
+    Head blocks are the largest power of 2 that divides into the smaller head count's
+    power of 2 (no half-empty K block next to full Q blocks); tokens fill the rest of a
+    ``_TILE``-element program, halved until the grid has two programs per SM.
+    """
+    block_d = next_power_of_2(head_dim)
+    heads = min(h for h in (n_heads, n_heads2) if h > 0) if n_heads or n_heads2 else 1
+    block_h = min(next_power_of_2(heads), max(1, _TILE // block_d), 16)
+    block_t = min(max(1, _TILE // (block_h * block_d)), next_power_of_2(max(n_tokens, 1)))
+    head_blocks = cdiv(n_heads, block_h) + cdiv(n_heads2, block_h)
+    want = 2 * _sms(device)
+    while block_t > 1 and cdiv(n_tokens, block_t) * head_blocks < want:
+        block_t //= 2
+    warps = 4 if block_t * block_h * block_d >= 2048 else 2 if n_tokens > _DECODE_TOKENS else 4
+    return RopeLaunchConfig(block_t, block_h, warps)
+
+
+# ---------------------------------------------------------------------------
+# argument checks
+
+
+def _check_style(op: str, rotate_style) -> int:
+    if isinstance(rotate_style, bool) or rotate_style not in (RotateStyle.NEOX, RotateStyle.GPTJ):
+        raise ValueError(f"{op}: rotate_style must be RotateStyle.NEOX (0) or RotateStyle.GPTJ (1), "
+                         f"got {rotate_style!r}")
+    return int(rotate_style)
+
+
+def _check_flag(op: str, name: str, value) -> bool:
+    if not isinstance(value, (bool, int)) or value not in (0, 1):
+        raise TypeError(f"{op}: {name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+def _check_x(op: str, name: str, x, rank: int, layout: str) -> None:
+    check_float_tensor(op, name, x)
+    if x.dim() != rank:
+        raise ValueError(f"{op}: {name} must be {rank}-D {layout}, got shape {tuple(x.shape)}")
+    check_triton_device(op, name, x)
+
+
+@dataclass(frozen=True)
+class _Table:
+    """A (rows, F) view of a table: the caller's tensors, their row and column strides."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    rows: int
+    width: int
+    stride_r: int
+    stride_f: int
+
+
+def _table(op: str, names: tuple[str, str], cos, sin, x: torch.Tensor) -> _Table:
+    """cos / sin laid out (rows, 1, 1, F), (1, rows, 1, F) or (rows, F): unit dims besides rows
+    and F are ignored. ``sin`` is None for raw angles (``cos`` holds them)."""
+    tensors = [(names[0], cos)] + ([] if sin is None else [(names[1], sin)])
+    for name, t in tensors:
+        check_float_tensor(op, name, t)
+        check_same_device(op, name, t, "x", x)
+        if t.dim() < 1 or sum(n != 1 for n in t.shape[:-1]) > 1:
+            raise ValueError(f"{op}: {name} must be (rows, F) with any unit dims between, got shape "
+                             f"{tuple(t.shape)}")
+    if sin is not None and tuple(sin.shape) != tuple(cos.shape):
+        raise ValueError(f"{op}: {names[1]} must have {names[0]}'s shape {tuple(cos.shape)}, got {tuple(sin.shape)}")
+    if sin is not None and sin.stride() != cos.stride():  # the kernel reads both with one pair of strides
+        cos, sin = cos.contiguous(), sin.contiguous()
+    lead = [i for i, n in enumerate(cos.shape[:-1]) if n != 1]
+    rows = cos.shape[lead[0]] if lead else 1
+    stride_r = cos.stride(lead[0]) if lead else 0
+    return _Table(cos, sin, rows, cos.shape[-1], stride_r, cos.stride(-1))
+
+
+def _check_indices(op: str, name: str, t, shape: tuple, x: torch.Tensor) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{op}: {name} must be int32 or int64, got {t.dtype}")
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{op}: {name} must have shape {shape} for x of shape {tuple(x.shape)}, "
+                         f"got {tuple(t.shape)}")
+    check_same_device(op, name, t, "x", x)
+
+
+def _host_check_wanted(*tensors) -> bool:
+    """Indices are checked on the host when they are there already, or when asked to."""
+    return any(t.device.type == "cpu" for t in tensors) or envs.rope_check_positions()
+
+
+def _check_rows(op: str, index: torch.Tensor, what: str, n_rows: int, table: str) -> None:
+    if index.numel() == 0:
+        return
+    lo, hi = int(index.min()), int(index.max())
+    if lo < 0 or hi >= n_rows:
+        raise ValueError(f"{op}: {what} must lie in [0, {n_rows}) ({table} has {n_rows} rows), "
+                         f"got values from {lo} to {hi}")
+
+
+def _check_transpose(op: str, transpose_output, allowed: bool) -> bool:
+    transpose_output = _check_flag(op, "transpose_output", transpose_output)
+    if transpose_output and not allowed:
+        raise ValueError(f"{op}: transpose_output=True needs an out-of-place op with (s, b) leading dims; "
+                         f"this op writes in place or has no batch dim")
+    return transpose_output
+
+
+# ---------------------------------------------------------------------------
+# launches
+
+
+def _max_offset(t: torch.Tensor | None) -> int:
+    return 0 if t is None else sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()) if n > 0) + 1
+
+
+def _as4(t: torch.Tensor | None) -> torch.Tensor | None:
+    """(t, h, d) as (t, 1, h, d); 4-D tensors as they are."""
+    return t if t is None or t.dim() == 4 else t.unsqueeze(1)
+
+
+def _run(x: torch.Tensor, out: torch.Tensor, x2: torch.Tensor | None, out2: torch.Tensor | None,
+         cos: torch.Tensor, sin: torch.Tensor | None, cos2: torch.Tensor | None, sin2: torch.Tensor | None,
+         pos: torch.Tensor | None, off: torch.Tensor | None, cu: torch.Tensor | None,
+         geometry: list[int], flags: list[bool]) -> None:
+    """One kernel launch over canonical (outer, inner, heads, d) views.
+
+    geometry: row_mode, half, n_rows, n_rows2, stride_r, stride_f, stride_r2, stride_f2, img_width, parts.
+    flags: is_freqs, is_neox, reuse, backward, nope_first.
+    """
+    row_mode, half, n_rows, n_rows2, stride_r, stride_f, stride_r2, stride_f2, img_width, parts = geometry
+    is_freqs, is_neox, reuse, backward, nope_first = flags
+    x, out, x2, out2 = _as4(x), _as4(out), _as4(x2), _as4(out2)
+    n_outer, n_inner, n_heads, d = x.shape
+    n_tokens = n_outer * n_inner
+    n_heads2 = 0 if x2 is None else x2.shape[2]
+    if n_tokens == 0 or n_heads + n_heads2 == 0:
+        return
+    if x2 is None:
+        x2, out2 = x, out
+    cfg = rope_launch_config(n_tokens, n_heads, n_heads2, d, x.device)
+    rest = d - parts * 2 * half
+    pos2 = None if pos is None else pos if pos.dim() == 2 else pos.unsqueeze(1)
+    off2 = None if off is None else off if off.dim() == 2 else off.unsqueeze(1)
+    pos_strides = pos2.stride() if pos2 is not None else (0, 0)
+    if off2 is not None and off2.stride() != pos2.stride():  # read with the positions' strides
+        pos2, off2 = pos2.contiguous(), off2.contiguous()
+        pos_strides = pos2.stride()
+    n_seqs = 0 if cu is None else cu.numel() - 1
+    int64 = max(_max_offset(t) for t in (x, out, x2, out2)) >= 2**31 or max(
+        n_rows * abs(stride_r), n_rows2 * abs(stride_r2)) >= 2**31
+    grid = (cdiv(n_tokens, cfg.BLOCK_T), cdiv(n_heads, cfg.BLOCK_H) + cdiv(n_heads2, cfg.BLOCK_H))
+    _rope_kernel[grid](
+        x, out, x2, out2, cos, cos if sin is None else sin,
+        cos if cos2 is None else cos2, cos if sin2 is None else sin2, pos2, off2, cu,
+        *x.stride(), *out.stride(), *x2.stride(), *out2.stride(),
+        stride_r, stride_f, stride_r2, stride_f2, *pos_strides,
+        n_inner, n_tokens, n_heads, n_heads2, n_rows, n_rows2, n_seqs, max(1, n_seqs.bit_length()), img_width, d,
+        ROW_MODE=row_mode, HAS_OFFSETS=off is not None, IS_FREQS=is_freqs, IS_NEOX=is_neox, REUSE=reuse,
+        BACKWARD=backward, NOPE_FIRST=nope_first, COPY_REST=out.data_ptr() != x.data_ptr() and rest > 0,
+        HALF=half, BLOCK_HALF=next_power_of_2(half), BLOCK_REST=next_power_of_2(max(rest, 1)),
+        BLOCK_T=cfg.BLOCK_T, BLOCK_H=cfg.BLOCK_H, INT64=int64, num_warps=cfg.num_warps,
+    )
+
+
+@launch_op("rope", mutates_args=("out", "out2"))
+def _launch(x: torch.Tensor, out: torch.Tensor, x2: torch.Tensor | None, out2: torch.Tensor | None,
+            cos: torch.Tensor, sin: torch.Tensor | None, cos2: torch.Tensor | None, sin2: torch.Tensor | None,
+            pos: torch.Tensor | None, off: torch.Tensor | None, cu: torch.Tensor | None,
+            geometry: list[int], flags: list[bool]) -> None:
+    _run(x, out, x2, out2, cos, sin, cos2, sin2, pos, off, cu, geometry, flags)
+
+
+@launch_op("rope_inplace", mutates_args=("x", "x2"))
+def _launch_inplace(x: torch.Tensor, x2: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor | None,
+                    cos2: torch.Tensor | None, sin2: torch.Tensor | None, pos: torch.Tensor | None,
+                    off: torch.Tensor | None, cu: torch.Tensor | None, geometry: list[int],
+                    flags: list[bool]) -> None:
+    _run(x, x, x2, x2, cos, sin, cos2, sin2, pos, off, cu, geometry, flags)
+
+
+def _new_out(x: torch.Tensor, transpose_output: bool) -> torch.Tensor:
+    if not transpose_output:
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return torch.empty((x.shape[1], x.shape[0], *x.shape[2:]), dtype=x.dtype, device=x.device).transpose(0, 1)
+
+
+def _rope(op: str, x, tab: _Table, rotate_style, reuse, nope_first, *, row_mode: int, is_freqs: bool = False,
+          backward: bool = False, inplace: bool = False, transpose_output: bool = False, x2=None,
+          pos=None, off=None, cu=None, tab2: _Table | None = None, img_width: int = 1):
+    """Checked flags and widths, then one launch; returns out (and out2)."""
+    style = _check_style(op, rotate_style)
+    reuse = _check_flag(op, "reuse_freqs_front_part", reuse)
+    nope_first = _check_flag(op, "nope_first", nope_first)
+    d = x.shape[-1]
+    parts = 2 if tab2 is not None else 1
+    r = rotary_width(op, d, tab.width, reuse)
+    if parts * r > d:
+        raise ValueError(f"{op}: two rotary parts of {r} channels (height and width) do not fit the head dim {d}")
+    if x2 is not None and x2.shape[-1] != d:
+        raise ValueError(f"{op}: y must have x's head dim {d}, got shape {tuple(x2.shape)}")
+    if x2 is not None and x2.dtype != x.dtype:
+        raise TypeError(f"{op}: y must have x's dtype {x.dtype}, got {x2.dtype}")
+    if debug_on():
+        log_call(op, x=x, y=x2, cos=tab.cos, sin=tab.sin, positions=pos, offsets=off, cu_seqlens=cu,
+                 rotate_style=style, reuse_freqs_front_part=reuse, nope_first=nope_first,
+                 transpose_output=transpose_output)
+    t2 = tab2 or tab
+    geometry = [row_mode, r // 2, tab.rows, t2.rows, tab.stride_r, tab.stride_f, t2.stride_r, t2.stride_f,
+                img_width, parts]
+    flags = [is_freqs, style == RotateStyle.NEOX, reuse, backward, nope_first]
+    tables = (tab.cos, tab.sin, None if tab2 is None else tab2.cos, None if tab2 is None else tab2.sin)
+    if inplace:
+        _launch_inplace(x, x2, *tables, pos, off, cu, geometry, flags)
+        return x if x2 is None else (x, x2)
+    out = _new_out(x, transpose_output)
+    out2 = None if x2 is None else torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
+    _launch(x, out, x2, out2, *tables, pos, off, cu, geometry, flags)
+    return out if x2 is None else (out, out2)
+
+
+# ---------------------------------------------------------------------------
+# SBHD, raw angles: x (s, b, h, d), freqs (>= s, 1, 1, F); token (i, b) uses row i.
+
+
+def _sbhd_freqs(op, x, freqs, rotate_style, reuse, nope_first, transpose_output, *, inplace=False, backward=False):
+    _check_x(op, "x", x, 4, "(s, b, h, d)")
+    tab = _table(op, ("freqs", None), freqs, None, x)
+    if tab.rows < x.shape[0]:
+        raise ValueError(f"{op}: freqs has {tab.rows} rows, fewer than x's sequence length {x.shape[0]}")
+    transpose_output = _check_transpose(op, transpose_output, not inplace)
+    return _rope(op, x, tab, rotate_style, reuse, nope_first, row_mode=ROW_OUTER, is_freqs=True,
+                 backward=backward, inplace=inplace, transpose_output=transpose_output)
+
+
+def rope_fwd(x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
+    return _sbhd_freqs("rope_fwd", x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output)
+
+
+def rope_fwd_inplace(x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
+    return _sbhd_freqs("rope_fwd_inplace", x, freqs, rotate_style, reuse_freqs_front_part, nope_first,
+                       transpose_output, inplace=True)
+
+
+def rope_bwd(x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
+    return _sbhd_freqs("rope_bwd", x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output,
+                       backward=True)
+
+
+# ---------------------------------------------------------------------------
+# THD varlen, raw angles: x (t, h, d), cu_seqlens (B + 1,); a token uses the row of its
+# position inside its sequence; tokens past cu_seqlens[-1] pass through unrotated.
+
+
+def _thd(op, x, cu_seqlens, freqs, rotate_style, reuse, nope_first, transpose_output, *, inplace=False,
+         backward=False):
+    _check_x(op, "x", x, 3, "(t, h, d)")
+    if not isinstance(cu_seqlens, torch.Tensor):
+        raise TypeError(f"{op}: cu_seqlens must be a torch.Tensor, got {type(cu_seqlens).__name__}")
+    if cu_seqlens.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{op}: cu_seqlens must be int32 or int64, got {cu_seqlens.dtype}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1:
+        raise ValueError(f"{op}: cu_seqlens must be 1-D (batch + 1,), got shape {tuple(cu_seqlens.shape)}")
+    check_same_device(op, "cu_seqlens", cu_seqlens, "x", x)
+    tab = _table(op, ("freqs", None), freqs, None, x)
+    _check_transpose(op, transpose_output, False)
+    if _host_check_wanted(cu_seqlens):
+        cu = cu_seqlens.long()
+        lens = cu.diff()
+        if int(cu[0]) < 0 or (lens.numel() and int(lens.min()) < 0) or int(cu[-1]) > x.shape[0]:
+            raise ValueError(f"{op}: cu_seqlens must start at 0 or more, never decrease and end at most at "
+                             f"x's {x.shape[0]} tokens, got {cu.tolist()}")
+        if lens.numel() and int(lens.max()) > tab.rows:
+            raise ValueError(f"{op}: the longest sequence has {int(lens.max())} tokens, more than freqs' "
+                             f"{tab.rows} rows")
+    return _rope(op, x, tab, rotate_style, reuse, nope_first, row_mode=ROW_VARLEN, is_freqs=True,
+                 backward=backward, inplace=inplace, cu=cu_seqlens)
+
+
+def rope_thd_fwd(x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
+    return _thd("rope_thd_fwd", x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first,
+                transpose_output)
+
+
+def rope_thd_fwd_inplace(x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first,
+                         transpose_output=False):
+    return _thd("rope_thd_fwd_inplace", x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first,
+                transpose_output, inplace=True)
+
+
+def rope_thd_bwd(x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
+    return _thd("rope_thd_bwd", x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first,
+                transpose_output, backward=True)
+
+
+# ---------------------------------------------------------------------------
+# SBHD, cached cos / sin (rows, 1, 1, F): token (i, b) uses row i, or positions[i, b]
+# (+ offsets[i, b]).
+
+
+def _sbhd_cached(op, x, cos, sin, positions, offsets, rotate_style, reuse, nope_first, transpose_output, *,
+                 inplace=False, backward=False, has_positions=False):
+    _check_x(op, "x", x, 4, "(s, b, h, d)")
+    tab = _table(op, ("cos", "sin"), cos, sin, x)
+    transpose_output = _check_transpose(op, transpose_output, not inplace)
+    if has_positions:
+        _check_indices(op, "positions", positions, tuple(x.shape[:2]), x)
+        if offsets is not None:
+            _check_indices(op, "offsets", offsets, tuple(x.shape[:2]), x)
+        if _host_check_wanted(positions, *([] if offsets is None else [offsets])):
+            rows = positions.long() + (0 if offsets is None else offsets.long())
+            _check_rows(op, rows, "positions" + (" + offsets" if offsets is not None else ""), tab.rows, "cos")
+    elif tab.rows < x.shape[0]:
+        raise ValueError(f"{op}: cos has {tab.rows} rows, fewer than x's sequence length {x.shape[0]}")
+    return _rope(op, x, tab, rotate_style, reuse, nope_first, row_mode=ROW_POSITIONS if has_positions else ROW_OUTER,
+                 backward=backward, inplace=inplace, transpose_output=transpose_output, pos=positions, off=offsets)
+
+
+def rope_cached_fwd(x, cos, sin, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
+    return _sbhd_cached("rope_cached_fwd", x, cos, sin, None, None, rotate_style, reuse_freqs_front_part,
+                        nope_first, transpose_output)
+
+
+def rope_cached_fwd_inplace(x, cos, sin, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
+    return _sbhd_cached("rope_cached_fwd_inplace", x, cos, sin, None, None, rotate_style, reuse_freqs_front_part,
+                        nope_first, transpose_output, inplace=True)
+
+
+def rope_cached_bwd(x, cos, sin, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
+    return _sbhd_cached("rope_cached_bwd", x, cos, sin, None, None, rotate_style, reuse_freqs_front_part,
+                        nope_first, transpose_output, backward=True)
+
+
+def rope_cached_positions_fwd(x, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first,
+                              transpose_output=False):
+    return _sbhd_cached("rope_cached_positions_fwd", x, cos, sin, positions, None, rotate_style,
+                        reuse_freqs_front_part, nope_first, transpose_output, has_positions=True)
+
+
+def rope_cached_positions_fwd_inplace(x, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first,
+                                      transpose_output=False):
+    return _sbhd_cached("rope_cached_positions_fwd_inplace", x, cos, sin, positions, None, rotate_style,
+                        reuse_freqs_front_part, nope_first, transpose_output, inplace=True, has_positions=True)
+
+
+def rope_cached_positions_bwd(x, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first,
+                              transpose_output=False):
+    return _sbhd_cached("rope_cached_positions_bwd", x, cos, sin, positions, None, rotate_style,
+                        reuse_freqs_front_part, nope_first, transpose_output, backward=True, has_positions=True)
+
+
+def rope_cached_positions_offsets_fwd(x, cos, sin, positions, offsets, rotate_style, reuse_freqs_front_part,
+                                      nope_first, transpose_output=False):
+    return _sbhd_cached("rope_cached_positions_offsets_fwd", x, cos, sin, positions, offsets, rotate_style,
+                        reuse_freqs_front_part, nope_first, transpose_output, has_positions=True)
+
+
+def rope_cached_positions_offsets_fwd_inplace(x, cos, sin, positions, offsets, rotate_style,
+                                              reuse_freqs_front_part, nope_first, transpose_output=False):
+    return _sbhd_cached("rope_cached_positions_offsets_fwd_inplace", x, cos, sin, positions, offsets,
+                        rotate_style, reuse_freqs_front_part, nope_first, transpose_output, inplace=True,
+                        has_positions=True)
+
+
+def rope_cached_positions_offsets_bwd(x, cos, sin, positions, offsets, rotate_style, reuse_freqs_front_part,
+                                      nope_first, transpose_output=False):
+    return _sbhd_cached("rope_cached_positions_offsets_bwd", x, cos, sin, positions, offsets, rotate_style,
+                        reuse_freqs_front_part, nope_first, transpose_output, backward=True, has_positions=True)
+
+
+# ---------------------------------------------------------------------------
+# "2c": Q x (t, qh, d) and K y (t, kh, d) in one launch, cached cos / sin (rows, F),
+# token t at row positions[t] (+ offsets[t]). Any head counts (GQA: qh a multiple of kh).
+
+
+def _two(op, x, y, cos, sin, positions, offsets, rotate_style, reuse, nope_first, transpose_output, *,
+         inplace=False, backward=False):
+    _check_x(op, "x", x, 3, "(t, qh, d)")
+    _check_x(op, "y", y, 3, "(t, kh, d)")
+    if y.shape[0] != x.shape[0]:
+        raise ValueError(f"{op}: y must have x's {x.shape[0]} tokens, got shape {tuple(y.shape)}")
+    check_same_device(op, "y", y, "x", x)
+    tab = _table(op, ("cos", "sin"), cos, sin, x)
+    _check_transpose(op, transpose_output, False)
+    _check_indices(op, "positions", positions, (x.shape[0],), x)
+    if offsets is not None:
+        _check_indices(op, "offsets", offsets, (x.shape[0],), x)
+    if _host_check_wanted(positions, *([] if offsets is None else [offsets])):
+        rows = positions.long() + (0 if offsets is None else offsets.long())
+        _check_rows(op, rows, "positions" + (" + offsets" if offsets is not None else ""), tab.rows, "cos")
+    return _rope(op, x, tab, rotate_style, reuse, nope_first, row_mode=ROW_POSITIONS, backward=backward,
+                 inplace=inplace, x2=y, pos=positions, off=offsets)
+
+
+def rope_cached_thd_positions_2c_fwd(x, y, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first,
+                                     transpose_output=False):
+    return _two("rope_cached_thd_positions_2c_fwd", x, y, cos, sin, positions, None, rotate_style,
+                reuse_freqs_front_part, nope_first, transpose_output)
+
+
+def rope_cached_thd_positions_2c_fwd_inplace(x, y, cos, sin, positions, rotate_style, reuse_freqs_front_part,
+                                             nope_first, transpose_output=False):
+    return _two("rope_cached_thd_positions_2c_fwd_inplace", x, y, cos, sin, positions, None, rotate_style,
+                reuse_freqs_front_part, nope_first, transpose_output, inplace=True)
+
+
+def rope_cached_thd_positions_2c_bwd(x, y, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first,
+                                     transpose_output=False):
+    return _two("rope_cached_thd_positions_2c_bwd", x, y, cos, sin, positions, None, rotate_style,
+                reuse_freqs_front_part, nope_first, transpose_output, backward=True)
+
+
+def rope_cached_thd_positions_offsets_2c_fwd(x, y, cos, sin, positions, offsets, rotate_style,
+                                             reuse_freqs_front_part, nope_first, transpose_output=False):
+    return _two("rope_cached_thd_positions_offsets_2c_fwd", x, y, cos, sin, positions, offsets, rotate_style,
+                reuse_freqs_front_part, nope_first, transpose_output)
+
+
+def rope_cached_thd_positions_offsets_2c_fwd_inplace(x, y, cos, sin, positions, offsets, rotate_style,
+                                                     reuse_freqs_front_part, nope_first, transpose_output=False):
+    return _two("rope_cached_thd_positions_offsets_2c_fwd_inplace", x, y, cos, sin, positions, offsets,
+                rotate_style, reuse_freqs_front_part, nope_first, transpose_output, inplace=True)
+
+
+def rope_cached_thd_positions_offsets_2c_bwd(x, y, cos, sin, positions, offsets, rotate_style,
+                                             reuse_freqs_front_part, nope_first, transpose_output=False):
+    return _two("rope_cached_thd_positions_offsets_2c_bwd", x, y, cos, sin, positions, offsets, rotate_style,
+                reuse_freqs_front_part, nope_first, transpose_output, backward=True)
+
+
+# ---------------------------------------------------------------------------
+# 2-D image: x (b, img_height * img_width, h, d), tokens in row-major order; the first
+# rotary part turns by the height table at the token's row, the next by the width table
+# at its column (tables (1, rows, 1, F) or (rows, F)).
+
+
+def _image_size(op: str, name: str, value) -> int:
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        value = int(value.item())
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{op}: {name} must be a positive int, got {value!r}")
+    return value
+
+
+def _2d(op, x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style, reuse, nope_first,
+        transpose_output, *, inplace=False, backward=False):
+    _check_x(op, "x", x, 4, "(b, img_height * img_width, h, d)")
+    img_height, img_width = _image_size(op, "img_height", img_height), _image_size(op, "img_width", img_width)
+    if x.shape[1] != img_height * img_width:
+        raise ValueError(f"{op}: x has {x.shape[1]} tokens per image, expected img_height * img_width = "
+                         f"{img_height} * {img_width} = {img_height * img_width}")
+    tab_h = _table(op, ("cos_h", "sin_h"), cos_h, sin_h, x)
+    tab_w = _table(op, ("cos_w", "sin_w"), cos_w, sin_w, x)
+    if tab_w.width != tab_h.width:
+        raise ValueError(f"{op}: cos_w must be as wide as cos_h ({tab_h.width}), got {tab_w.width}")
+    if tab_h.rows < img_height or tab_w.rows < img_width:
+        raise ValueError(f"{op}: the height table has {tab_h.rows} rows and the width table {tab_w.rows}; "
+                         f"need at least img_height = {img_height} and img_width = {img_width}")
+    transpose_output = _check_transpose(op, transpose_output, not inplace)
+    return _rope(op, x, tab_h, rotate_style, reuse, nope_first, row_mode=ROW_2D, backward=backward,
+                 inplace=inplace, transpose_output=transpose_output, tab2=tab_w, img_width=img_width)
+
+
+def rope_fwd_2d(x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style, reuse_freqs_front_part,
+                nope_first, transpose_output=False):
+    return _2d("rope_fwd_2d", x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style,
+               reuse_freqs_front_part, nope_first, transpose_output)
+
+
+def rope_fwd_2d_inplace(x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style,
+                        reuse_freqs_front_part, nope_first, transpose_output=False):
+    return _2d("rope_fwd_2d_inplace", x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style,
+               reuse_freqs_front_part, nope_first, transpose_output, inplace=True)
+
+
+def rope_bwd_2d(x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style, reuse_freqs_front_part,
+                nope_first, transpose_output=False):
+    return _2d("rope_bwd_2d", x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style,
+               reuse_freqs_front_part, nope_first, transpose_output, backward=True)
+
+
+# ---------------------------------------------------------------------------
+# autograd: aiter's classes and argument orders, a gradient (or None) for every input.
+# dx comes from the *_bwd kernel; table gradients, rarely wanted, from the native
+# reference's autograd.
+
+
+def _table_grads(ctx, native_fwd, x, tables, grad, args):
+    """Gradients of the tables (those that need one) through the native reference."""
+    want = [t for t, need in zip(tables, ctx.needs_input_grad[1:1 + len(tables)]) if need]
+    if not want:
+        return [None] * len(tables)
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_(need) for t, need in zip(tables, ctx.needs_input_grad[1:])]
+        y = native_fwd(x.detach(), *leaves, *args)
+        grads = torch.autograd.grad(y, [t for t in leaves if t.requires_grad], grad)
+    it = iter(grads)
+    return [next(it) if t.requires_grad else None for t in leaves]
+
+
+class RoPE(torch.autograd.Function):
+    """Differentiable ``rope_fwd(x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output)``."""
+
+    @staticmethod
+    def forward(ctx, x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
+        ctx.args = (rotate_style, reuse_freqs_front_part, nope_first)
+        ctx.transpose_output = transpose_output
+        ctx.save_for_backward(x, freqs)
+        return rope_fwd(x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, freqs = ctx.saved_tensors
+        dx = rope_bwd(grad, freqs, *ctx.args, ctx.transpose_output) if ctx.needs_input_grad[0] else None
+        (dfreqs,) = _table_grads(ctx, _native.rope_fwd, x, [freqs], grad, ctx.args)
+        return dx, dfreqs, None, None, None, None
+
+
+class RoPETHD(torch.autograd.Function):
+    """Differentiable ``rope_thd_fwd(x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first)``."""
+
+    @staticmethod
+    def forward(ctx, x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first):
+        ctx.args = (rotate_style, reuse_freqs_front_part, nope_first)
+        ctx.save_for_backward(x, cu_seqlens, freqs)
+        return rope_thd_fwd(x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, cu, freqs = ctx.saved_tensors
+        dx = rope_thd_bwd(grad, cu, freqs, *ctx.args) if ctx.needs_input_grad[0] else None
+        dfreqs = None
+        if ctx.needs_input_grad[2]:
+            with torch.enable_grad():
+                f = freqs.detach().requires_grad_()
+                (dfreqs,) = torch.autograd.grad(_native.rope_thd_fwd(x.detach(), cu, f, *ctx.args), f, grad)
+        return dx, None, dfreqs, None, None, None
+
+
+class RoPECached(torch.autograd.Function):
+    """Differentiable ``rope_cached_fwd(x, cos, sin, rotate_style, reuse_freqs_front_part, nope_first,
+    transpose_output)``."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
+        ctx.args = (rotate_style, reuse_freqs_front_part, nope_first)
+        ctx.transpose_output = transpose_output
+        ctx.save_for_backward(x, cos, sin)
+        return rope_cached_fwd(x, cos, sin, rotate_style, reuse_freqs_front_part, nope_first, transpose_output)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, cos, sin = ctx.saved_tensors
+        dx = rope_cached_bwd(grad, cos, sin, *ctx.args, ctx.transpose_output) if ctx.needs_input_grad[0] else None
+        dcos, dsin = _table_grads(ctx, _native.rope_cached_fwd, x, [cos, sin], grad, ctx.args)
+        return dx, dcos, dsin, None, None, None, None
+
+
+class RoPE2D(torch.autograd.Function):
+    """Differentiable ``rope_fwd_2d(x, cos_height, sin_height, cos_width, sin_width, img_height, img_width,
+    rotate_style, reuse_freqs_front_part, nope_first)``."""
+
+    @staticmethod
+    def forward(ctx, x, cos_height, sin_height, cos_width, sin_width, img_height, img_width, rotate_style,
+                reuse_freqs_front_part, nope_first):
+        ctx.size = (img_height, img_width)
+        ctx.args = (rotate_style, reuse_freqs_front_part, nope_first)
+        ctx.save_for_backward(x, cos_height, sin_height, cos_width, sin_width)
+        return rope_fwd_2d(x, cos_height, sin_height, cos_width, sin_width, img_height, img_width, *ctx.args)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, *tables = ctx.saved_tensors
+        dx = rope_bwd_2d(grad, *tables, *ctx.size, *ctx.args) if ctx.needs_input_grad[0] else None
+        grads = _table_grads(ctx, _native.rope_fwd_2d, x, tables, grad, (*ctx.size, *ctx.args))
+        return (dx, *grads, None, None, None, None, None)
