@@ -3,10 +3,10 @@ together, 2-D images), raw angles or cached cos / sin, forward and backward.
 
 x is seen as (outer, inner, heads, d) with four strides: SBHD (s, b, h, d), THD and "2c"
 (t, 1, h, d), 2-D (b, img_height * img_width, h, d). A program takes BLOCK_T tokens
-(flattened outer x inner) and BLOCK_H heads of one tensor; the grid's second axis runs
-over the head blocks of x, then of x2 (Q and K in one launch, sharing each token's table
-row). The rotary part is R = 2 * HALF channels (any even R), turned as pairs: NEOX
-(j, j + HALF), GPTJ (2j, 2j + 1).
+(flattened outer x inner) and BLOCK_H heads of one tensor; the grid runs over the head
+blocks of x, then of x2 (Q and K in one launch), for each token block in turn. The rotary
+part is R = 2 * HALF channels (any even R), turned as pairs: NEOX (j, j + HALF), GPTJ
+(2j, 2j + 1).
 
 A token whose table row falls outside the table (a bad position or offset) gets NaN
 tables, so its rotary channels come out NaN: never a read out of bounds.
@@ -56,53 +56,127 @@ def _tables(cos_ptr, sin_ptr, row, n_rows, stride_r, stride_f, valid,
 
 
 @triton.jit
-def _turn(x_ptr, out_ptr, sxd, syd, xh, yh, m3, rot3, base, c1, c2, s1, s2,
-          HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, IS_NEOX: tl.constexpr, BACKWARD: tl.constexpr):
-    """One rotary part (channels base .. base + 2 * HALF) of a (tokens, heads) block."""
-    a, b = _pair_cols(tl.arange(0, BLOCK_HALF), HALF, IS_NEOX)
-    x1 = tl.load(xh[:, :, None] + (base + a)[None, None, :] * sxd, mask=m3, other=0.0).to(tl.float32)
-    x2 = tl.load(xh[:, :, None] + (base + b)[None, None, :] * sxd, mask=m3, other=0.0).to(tl.float32)
+def _load_part(xh, base, sxd, th_mask, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, IS_NEOX: tl.constexpr):
+    """Both members (x1, x2) of every pair of one rotary part (channels base .. base + 2 * HALF),
+    fp32, (BLOCK_T, BLOCK_H, BLOCK_HALF) each."""
+    j = tl.arange(0, BLOCK_HALF)
+    if IS_NEOX:  # two contiguous halves
+        m = th_mask[:, :, None] & (j < HALF)[None, None, :]
+        x1 = tl.load(xh[:, :, None] + (base + j)[None, None, :] * sxd, mask=m, other=0.0)
+        x2 = tl.load(xh[:, :, None] + (base + HALF + j)[None, None, :] * sxd, mask=m, other=0.0)
+    else:  # interleaved pairs: one contiguous load, split in registers
+        r = tl.arange(0, 2 * BLOCK_HALF)
+        m = th_mask[:, :, None] & (r < 2 * HALF)[None, None, :]
+        xx = tl.load(xh[:, :, None] + (base + r)[None, None, :] * sxd, mask=m, other=0.0)
+        x1, x2 = tl.split(tl.reshape(xx, (xx.shape[0], xx.shape[1], BLOCK_HALF, 2)))
+    return x1.to(tl.float32), x2.to(tl.float32)
+
+
+@triton.jit
+def _store_part(yh, base, syd, th_mask, o1, o2, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr,
+                IS_NEOX: tl.constexpr):
+    j = tl.arange(0, BLOCK_HALF)
+    if IS_NEOX:
+        m = th_mask[:, :, None] & (j < HALF)[None, None, :]
+        tl.store(yh[:, :, None] + (base + j)[None, None, :] * syd, o1, mask=m)
+        tl.store(yh[:, :, None] + (base + HALF + j)[None, None, :] * syd, o2, mask=m)
+    else:
+        r = tl.arange(0, 2 * BLOCK_HALF)
+        m = th_mask[:, :, None] & (r < 2 * HALF)[None, None, :]
+        oo = tl.reshape(tl.join(o1, o2), (o1.shape[0], o1.shape[1], 2 * BLOCK_HALF))
+        tl.store(yh[:, :, None] + (base + r)[None, None, :] * syd, oo, mask=m)
+
+
+@triton.jit
+def _turn(x1, x2, c1, c2, s1, s2, rot3, BACKWARD: tl.constexpr):
+    """The rotation of each pair; tokens outside every sequence (varlen) pass through."""
     if BACKWARD:  # the transpose of the forward
         o1 = x1 * c1 + x2 * s2
         o2 = x2 * c2 - x1 * s1
     else:
         o1 = x1 * c1 - x2 * s1
         o2 = x2 * c2 + x1 * s2
-    # tokens outside every sequence (varlen) pass through unrotated
-    o1 = tl.where(rot3, o1, x1)
-    o2 = tl.where(rot3, o2, x2)
-    tl.store(yh[:, :, None] + (base + a)[None, None, :] * syd, o1.to(out_ptr.dtype.element_ty), mask=m3)
-    tl.store(yh[:, :, None] + (base + b)[None, None, :] * syd, o2.to(out_ptr.dtype.element_ty), mask=m3)
+    return tl.where(rot3, o1, x1), tl.where(rot3, o2, x2)
 
 
 @triton.jit
-def _rotate_heads(x_ptr, out_ptr, sxo, sxi, sxh, sxd, syo, syi, syh, syd,
-                  hblock, n_heads, head_dim, o_idx, i_idx, t_mask, valid,
-                  c1, c2, s1, s2, w1, w2, v1, v2,
-                  N_PARTS: tl.constexpr, IS_NEOX: tl.constexpr, BACKWARD: tl.constexpr, NOPE_FIRST: tl.constexpr,
+def _token_rows(tok, t_mask, n_inner, pos_ptr, off_ptr, cu_ptr, stride_p_o, stride_p_i, n_seqs, search_steps,
+                img_width, ROW_MODE: tl.constexpr, HAS_OFFSETS: tl.constexpr, BLOCK_T: tl.constexpr):
+    """(row, row2, valid) per token: its table row (and 2-D width-table row), and whether it rotates."""
+    o_idx = tok // n_inner
+    i_idx = tok % n_inner
+    valid = t_mask
+    row2 = i_idx
+    if ROW_MODE == 0:
+        row = o_idx
+    elif ROW_MODE == 1:
+        row = tl.load(pos_ptr + o_idx * stride_p_o + i_idx * stride_p_i, mask=t_mask, other=0).to(tl.int64)
+        if HAS_OFFSETS:
+            row += tl.load(off_ptr + o_idx * stride_p_o + i_idx * stride_p_i, mask=t_mask, other=0).to(tl.int64)
+    elif ROW_MODE == 2:
+        # sequence of each token: the last s with cu[s] <= tok (binary search, runtime steps)
+        lo = tl.zeros([BLOCK_T], dtype=tl.int32)
+        hi = tl.zeros([BLOCK_T], dtype=tl.int32) + n_seqs
+        for _ in range(search_steps):
+            mid = (lo + hi + 1) // 2
+            start = tl.load(cu_ptr + mid, mask=t_mask & (mid <= n_seqs), other=0)
+            go = start <= o_idx
+            lo = tl.where(go, mid, lo)
+            hi = tl.where(go, hi, mid - 1)
+        first = tl.load(cu_ptr + lo, mask=t_mask, other=0)
+        end = tl.load(cu_ptr + n_seqs)
+        valid = t_mask & (o_idx < end)
+        row = (o_idx - first).to(tl.int64)
+    else:
+        row = i_idx // img_width
+        row2 = i_idx % img_width
+    return row, row2, valid
+
+
+@triton.jit
+def _rotate_heads(x_ptr, out_ptr, sxo, sxi, sxh, sxd, syo, syi, syh, syd, hblock, n_heads, head_dim, tok, t_mask,
+                  cos_ptr, sin_ptr, cos2_ptr, sin2_ptr, pos_ptr, off_ptr, cu_ptr,
+                  stride_t_r, stride_t_f, stride_t2_r, stride_t2_f, stride_p_o, stride_p_i,
+                  n_inner, n_rows, n_rows2, n_seqs, search_steps, img_width,
+                  ROW_MODE: tl.constexpr, HAS_OFFSETS: tl.constexpr, IS_FREQS: tl.constexpr,
+                  IS_NEOX: tl.constexpr, REUSE: tl.constexpr, BACKWARD: tl.constexpr, NOPE_FIRST: tl.constexpr,
                   COPY_REST: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr,
-                  BLOCK_REST: tl.constexpr, BLOCK_H: tl.constexpr):
-    """Rotate one (tokens, BLOCK_H heads) block of x into out; (w, v) are the 2-D width tables."""
+                  BLOCK_REST: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
+    """Rotate one (BLOCK_T tokens, BLOCK_H heads) block of x into out. The block's loads are
+    issued before the token rows are looked up (a position, then its table row: a chain of
+    two dependent reads that the head data need not wait behind)."""
+    N_PARTS: tl.constexpr = 2 if ROW_MODE == 3 else 1
+    o_idx = tok // n_inner
+    i_idx = tok % n_inner
     heads = hblock * BLOCK_H + tl.arange(0, BLOCK_H)
-    h_mask = heads < n_heads
     xh = (x_ptr + o_idx * sxo + i_idx * sxi)[:, None] + heads[None, :] * sxh  # (BLOCK_T, BLOCK_H)
     yh = (out_ptr + o_idx * syo + i_idx * syi)[:, None] + heads[None, :] * syh
-    th_mask = t_mask[:, None] & h_mask[None, :]
-    j_mask = tl.arange(0, BLOCK_HALF) < HALF
-    m3 = th_mask[:, :, None] & j_mask[None, None, :]
-    rot3 = valid[:, None, None] & m3
+    th_mask = t_mask[:, None] & (heads < n_heads)[None, :]
     rot_width = N_PARTS * 2 * HALF
     rot_lo = head_dim - rot_width if NOPE_FIRST else 0
-    _turn(x_ptr, out_ptr, sxd, syd, xh, yh, m3, rot3, rot_lo, c1, c2, s1, s2, HALF, BLOCK_HALF, IS_NEOX, BACKWARD)
+    x1, x2 = _load_part(xh, rot_lo, sxd, th_mask, HALF, BLOCK_HALF, IS_NEOX)
     if N_PARTS == 2:
-        _turn(x_ptr, out_ptr, sxd, syd, xh, yh, m3, rot3, rot_lo + 2 * HALF, w1, w2, v1, v2,
-              HALF, BLOCK_HALF, IS_NEOX, BACKWARD)
+        u1, u2 = _load_part(xh, rot_lo + 2 * HALF, sxd, th_mask, HALF, BLOCK_HALF, IS_NEOX)
     if COPY_REST:
         k = tl.arange(0, BLOCK_REST)
         rest_lo = 0 if NOPE_FIRST else rot_width
         mr = th_mask[:, :, None] & (k < head_dim - rot_width)[None, None, :]
-        v = tl.load(xh[:, :, None] + (rest_lo + k)[None, None, :] * sxd, mask=mr)
-        tl.store(yh[:, :, None] + (rest_lo + k)[None, None, :] * syd, v.to(out_ptr.dtype.element_ty), mask=mr)
+        rest = tl.load(xh[:, :, None] + (rest_lo + k)[None, None, :] * sxd, mask=mr)
+        tl.store(yh[:, :, None] + (rest_lo + k)[None, None, :] * syd, rest.to(out_ptr.dtype.element_ty), mask=mr)
+
+    row, row2, valid = _token_rows(tok, t_mask, n_inner, pos_ptr, off_ptr, cu_ptr, stride_p_o, stride_p_i, n_seqs,
+                                   search_steps, img_width, ROW_MODE, HAS_OFFSETS, BLOCK_T)
+    rot3 = valid[:, None, None] & (heads < n_heads)[None, :, None]
+    c1, c2, s1, s2 = _tables(cos_ptr, sin_ptr, row, n_rows, stride_t_r, stride_t_f, valid,
+                             HALF, BLOCK_HALF, IS_NEOX, REUSE, IS_FREQS)
+    o1, o2 = _turn(x1, x2, c1, c2, s1, s2, rot3, BACKWARD)
+    dt = out_ptr.dtype.element_ty
+    _store_part(yh, rot_lo, syd, th_mask, o1.to(dt), o2.to(dt), HALF, BLOCK_HALF, IS_NEOX)
+    if N_PARTS == 2:
+        c1, c2, s1, s2 = _tables(cos2_ptr, sin2_ptr, row2, n_rows2, stride_t2_r, stride_t2_f, valid,
+                                 HALF, BLOCK_HALF, IS_NEOX, REUSE, IS_FREQS)
+        o1, o2 = _turn(u1, u2, c1, c2, s1, s2, rot3, BACKWARD)
+        _store_part(yh, rot_lo + 2 * HALF, syd, th_mask, o1.to(dt), o2.to(dt), HALF, BLOCK_HALF, IS_NEOX)
 
 
 @triton.jit(do_not_specialize=["n_tokens", "n_rows", "n_rows2", "n_seqs", "search_steps"])
@@ -140,58 +214,29 @@ def _rope_kernel(
     BLOCK_H: tl.constexpr,
     INT64: tl.constexpr,
 ):
-    pid_t = tl.program_id(0)
-    pid_h = tl.program_id(1)
+    # one grid axis, head blocks fastest: neighbouring programs read neighbouring memory
+    n_blocks = tl.cdiv(n_heads, BLOCK_H)
+    n_blocks_all = n_blocks + tl.cdiv(n_heads2, BLOCK_H)
+    pid = tl.program_id(0)
+    pid_t = pid // n_blocks_all
+    pid_h = pid % n_blocks_all
     tok = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     if INT64:
         tok = tok.to(tl.int64)
     t_mask = tok < n_tokens
-    o_idx = tok // n_inner
-    i_idx = tok % n_inner
-    N_PARTS: tl.constexpr = 2 if ROW_MODE == 3 else 1
-
-    # the table row of every token
-    valid = t_mask
-    row2 = i_idx
-    if ROW_MODE == 0:
-        row = o_idx
-    elif ROW_MODE == 1:
-        row = tl.load(pos_ptr + o_idx * stride_p_o + i_idx * stride_p_i, mask=t_mask, other=0).to(tl.int64)
-        if HAS_OFFSETS:
-            row += tl.load(off_ptr + o_idx * stride_p_o + i_idx * stride_p_i, mask=t_mask, other=0).to(tl.int64)
-    elif ROW_MODE == 2:
-        # sequence of each token: the last s with cu[s] <= tok (binary search, runtime steps)
-        lo = tl.zeros([BLOCK_T], dtype=tl.int32)
-        hi = tl.zeros([BLOCK_T], dtype=tl.int32) + n_seqs
-        for _ in range(search_steps):
-            mid = (lo + hi + 1) // 2
-            start = tl.load(cu_ptr + mid, mask=t_mask & (mid <= n_seqs), other=0)
-            go = start <= o_idx
-            lo = tl.where(go, mid, lo)
-            hi = tl.where(go, hi, mid - 1)
-        first = tl.load(cu_ptr + lo, mask=t_mask, other=0)
-        end = tl.load(cu_ptr + n_seqs)
-        valid = t_mask & (o_idx < end)
-        row = (o_idx - first).to(tl.int64)
-    else:
-        row = i_idx // img_width
-        row2 = i_idx % img_width
-
-    c1, c2, s1, s2 = _tables(cos_ptr, sin_ptr, row, n_rows, stride_t_r, stride_t_f, valid,
-                             HALF, BLOCK_HALF, IS_NEOX, REUSE, IS_FREQS)
-    w1, w2, v1, v2 = c1, c2, s1, s2
-    if N_PARTS == 2:
-        w1, w2, v1, v2 = _tables(cos2_ptr, sin2_ptr, row2, n_rows2, stride_t2_r, stride_t2_f, valid,
-                                 HALF, BLOCK_HALF, IS_NEOX, REUSE, IS_FREQS)
-
-    n_blocks = tl.cdiv(n_heads, BLOCK_H)
     if pid_h < n_blocks:
         _rotate_heads(x_ptr, out_ptr, stride_x_o, stride_x_i, stride_x_h, stride_x_d,
-                      stride_y_o, stride_y_i, stride_y_h, stride_y_d, pid_h, n_heads, head_dim,
-                      o_idx, i_idx, t_mask, valid, c1, c2, s1, s2, w1, w2, v1, v2,
-                      N_PARTS, IS_NEOX, BACKWARD, NOPE_FIRST, COPY_REST, HALF, BLOCK_HALF, BLOCK_REST, BLOCK_H)
+                      stride_y_o, stride_y_i, stride_y_h, stride_y_d, pid_h, n_heads, head_dim, tok, t_mask,
+                      cos_ptr, sin_ptr, cos2_ptr, sin2_ptr, pos_ptr, off_ptr, cu_ptr,
+                      stride_t_r, stride_t_f, stride_t2_r, stride_t2_f, stride_p_o, stride_p_i,
+                      n_inner, n_rows, n_rows2, n_seqs, search_steps, img_width,
+                      ROW_MODE, HAS_OFFSETS, IS_FREQS, IS_NEOX, REUSE, BACKWARD, NOPE_FIRST, COPY_REST,
+                      HALF, BLOCK_HALF, BLOCK_REST, BLOCK_T, BLOCK_H)
     else:
         _rotate_heads(x2_ptr, out2_ptr, stride_x2_o, stride_x2_i, stride_x2_h, stride_x2_d,
                       stride_y2_o, stride_y2_i, stride_y2_h, stride_y2_d, pid_h - n_blocks, n_heads2, head_dim,
-                      o_idx, i_idx, t_mask, valid, c1, c2, s1, s2, w1, w2, v1, v2,
-                      N_PARTS, IS_NEOX, BACKWARD, NOPE_FIRST, COPY_REST, HALF, BLOCK_HALF, BLOCK_REST, BLOCK_H)
+                      tok, t_mask, cos_ptr, sin_ptr, cos2_ptr, sin2_ptr, pos_ptr, off_ptr, cu_ptr,
+                      stride_t_r, stride_t_f, stride_t2_r, stride_t2_f, stride_p_o, stride_p_i,
+                      n_inner, n_rows, n_rows2, n_seqs, search_steps, img_width,
+                      ROW_MODE, HAS_OFFSETS, IS_FREQS, IS_NEOX, REUSE, BACKWARD, NOPE_FIRST, COPY_REST,
+                      HALF, BLOCK_HALF, BLOCK_REST, BLOCK_T, BLOCK_H)
