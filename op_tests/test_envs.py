@@ -10,7 +10,8 @@ from aiter_lite.ops.triton import activation as act
 from aiter_lite.utils import logger
 from op_tests.utils import DEVICE
 
-ALL_VARS = ["AITER_LOG_LEVEL", "AITER_BACKEND", "AITER_ROPE_TRITON_BACKEND", "AITER_ROPE_NATIVE_BACKEND"] + [
+ALL_VARS = ["AITER_LOG_LEVEL", "AITER_BACKEND", "AITER_ROPE_TRITON_BACKEND", "AITER_ROPE_NATIVE_BACKEND",
+            "AITER_ROPE_CHECK_POSITIONS"] + [
     f"AITER_{f.upper()}_BACKEND" for f in envs.OP_FAMILIES
 ]
 
@@ -24,6 +25,7 @@ def clean_env(monkeypatch):
 def test_defaults():
     auto = "triton" if torch.cuda.is_available() else "native"
     assert envs.log_level() == "WARNING"
+    assert envs.rope_check_positions() is False
     assert envs.default_backend() == auto
     assert all(envs.backend(f) == auto for f in envs.OP_FAMILIES)
 
@@ -53,6 +55,13 @@ def test_rope_flags(monkeypatch, triton_flag, native_flag, expected):
     assert envs.backend("rope") == "triton"
 
 
+def test_rope_check_positions(monkeypatch):
+    monkeypatch.setenv("AITER_ROPE_CHECK_POSITIONS", "1")
+    assert envs.rope_check_positions() is True
+    monkeypatch.setenv("AITER_ROPE_CHECK_POSITIONS", "0")
+    assert envs.rope_check_positions() is False
+
+
 def test_rope_flags_both_set(monkeypatch):
     monkeypatch.setenv("AITER_ROPE_TRITON_BACKEND", "1")
     monkeypatch.setenv("AITER_ROPE_NATIVE_BACKEND", "1")
@@ -67,6 +76,7 @@ def test_rope_flags_both_set(monkeypatch):
         ("AITER_ACTIVATION_BACKEND", "tritonn", lambda: envs.backend("activation")),
         ("AITER_ROPE_TRITON_BACKEND", "yes", lambda: envs.backend("rope")),
         ("AITER_LOG_LEVEL", "verbose", envs.log_level),
+        ("AITER_ROPE_CHECK_POSITIONS", "on", envs.rope_check_positions),
     ],
 )
 def test_unknown_value_names_variable_and_choices(monkeypatch, name, value, call):

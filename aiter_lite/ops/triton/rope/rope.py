@@ -24,6 +24,7 @@ wrapper checks them first and raises ``ValueError`` (the check waits for the GPU
 from __future__ import annotations
 
 import functools
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -154,10 +155,13 @@ def _table(op: str, names: tuple[str, str], cos, sin, x: torch.Tensor) -> _Table
         raise ValueError(f"{op}: {names[1]} must have {names[0]}'s shape {tuple(cos.shape)}, got {tuple(sin.shape)}")
     if sin is not None and sin.stride() != cos.stride():  # the kernel reads both with one pair of strides
         cos, sin = cos.contiguous(), sin.contiguous()
-    lead = [i for i, n in enumerate(cos.shape[:-1]) if n != 1]
-    rows = cos.shape[lead[0]] if lead else 1
+    shape = cos.shape
+    if len(shape) == 2:  # (rows, F), the serving layout
+        return _Table(cos, sin, shape[0], shape[1], cos.stride(0), cos.stride(1))
+    lead = [i for i, n in enumerate(shape[:-1]) if n != 1]
+    rows = shape[lead[0]] if lead else 1
     stride_r = cos.stride(lead[0]) if lead else 0
-    return _Table(cos, sin, rows, cos.shape[-1], stride_r, cos.stride(-1))
+    return _Table(cos, sin, rows, shape[-1], stride_r, cos.stride(-1))
 
 
 def _check_indices(op: str, name: str, t, shape: tuple, x: torch.Tensor) -> None:
@@ -199,7 +203,9 @@ def _check_transpose(op: str, transpose_output, allowed: bool) -> bool:
 
 def _max_offset(t: torch.Tensor) -> int:
     """One past the largest element offset of ``t`` from its first element."""
-    return sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()) if n > 0) + 1
+    if t.numel() == 0:
+        return 0
+    return sum(map(operator.mul, t.shape, map(abs, t.stride()))) - sum(map(abs, t.stride())) + 1
 
 
 def _strides4(t: torch.Tensor) -> tuple:
