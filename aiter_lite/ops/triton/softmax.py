@@ -1,0 +1,127 @@
+"""Softmax and log-softmax on the Triton backend (aiter's ``softmax``, and ``log_softmax``).
+
+``softmax(x, dim=-1)`` and ``log_softmax(x, dim=-1)`` take any rank, rows of any
+stride (unit stride along ``dim``; another ``dim`` is moved last through a copy),
+fp32 / fp16 / bf16, and rows of any length: up to ``_MAX_ROW_IN_REGS`` columns a row
+is read once and held in registers, wider rows are read twice in chunks. Sums are
+fp32; the result has x's dtype. Edge rows match torch.softmax: NaN or +inf anywhere in
+a row makes the row NaN, and so does a row of -inf. Forward only (no autograd).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from aiter_lite.ops.triton._triton_kernels.softmax import _softmax_kernel, _softmax_looped_kernel
+from aiter_lite.utils.checks import check_float_tensor, check_triton_device, rows_view
+from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms
+from aiter_lite.utils.logger import debug_on, log_call
+
+__all__ = ["softmax", "log_softmax", "SoftmaxLaunchConfig", "softmax_launch_config"]
+
+
+@dataclass(frozen=True)
+class SoftmaxLaunchConfig:
+    BLOCK_M: int  # rows per program (in registers)
+    BLOCK_N: int  # columns: the whole row, or a chunk when LOOPED
+    num_warps: int
+    LOOPED: bool
+
+
+# First choices, to be replaced by measurements: the normalization family's tiles (a
+# row reduction of the same shape), rows in registers up to 32768 columns, chunks of
+# 8192 beyond.
+_MAX_ROW_IN_REGS = 32768
+_TILE = 2048
+_LOOP = SoftmaxLaunchConfig(1, 8192, 8, True)
+_MAX_WARPS = 1024 // WARP_SIZE
+
+
+def _sms(device: torch.device | None) -> int:
+    return num_sms(device) if device is not None and device.type == "cuda" else 4
+
+
+def _row_warps(tile: int) -> int:
+    """4 warps up to 2048 elements, then 16 elements per lane up to 8 warps, then 64."""
+    if tile <= 16384:
+        return min(max(tile // (16 * WARP_SIZE), 4), 8)
+    return min(tile // (64 * WARP_SIZE), _MAX_WARPS)
+
+
+@functools.lru_cache(maxsize=1024)
+def softmax_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None) -> SoftmaxLaunchConfig:
+    """Rows in registers (several per program when short, halved until the grid has two
+    programs per SM) up to ``_MAX_ROW_IN_REGS`` columns; one row per program in chunks
+    beyond."""
+    block_n = next_power_of_2(n_cols)
+    if block_n > _MAX_ROW_IN_REGS:
+        return _LOOP
+    block_m = min(max(_TILE // block_n, 1), next_power_of_2(n_rows))
+    while block_m > 1 and cdiv(n_rows, block_m) < 2 * _sms(device):
+        block_m //= 2
+    return SoftmaxLaunchConfig(block_m, block_n, _row_warps(block_m * block_n), False)
+
+
+def _launch_rows(x: torch.Tensor, y: torch.Tensor, log: bool, config: SoftmaxLaunchConfig | None = None) -> None:
+    n_rows, n_cols = x.shape
+    cfg = config or softmax_launch_config(n_rows, n_cols, x.device)
+    int64 = any(t.shape[0] * max(t.stride(0), t.shape[1]) + t.shape[1] >= 2**31 for t in (x, y))
+    if cfg.LOOPED:
+        _softmax_looped_kernel[(n_rows,)](x, y, x.stride(0), y.stride(0), n_cols, LOG=log, INT64=int64,
+                                          BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
+    else:
+        _softmax_kernel[(cdiv(n_rows, cfg.BLOCK_M),)](x, y, x.stride(0), y.stride(0), n_rows, n_cols, LOG=log,
+                                                      INT64=int64, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+                                                      num_warps=cfg.num_warps)
+
+
+@launch_op("softmax", mutates_args=("y",))
+def _launch(x: torch.Tensor, y: torch.Tensor, log: bool) -> None:
+    _launch_rows(x, y, log)
+
+
+def _check_dim(op: str, x: torch.Tensor, dim) -> int:
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"{op}: dim must be an int, got {type(dim).__name__}")
+    rank = max(x.dim(), 1)
+    if not -rank <= dim < rank:
+        raise ValueError(f"{op}: dim must be in [{-rank}, {rank - 1}] for input of shape {tuple(x.shape)}, got {dim}")
+    return dim % rank
+
+
+def _new_out(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def _softmax(op: str, x, dim, log: bool) -> torch.Tensor:
+    check_float_tensor(op, "x", x)
+    check_triton_device(op, "x", x)
+    dim = _check_dim(op, x, dim)
+    if debug_on():
+        log_call(op, x=x, dim=dim)
+    if x.dim() == 0:  # a single element: softmax 1, log_softmax 0 (NaN / inf stay NaN)
+        return _softmax(op, x.reshape(1), 0, log).reshape(())
+    if dim != x.dim() - 1:  # the reduced dim last, contiguous; the result back in x's layout
+        y = _softmax(op, x.movedim(dim, -1).contiguous(), -1, log)
+        return torch.empty_like(x).copy_(y.movedim(-1, dim))
+    if x.shape[-1] > 1 and x.stride(-1) != 1:
+        x = x.contiguous()
+    y = _new_out(x)
+    if x.numel() == 0:
+        return y
+    _launch(rows_view(op, "x", x, writable=False), y.view(-1, x.shape[-1]), log)
+    return y
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """``exp(x) / sum(exp(x))`` along ``dim``, as a new tensor of x's dtype."""
+    return _softmax("softmax", x, dim, False)
+
+
+def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """``x - log(sum(exp(x)))`` along ``dim``, as a new tensor of x's dtype."""
+    return _softmax("log_softmax", x, dim, True)
