@@ -31,3 +31,19 @@ def _sm_count(device_index: int) -> int:
 def num_sms(device: torch.device) -> int:
     """Streaming multiprocessors (compute units on AMD) of a CUDA/HIP device."""
     return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def split_row_slots(op: str, n_rows: int, n_cols: int, block_n: int, device: torch.device):
+    """(n_segs, slots, phases) for rows split into ``block_n``-wide segments, one program
+    each, that wait for each other: a zeroed int64 word per segment for its statistics and
+    one for the ticket (``_segment_ticket``), and the launches to make. On a GPU every
+    segment of a row must be resident at once; the interpreter runs programs one after
+    another, so there the segments publish in a first launch and finish in a second."""
+    from aiter_lite.utils.checks import TRITON_INTERPRET
+
+    n_segs = cdiv(n_cols, block_n)
+    if not TRITON_INTERPRET and n_segs > num_sms(device):
+        raise ValueError(f"{op}: rows of {n_cols} columns in {block_n}-wide segments need {n_segs} programs "
+                         f"running at once, more than this GPU's {num_sms(device)} SMs")
+    slots = torch.zeros(n_rows * n_segs + 1, dtype=torch.int64, device=device)
+    return n_segs, slots, (1, 2) if TRITON_INTERPRET else (0,)

@@ -53,7 +53,7 @@ def test_softmax(op, dtype, n, m):
 
 
 @pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("n", by_device([5, 300], [5, 300, 70000]))
+@pytest.mark.parametrize("n", by_device([5, 300], [5, 300, 70000, 600001]))
 def test_edge_rows_match_torch(op, n):
     x = torch.randn(8, n, device=DEVICE)
     x[0] = -INF                      # all -inf: NaN
@@ -70,9 +70,11 @@ def test_edge_rows_match_torch(op, n):
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_looped_path_on_small_rows(op, monkeypatch):
-    # chunks of 64 columns: the online pass across chunks, edge rows included
-    monkeypatch.setattr(sm_mod, "softmax_launch_config", lambda *a, **k: sm_mod.SoftmaxLaunchConfig(1, 64, 4, True))
+@pytest.mark.parametrize("cfg", [sm_mod.SoftmaxLaunchConfig(1, 64, 4, True),
+                                 sm_mod.SoftmaxLaunchConfig(1, 64, 4, False, SPLIT=True)], ids=["looped", "split"])
+def test_wide_row_paths_on_small_rows(op, cfg, monkeypatch):
+    # 64-column chunks / segments: the statistics merged across them, edge rows included
+    monkeypatch.setattr(sm_mod, "softmax_launch_config", lambda *a, **k: cfg)
     x = torch.randn(6, 300, device=DEVICE) * 8
     x[1] = -INF
     x[2, :200] = -INF
@@ -122,7 +124,7 @@ def test_bad_arguments():
 def test_launch_config_covers_the_row(n_rows, n_cols):
     cfg = sm_mod.softmax_launch_config(n_rows, n_cols, DEVICE)
     assert cfg.BLOCK_N & (cfg.BLOCK_N - 1) == 0 and cfg.BLOCK_M >= 1
-    assert cfg.LOOPED or cfg.BLOCK_N >= n_cols
+    assert cfg.LOOPED or cfg.SPLIT or cfg.BLOCK_N >= n_cols
     assert cfg.BLOCK_M * cfg.BLOCK_N <= max(2048, cfg.BLOCK_N)
 
 

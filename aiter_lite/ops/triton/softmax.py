@@ -3,7 +3,8 @@
 ``softmax(x, dim=-1)`` and ``log_softmax(x, dim=-1)`` take any rank, rows of any
 stride (unit stride along ``dim``; another ``dim`` is moved last through a copy),
 fp32 / fp16 / bf16, and rows of any length: up to ``_MAX_ROW_IN_REGS`` columns a row
-is read once and held in registers, wider rows are read twice in chunks. Sums are
+is read once and held in registers; wider rows are split over programs that exchange
+their segments' statistics (still one read), or, too wide for that, read twice in chunks. Sums are
 fp32; the result has x's dtype. Edge rows match torch.softmax: NaN or +inf anywhere in
 a row makes the row NaN, and so does a row of -inf. Forward only (no autograd).
 """
@@ -15,10 +16,14 @@ from dataclasses import dataclass
 
 import torch
 
-from aiter_lite.ops.triton._triton_kernels.softmax import _softmax_kernel, _softmax_looped_kernel
+from aiter_lite.ops.triton._triton_kernels.softmax import (
+    _softmax_kernel,
+    _softmax_looped_kernel,
+    _softmax_split_kernel,
+)
 from aiter_lite.utils.checks import check_float_tensor, check_triton_device, rows_view
 from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms
+from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms, split_row_slots
 from aiter_lite.utils.logger import debug_on, log_call
 
 __all__ = ["softmax", "log_softmax", "SoftmaxLaunchConfig", "softmax_launch_config"]
@@ -30,14 +35,17 @@ class SoftmaxLaunchConfig:
     BLOCK_N: int  # columns: the whole row, or a chunk when LOOPED
     num_warps: int
     LOOPED: bool
+    SPLIT: bool = False  # the row cut into BLOCK_N-wide segments, one program each, held in registers
 
 
 # First choices, to be replaced by measurements: the normalization family's tiles (a
-# row reduction of the same shape), rows in registers up to 32768 columns, chunks of
-# 8192 beyond.
+# row reduction of the same shape), rows in registers up to 32768 columns; wider rows
+# split into 8192-wide segments (read once) while a row's segments fit in half the SMs,
+# looped in 8192-wide chunks (read twice) beyond.
 _MAX_ROW_IN_REGS = 32768
 _TILE = 2048
 _LOOP = SoftmaxLaunchConfig(1, 8192, 8, True)
+_SPLIT = SoftmaxLaunchConfig(1, 8192, 4, False, SPLIT=True)
 _MAX_WARPS = 1024 // WARP_SIZE
 
 
@@ -55,11 +63,11 @@ def _row_warps(tile: int) -> int:
 @functools.lru_cache(maxsize=1024)
 def softmax_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None) -> SoftmaxLaunchConfig:
     """Rows in registers (several per program when short, halved until the grid has two
-    programs per SM) up to ``_MAX_ROW_IN_REGS`` columns; one row per program in chunks
-    beyond."""
+    programs per SM) up to ``_MAX_ROW_IN_REGS`` columns; wider rows split over programs
+    or, past half the SMs' worth of segments, one row per program in chunks."""
     block_n = next_power_of_2(n_cols)
     if block_n > _MAX_ROW_IN_REGS:
-        return _LOOP
+        return _SPLIT if cdiv(n_cols, _SPLIT.BLOCK_N) <= _sms(device) // 2 else _LOOP
     block_m = min(max(_TILE // block_n, 1), next_power_of_2(n_rows))
     while block_m > 1 and cdiv(n_rows, block_m) < 2 * _sms(device):
         block_m //= 2
@@ -70,7 +78,13 @@ def _launch_rows(x: torch.Tensor, y: torch.Tensor, log: bool, config: SoftmaxLau
     n_rows, n_cols = x.shape
     cfg = config or softmax_launch_config(n_rows, n_cols, x.device)
     int64 = any(t.shape[0] * max(t.stride(0), t.shape[1]) + t.shape[1] >= 2**31 for t in (x, y))
-    if cfg.LOOPED:
+    if cfg.SPLIT:
+        n_segs, slots, phases = split_row_slots("softmax", n_rows, n_cols, cfg.BLOCK_N, x.device)
+        for phase in phases:
+            _softmax_split_kernel[(n_rows * n_segs,)](
+                x, y, slots, x.stride(0), y.stride(0), n_rows, n_cols, n_segs, LOG=log, PHASE=phase,
+                BLOCK_N=cfg.BLOCK_N, BLOCK_S=next_power_of_2(n_segs), num_warps=cfg.num_warps)
+    elif cfg.LOOPED:
         _softmax_looped_kernel[(n_rows,)](x, y, x.stride(0), y.stride(0), n_cols, LOG=log, INT64=int64,
                                           BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
     else:

@@ -4,6 +4,8 @@
   row read once.
 * ``_softmax_looped_kernel``: one row per program, in BLOCK_N-wide chunks: an online
   pass for the row's max and sum of exponentials, then a second pass that writes.
+* ``_softmax_split_kernel``: a wide row split over programs, each segment read once and
+  held in registers; the programs of a row exchange their segments' max and sum.
 
 Edge rows behave as torch.softmax's: a row holding NaN or +inf comes out all NaN, a
 row of -inf all NaN; -inf elements of other rows give 0 (log: -inf).
@@ -11,6 +13,8 @@ row of -inf all NaN; -inf elements of other rows give 0 (log: -inf).
 
 import triton
 import triton.language as tl
+
+from aiter_lite.ops.triton._triton_kernels.split_rows import _segment_ticket
 
 
 @triton.jit
@@ -89,3 +93,62 @@ def _softmax_looped_kernel(
         mask = start + cols < n_cols
         x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(y_row + start + cols, _finish(x, m, s, LOG).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _publish(slot, m, s):
+    """A segment's max and sum as one 64-bit word: the max's bits high, the sum's (never
+    negative) low with the sign bit flipped, so a published word is never 0, the value
+    of an unpublished slot. Exchanged at device scope: it reaches the point of coherence
+    every program reads from."""
+    hi = m.to(tl.uint32, bitcast=True).to(tl.uint64)
+    lo = (s.to(tl.uint32, bitcast=True) ^ 0x80000000).to(tl.uint64)
+    tl.atomic_xchg(slot, ((hi << 32) | lo).to(tl.int64, bitcast=True), sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _gather(slot_row, n_segs, BLOCK_S: tl.constexpr):
+    """Wait until every segment of the row has published; the row's max and sum (every
+    sibling merges the same words in the same order: the same bits in each)."""
+    g = tl.arange(0, BLOCK_S)
+    g_mask = g < n_segs
+    zero = tl.zeros([BLOCK_S], dtype=tl.int64)
+    v = tl.where(g_mask, tl.atomic_add(slot_row + g, zero, mask=g_mask, sem="relaxed", scope="gpu"), 1)
+    while tl.sum((v == 0).to(tl.int32), axis=0) > 0:
+        v = tl.where(g_mask, tl.atomic_add(slot_row + g, zero, mask=g_mask, sem="relaxed", scope="gpu"), 1)
+    u = v.to(tl.uint64, bitcast=True)
+    m_g = tl.where(g_mask, (u >> 32).to(tl.uint32).to(tl.float32, bitcast=True), float("-inf"))
+    s_g = tl.where(g_mask, ((u & 0xFFFFFFFF).to(tl.uint32) ^ 0x80000000).to(tl.float32, bitcast=True), 0.0)
+    m = tl.max(m_g, axis=0)
+    s = tl.sum(_rescale(s_g, m_g, m), axis=0)
+    return m, tl.where(m == float("-inf"), float("nan"), s)
+
+
+@triton.jit
+def _softmax_split_kernel(
+    x_ptr, y_ptr,
+    slot_ptr,                     # int64 (n_rows * n_segs + 1,), zeroed: published statistics, a ticket
+    stride_x_row, stride_y_row,
+    n_rows, n_cols, n_segs,
+    LOG: tl.constexpr,
+    PHASE: tl.constexpr,          # 0 all at once; 1 / 2 first / second half alone (interpreter)
+    BLOCK_N: tl.constexpr,        # the segment: one tile, held in registers
+    BLOCK_S: tl.constexpr,        # next power of 2 >= n_segs
+):
+    """A wide row split into BLOCK_N-wide segments, one program each, each read once and
+    held in registers: the programs of a row publish their segment's max and sum and wait
+    for each other's, then write what they hold. Programs take their segment in start
+    order (a ticket), so the siblings a program waits for have started or start as
+    earlier rows finish (n_segs programs must fit the GPU at once). The ticket is int64,
+    so every offset below is 64-bit."""
+    row, seg = _segment_ticket(slot_ptr, n_rows, n_segs, PHASE)
+    cols = seg * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * stride_x_row + cols, mask=mask, other=float("-inf")).to(tl.float32)
+    if PHASE != 2:
+        m_c = tl.max(x, axis=0)
+        s_c = tl.where(m_c == float("-inf"), 0.0, tl.sum(tl.where(mask, tl.exp(x - m_c), 0.0), axis=0))
+        _publish(slot_ptr + row * n_segs + seg, m_c, s_c)
+    if PHASE != 1:
+        m, s = _gather(slot_ptr + row * n_segs, n_segs, BLOCK_S)
+        tl.store(y_ptr + row * stride_y_row + cols, _finish(x, m, s, LOG).to(y_ptr.dtype.element_ty), mask=mask)

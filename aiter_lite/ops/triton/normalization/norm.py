@@ -19,7 +19,6 @@ from aiter_lite.ops.triton._triton_kernels.normalization.norm import (
     _norm_fwd_split_kernel,
 )
 from aiter_lite.utils.checks import (
-    TRITON_INTERPRET,
     check_float_tensor,
     check_same_device,
     check_triton_device,
@@ -27,7 +26,7 @@ from aiter_lite.utils.checks import (
     rows_view,
 )
 from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms
+from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms, split_row_slots
 from aiter_lite.utils.logger import debug_on, log_call
 
 
@@ -318,16 +317,9 @@ def norm_fwd(x, y, weight, bias, eps, *, is_rms, residual=None, residual_out=Non
     flags = dict(IS_RMS=is_rms, HAS_RESIDUAL=has_res, HAS_X_BIAS=x_bias is not None, HAS_WEIGHT=weight is not None,
                  HAS_BIAS=bias is not None, STORE_STATS=rstd is not None, EVICT=cfg.EVICT, BLOCK_N=cfg.BLOCK_N,
                  num_warps=min(cfg.num_warps, _MAX_WARPS))
-    n_segs = cdiv(n_cols, cfg.BLOCK_N) if cfg.SPLIT else 1
-    if n_segs > 1:
-        if n_segs > _sms(x.device) and not TRITON_INTERPRET:
-            raise ValueError(f"rows of {n_cols} columns in {cfg.BLOCK_N}-wide segments need {n_segs} programs "
-                             f"running at once, more than this GPU's {_sms(x.device)} SMs")
-        # A zeroed int64 word per segment for its statistics, and one for the ticket.
-        slots = torch.zeros(n_rows * n_segs + 1, dtype=torch.int64, device=x.device)
-        # The interpreter runs programs one after another, so the segments of a row
-        # cannot wait for each other there: every first half, then every second half.
-        for phase in (1, 2) if TRITON_INTERPRET else (0,):
+    if cfg.SPLIT and cdiv(n_cols, cfg.BLOCK_N) > 1:
+        n_segs, slots, phases = split_row_slots("norm", n_rows, n_cols, cfg.BLOCK_N, x.device)
+        for phase in phases:
             _norm_fwd_split_kernel[(n_rows * n_segs,)](
                 x, residual, residual_out, x_bias, weight, bias, y, mean, rstd, slots, *strides,
                 n_rows, n_cols, n_segs, eps, weight_offset, PHASE=phase, BLOCK_S=next_power_of_2(n_segs), **flags)

@@ -21,6 +21,8 @@ Masked lanes load 0 and are excluded from every sum, so odd widths are exact.
 import triton
 import triton.language as tl
 
+from aiter_lite.ops.triton._triton_kernels.split_rows import _segment_ticket
+
 
 @triton.jit
 def _load_row_input(x_ptr, r_ptr, r_out_ptr, xb_ptr, x_offs, r_offs, r_out_offs, cols, mask, col_mask,
@@ -294,12 +296,7 @@ def _norm_fwd_split_kernel(
     their segment in start order (a ticket), so the siblings a program waits for have
     started or start as earlier rows finish (n_segs programs must fit the GPU at once).
     The ticket and the slots are int64, so every offset below is 64-bit."""
-    if PHASE == 0:
-        ticket = tl.atomic_add(slot_ptr + n_rows * n_segs, 1, sem="relaxed", scope="gpu")
-    else:
-        ticket = tl.program_id(0).to(tl.int64)
-    row = ticket // n_segs
-    seg = ticket % n_segs
+    row, seg = _segment_ticket(slot_ptr, n_rows, n_segs, PHASE)
     cols = seg * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
     x_row = x_ptr + row * stride_x_row
