@@ -1,0 +1,271 @@
+"""MoE routing on the Triton backend: the experts each token goes to, and their weights.
+
+Three names over one general wrapper (:func:`moe_routing`) and one kernel launch:
+
+* ``topk_softmax(gating_output, topk, renormalize)``: Mixtral / Qwen-MoE routing
+  (vLLM's ``fused_topk``);
+* ``grouped_topk(gating_output, topk, num_expert_group, topk_group, renormalize,
+  scoring_func="softmax", routed_scaling_factor=1.0)``: DeepSeek-V2 group-limited
+  routing (vLLM's ``grouped_topk`` without a correction bias, aiter's ``grouped_topk``);
+* ``biased_grouped_topk(gating_output, correction_bias, topk, num_expert_group,
+  topk_group, renormalize, routed_scaling_factor=1.0)``: DeepSeek-V3 / Kimi-K2 routing
+  (the reference ``Gate`` of DeepSeek-V3, aiter's ``biased_grouped_topk``).
+
+Each returns ``(weights, ids)``, (T, topk): fp32 weights and int32 expert ids, new
+tensors (aiter's HIP ops of the same names write into preallocated ``topk_weights`` /
+``topk_ids`` instead). ``gating_output`` is (T, E) fp32 / fp16 / bf16 with any strides;
+math in fp32.
+
+Semantics, per token (``aiter_lite.ops.native.moe_routing`` is the same in plain torch):
+
+1. scores ``p = softmax(logits)`` over all E experts, or ``sigmoid(logits)``
+   (``biased_grouped_topk``: always sigmoid);
+2. selection keys ``p + correction_bias`` (the bias only steers selection);
+3. groups (``num_expert_group`` > 1, ``topk_group`` < ``num_expert_group``): experts
+   ``[g * E / G, (g + 1) * E / G)`` form group g; a group's score is its best key, or
+   with a bias the sum of its best two keys (its one key in groups of one expert); the
+   ``topk_group`` best groups are kept and the other groups' experts are never chosen
+   (vLLM and DeepSeek-V3 mask them with -inf);
+4. the ``topk`` best keys among the kept experts; the weights are their unbiased
+   scores ``p``;
+5. ``renormalize``: weights divided by their sum over the k chosen; then every weight
+   is multiplied by ``routed_scaling_factor``, after renormalization and also without
+   it. This is where aiter's ``biased_grouped_topk`` / ``grouped_topk`` kernels apply
+   it (``w * routed_scaling_factor / sum``), where vLLM's ``grouped_topk`` does
+   (``topk_weights * routed_scaling_factor`` after renormalizing) and where DeepSeek-V3's
+   ``Gate`` applies ``route_scale``. Callers that scale the MoE output instead pass 1.0.
+
+Order and ties: the k experts come out in selection order, from the largest key down
+(the largest weight first where there is no bias); equal keys go to the lower expert
+index, equal group scores to the lower group index (vLLM's ``topk_softmax`` CUDA kernel
+breaks ties the same way; ``torch.topk`` leaves them unspecified and aiter's grouped
+kernels rank tied experts by a lane-permuted order).
+
+NaN: a NaN key ranks above every number (``torch.sort``'s order), so an expert with a
+NaN logit is chosen first and its NaN weight makes every renormalized weight of that
+token NaN; a NaN anywhere in a softmax row makes the whole row NaN, so that token gets
+experts 0..k-1 (all keys tie) and NaN weights. Other tokens are unaffected. A
+renormalization over k scores that are all 0 (sigmoid of logits below about -88)
+gives NaN (0 / 0) as in vLLM; aiter's HIP kernel writes 0 there. The bias is assumed
+finite.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+
+from aiter_lite.ops.triton._triton_kernels.moe_routing import _moe_routing_kernel
+from aiter_lite.utils.checks import (
+    check_float_tensor,
+    check_same_device,
+    check_triton_device,
+)
+from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms
+from aiter_lite.utils.logger import debug_on, log_call
+
+__all__ = [
+    "MoeRoutingLaunchConfig",
+    "biased_grouped_topk",
+    "grouped_topk",
+    "moe_routing",
+    "moe_routing_launch_config",
+    "topk_softmax",
+]
+
+SCORING_FUNCS = ("softmax", "sigmoid")
+# A token's padded row of experts is held in registers by one program.
+MAX_EXPERTS = 4096
+_BIAS_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+# ---------------------------------------------------------------------------
+# launch configuration
+
+
+@dataclass(frozen=True)
+class MoeRoutingLaunchConfig:
+    BLOCK_T: int  # tokens per program
+    num_warps: int
+
+
+# First choices, not yet timed on a GPU (op_benchmarks/bench_topk.py times them):
+# * a warp holds whole rows, so the k arg-max rounds reduce with warp shuffles only:
+#   sm_90 code for one token of 256 experts in one warp has no barrier and no shared
+#   memory, where 16 tokens x 256 experts over 8 warps (rows split across warps) has 27
+#   barriers. One warp per _ROW_PER_WARP padded experts (512 on NVIDIA), at most _MAX_WARPS;
+# * a program holds about _TILE elements (tokens x padded experts), 16 a lane in one
+#   warp: 2 tokens of 256 experts in prefill, which ptxas builds (sm_90, grouped, biased)
+#   in 127 registers without spills, against 232 for 4 tokens;
+# * tokens per program halve until the grid has two programs per SM: decode runs one
+#   token per program.
+_TILE = 512
+_ROW_PER_WARP = 16 * WARP_SIZE
+_MAX_WARPS = 8
+# Triton's interpreter (CPU tensors) pays per operation, not per element: 1000 tokens of
+# 512 experts took 5.8 s in programs of 8 tokens, 0.12 s in one program of 1024.
+_INTERPRETER_TILE = 1 << 16
+
+
+@functools.lru_cache(maxsize=1024)
+def moe_routing_launch_config(n_tokens: int, row_tile: int,
+                              device: torch.device | None = None) -> MoeRoutingLaunchConfig:
+    """Tokens per program and warps for ``n_tokens`` rows of ``row_tile`` (padded) experts."""
+    tokens = next_power_of_2(max(n_tokens, 1))
+    if device is None or device.type != "cuda":
+        return MoeRoutingLaunchConfig(min(max(1, _INTERPRETER_TILE // row_tile), tokens), 1)
+    block_t = min(max(1, _TILE // row_tile), tokens)
+    want = 2 * num_sms(device)
+    while block_t > 1 and cdiv(n_tokens, block_t) < want:
+        block_t //= 2
+    warps = min(max(row_tile // _ROW_PER_WARP, 1), _MAX_WARPS)
+    return MoeRoutingLaunchConfig(block_t, warps)
+
+
+# ---------------------------------------------------------------------------
+# argument checks
+
+
+def _check_int(op: str, name: str, value, lo: int, hi: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{op}: {name} must be in [{lo}, {hi}] ({what}), got {value}")
+    return value
+
+
+def _check_bool(op: str, name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{op}: {name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def _check_scale(op: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{op}: routed_scaling_factor must be a real number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{op}: routed_scaling_factor must be finite, got {value}")
+    return float(value)
+
+
+def _check_gating(op: str, x) -> int:
+    """The (T, E) logits; returns E."""
+    check_float_tensor(op, "gating_output", x)
+    if x.dim() != 2:
+        raise ValueError(f"{op}: gating_output must be 2-D (tokens, experts), got shape {tuple(x.shape)}")
+    n_experts = x.shape[1]
+    if not 1 <= n_experts <= MAX_EXPERTS:
+        raise ValueError(f"{op}: gating_output must have 1 to {MAX_EXPERTS} experts (dim 1), "
+                         f"got shape {tuple(x.shape)}")
+    check_triton_device(op, "gating_output", x)
+    return n_experts
+
+
+def _check_bias(op: str, bias, n_experts: int, x: torch.Tensor) -> None:
+    if not isinstance(bias, torch.Tensor):
+        raise TypeError(f"{op}: correction_bias must be a torch.Tensor, got {type(bias).__name__}")
+    if bias.dtype not in _BIAS_DTYPES:
+        raise TypeError(f"{op}: correction_bias must be float32, float16, bfloat16 or float64, got {bias.dtype}")
+    if tuple(bias.shape) != (n_experts,):
+        raise ValueError(f"{op}: correction_bias must have shape ({n_experts},) for gating_output of shape "
+                         f"{tuple(x.shape)}, got {tuple(bias.shape)}")
+    check_same_device(op, "correction_bias", bias, "gating_output", x)
+
+
+# ---------------------------------------------------------------------------
+# launch
+
+
+def _run(x: torch.Tensor, bias: torch.Tensor | None, weights: torch.Tensor, ids: torch.Tensor,
+         num_expert_group: int, topk_group: int, sigmoid: bool, renormalize: bool, scale: float) -> None:
+    """One kernel launch over n_tokens >= 1 rows."""
+    n_tokens, n_experts = x.shape
+    topk = weights.shape[1]
+    grouped = topk_group < num_expert_group  # keeping every group is no limit
+    n_groups = num_expert_group if grouped else 1
+    group_size = n_experts // n_groups
+    block_g, block_s = next_power_of_2(n_groups), next_power_of_2(group_size)
+    cfg = moe_routing_launch_config(n_tokens, block_g * block_s, x.device)
+    _moe_routing_kernel[(cdiv(n_tokens, cfg.BLOCK_T),)](
+        x, bias, weights, ids,
+        x.stride(0), x.stride(1), 0 if bias is None else bias.stride(0), weights.stride(0), ids.stride(0),
+        n_tokens, n_groups, group_size, topk, topk_group, scale,
+        SIGMOID=sigmoid, HAS_BIAS=bias is not None, GROUPED=grouped, RENORMALIZE=renormalize,
+        BLOCK_T=cfg.BLOCK_T, BLOCK_G=block_g, BLOCK_S=block_s, BLOCK_K=next_power_of_2(topk),
+        num_warps=cfg.num_warps,
+    )
+
+
+@launch_op("moe_routing", mutates_args=("weights", "ids"))
+def _launch(x: torch.Tensor, bias: torch.Tensor | None, weights: torch.Tensor, ids: torch.Tensor,
+            num_expert_group: int, topk_group: int, sigmoid: bool, renormalize: bool, scale: float) -> None:
+    _run(x, bias, weights, ids, num_expert_group, topk_group, sigmoid, renormalize, scale)
+
+
+def _route(op: str, gating_output, topk, scoring_func, renormalize, num_expert_group, topk_group,
+           correction_bias, routed_scaling_factor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Checks (errors name ``op``), output allocation, one launch."""
+    n_experts = _check_gating(op, gating_output)
+    if scoring_func not in SCORING_FUNCS:
+        raise ValueError(f"{op}: scoring_func must be one of {', '.join(SCORING_FUNCS)}, got {scoring_func!r}")
+    _check_int(op, "num_expert_group", num_expert_group, 1, n_experts, "groups of experts")
+    if n_experts % num_expert_group:
+        raise ValueError(f"{op}: num_expert_group ({num_expert_group}) must divide the expert count "
+                         f"{n_experts} (gating_output shape {tuple(gating_output.shape)})")
+    _check_int(op, "topk_group", topk_group, 1, num_expert_group, "groups kept, at most num_expert_group")
+    kept_experts = topk_group * (n_experts // num_expert_group)
+    _check_int(op, "topk", topk, 1, kept_experts, "at most the expert count" if topk_group == num_expert_group
+               else f"at most the {kept_experts} experts of the {topk_group} kept groups")
+    renormalize = _check_bool(op, "renormalize", renormalize)
+    scale = _check_scale(op, routed_scaling_factor)
+    if correction_bias is not None:
+        _check_bias(op, correction_bias, n_experts, gating_output)
+    if debug_on():
+        log_call(op, gating_output=gating_output, correction_bias=correction_bias, topk=topk,
+                 scoring_func=scoring_func, renormalize=renormalize, num_expert_group=num_expert_group,
+                 topk_group=topk_group, routed_scaling_factor=scale)
+    n_tokens = gating_output.shape[0]
+    weights = torch.empty((n_tokens, topk), dtype=torch.float32, device=gating_output.device)
+    ids = torch.empty((n_tokens, topk), dtype=torch.int32, device=gating_output.device)
+    if n_tokens:
+        _launch(gating_output, correction_bias, weights, ids, num_expert_group, topk_group,
+                scoring_func == "sigmoid", renormalize, scale)
+    return weights, ids
+
+
+def moe_routing(gating_output: torch.Tensor, topk: int, *, scoring_func: str = "softmax",
+                renormalize: bool = False, num_expert_group: int = 1, topk_group: int = 1,
+                correction_bias: torch.Tensor | None = None,
+                routed_scaling_factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(weights, ids)`` of the ``topk`` experts of each token, as the module docstring
+    says; a group's score is the sum of its best two keys when ``correction_bias`` is
+    given, its best key otherwise (vLLM's ``grouped_topk``)."""
+    return _route("moe_routing", gating_output, topk, scoring_func, renormalize, num_expert_group, topk_group,
+                  correction_bias, routed_scaling_factor)
+
+
+def topk_softmax(gating_output: torch.Tensor, topk: int, renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax over the experts, the ``topk`` largest, optionally renormalized to sum to 1."""
+    return _route("topk_softmax", gating_output, topk, "softmax", renormalize, 1, 1, None, 1.0)
+
+
+def grouped_topk(gating_output: torch.Tensor, topk: int, num_expert_group: int, topk_group: int,
+                 renormalize: bool, scoring_func: str = "softmax",
+                 routed_scaling_factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group-limited routing: the ``topk_group`` groups with the best score kept, the
+    ``topk`` best experts among them."""
+    return _route("grouped_topk", gating_output, topk, scoring_func, renormalize, num_expert_group, topk_group,
+                  None, routed_scaling_factor)
+
+
+def biased_grouped_topk(gating_output: torch.Tensor, correction_bias: torch.Tensor, topk: int,
+                        num_expert_group: int, topk_group: int, renormalize: bool,
+                        routed_scaling_factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """DeepSeek-V3 routing: sigmoid scores, selection by score + ``correction_bias``,
+    weights from the unbiased scores."""
+    return _route("biased_grouped_topk", gating_output, topk, "sigmoid", renormalize, num_expert_group, topk_group,
+                  correction_bias, routed_scaling_factor)
