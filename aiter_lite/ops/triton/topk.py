@@ -1,0 +1,304 @@
+"""Top-k on the Triton backend (aiter's ``topk``): the k largest (or smallest) elements
+along a dim, with their int64 indices.
+
+``topk(x, k, dim=-1, largest=True, sorted=True)`` takes any rank (``dim`` any axis,
+read in place through its strides: no copy unless the dims around ``dim`` cannot be
+addressed as two row strides), rows of any stride, float32 / float16 / bfloat16, any
+``0 <= k <= x.shape[dim]``. Values come back in x's dtype, bit for bit the selected
+elements (``x.gather(dim, indices) == values``).
+
+Order and ties, as torch.topk where torch is deterministic:
+
+* sorted largest first (``largest=False``: smallest first);
+* equal values: the lower index first, and the lower index is the one kept at the
+  k-th place (torch leaves this unspecified); -0.0 and +0.0 are equal;
+* NaN ranks above +inf: for ``largest=True`` NaNs come first, for ``largest=False``
+  last (picked only when k leaves no other choice);
+* ``sorted=False`` returns the same sorted order (any order is allowed).
+
+Three paths, picked by :func:`topk_launch_config`:
+
+* one pass: a row (several short rows) per program, in registers;
+* chunked: programs select the top candidates of row chunks into a scratch buffer,
+  merge rounds reduce them, a final program writes the k results;
+* sort: for k too large to keep in registers on long rows, each row is sorted in
+  global memory (a bitonic sort: sorted blocks, compare-exchange passes) and the
+  first k written.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from dataclasses import dataclass
+
+import torch
+
+from aiter_lite.ops.triton._triton_kernels.topk import _bitonic_pass_kernel, _topk_kernel
+from aiter_lite.utils.checks import check_float_tensor, check_triton_device
+from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms
+from aiter_lite.utils.logger import debug_on, log_call
+
+__all__ = ["TopkLaunchConfig", "topk", "topk_launch_config"]
+
+MAX_ROW = 2**30  # columns are packed in 31 bits, with room for a last chunk's lanes
+
+
+@dataclass(frozen=True)
+class TopkLaunchConfig:
+    BLOCK_M: int  # rows per program (chunked and sorted rows take 1 but for pinned configs)
+    BLOCK_N: int  # columns per first-pass program: the whole row (one pass), a chunk, or a sort block
+    BLOCK_K: int  # candidates each program keeps: next power of 2 >= k (SORT: BLOCK_N)
+    SELECT: bool  # BLOCK_K rounds of max extraction instead of a bitonic top-k
+    num_warps: int
+    MERGE_N: int = 0  # chunked: candidates per merge program (the final merge takes up to this many)
+    merge_warps: int = 4
+    SORT: bool = False  # the row sorted in global memory in BLOCK_N-element blocks
+
+
+# First choices, none measured on a GPU yet; each is a threshold to sweep first.
+# * _SELECT_MAX_K: up to 4 kept, k rounds of an integer max (one row reduction each)
+#   are expected to beat a bitonic top-k, whose network costs about log2(K)^2 / 2
+#   compare-exchange steps per element; to be measured from k = 1 to 16.
+# * _ONE_PASS_MAX: rows up to 8192 columns in one program (16 keys a lane with 16
+#   warps); to be measured against the chunked path at M = 1 .. 256.
+# * chunks of 1024 .. 8192 columns, at least 4 * BLOCK_K (each round keeps at most a
+#   quarter), sized for two programs per SM; to be measured against fixed chunks.
+# * _MERGE_N: merge programs take 8192 candidates (int64 in registers, 16 warps).
+# * _MAX_BLOCK_K: above 2048 kept, rows longer than one pass are sorted (_SORT_BLOCK
+#   elements a block) instead of reduced through candidates; to be measured at
+#   k = 1024 .. 8192 on 262144-column rows.
+# * _TILE: short rows several to a program, about 2048 elements, as normalization's tiles.
+_SELECT_MAX_K = 4
+_ONE_PASS_MAX = 8192
+_MIN_CHUNK = 1024
+_MAX_CHUNK = 8192
+_MERGE_N = 8192
+_MAX_BLOCK_K = 2048
+_SORT_BLOCK = 4096
+_TILE = 2048
+_PASS_BLOCK = 1024  # pairs per bitonic pass program
+_MAX_WARPS = 16
+
+
+def _sms(device: torch.device | None) -> int:
+    """SMs of a GPU; 1 for the interpreter, which runs programs one after another."""
+    return num_sms(device) if device is not None and device.type == "cuda" else 1
+
+
+def _warps(elements: int) -> int:
+    """16 keys a lane, 4 to 16 warps."""
+    return min(max(elements // (16 * WARP_SIZE), 4), _MAX_WARPS)
+
+
+@functools.lru_cache(maxsize=1024)
+def topk_launch_config(n_rows: int, n_cols: int, k: int, device: torch.device | None = None) -> TopkLaunchConfig:
+    """Launch config of a top-k of ``k`` over ``n_rows`` rows of ``n_cols``.
+
+    Rows up to ``_ONE_PASS_MAX`` wide go in one pass, short ones several to a program,
+    halved until the grid has two programs per SM. Longer rows are chunked, chunks
+    sized for two programs per SM; with more than ``_MAX_BLOCK_K`` kept they are
+    sorted instead.
+    """
+    block_k = next_power_of_2(k)
+    select = block_k <= _SELECT_MAX_K
+    row = next_power_of_2(n_cols)
+    want = 2 * _sms(device)
+    if row <= _ONE_PASS_MAX:
+        block_m = min(max(_TILE // row, 1), next_power_of_2(n_rows))
+        while block_m > 1 and cdiv(n_rows, block_m) < want:
+            block_m //= 2
+        return TopkLaunchConfig(block_m, row, block_k, select, _warps(block_m * row))
+    if block_k > _MAX_BLOCK_K:
+        return TopkLaunchConfig(1, _SORT_BLOCK, _SORT_BLOCK, False, _warps(_SORT_BLOCK), SORT=True)
+    chunk = next_power_of_2(cdiv(n_cols, cdiv(want, n_rows)))
+    chunk = min(max(chunk, _MIN_CHUNK, 4 * block_k), _MAX_CHUNK)
+    merge_n = max(_MERGE_N, 4 * block_k)
+    return TopkLaunchConfig(1, chunk, block_k, select, _warps(chunk), merge_n, _warps(merge_n))
+
+
+# ---------------------------------------------------------------------------
+# launches
+
+
+def _flat_stride(shape, stride) -> int | None:
+    """The one stride that addresses these dims flattened in row-major order, or None."""
+    flat, expected = 0, None
+    for size, st in zip(reversed(shape), reversed(stride)):
+        if size == 1:
+            continue
+        if expected is not None and st != expected:
+            return None
+        if expected is None:
+            flat = st
+        expected = st * size
+    return flat
+
+
+def _row_strides(t: torch.Tensor, dim: int) -> tuple[int, int, int] | None:
+    """Strides of ``t`` as (dims before ``dim``, dims after, ``dim``): rows are
+    (row // inner, row % inner); None where a group of dims has no single stride."""
+    shape, stride = t.shape, t.stride()
+    before, after = _flat_stride(shape[:dim], stride[:dim]), _flat_stride(shape[dim + 1:], stride[dim + 1:])
+    if before is None or after is None:
+        return None
+    return before, after, stride[dim]
+
+
+def _check_config(cfg: TopkLaunchConfig, n: int, k: int) -> None:
+    """A pinned config must make progress: every program keeps BLOCK_K >= k of at least
+    2 * BLOCK_K; a bitonic top-k keeps at least 2 (tl.topk of 1 does not build on Triton 3.6)."""
+    sizes = (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K) + ((cfg.MERGE_N,) if cfg.MERGE_N else ())
+    ok = all(v > 0 and v & (v - 1) == 0 for v in sizes) and (cfg.SELECT or cfg.BLOCK_K >= 2)
+    if cfg.SORT:
+        ok = ok and cfg.BLOCK_K == cfg.BLOCK_N and not cfg.SELECT
+    elif next_power_of_2(n) <= cfg.BLOCK_N:
+        ok = ok and k <= cfg.BLOCK_K <= cfg.BLOCK_N
+    else:
+        ok = ok and k <= cfg.BLOCK_K and 2 * cfg.BLOCK_K <= min(cfg.BLOCK_N, cfg.MERGE_N)
+    if not ok:
+        raise ValueError(f"topk: launch config {cfg} does not fit a row of {n} with k = {k}")
+
+
+def topk_rows(x: torch.Tensor, x_strides: tuple, n: int, values: torch.Tensor, indices: torch.Tensor,
+              out_strides: tuple, n_rows: int, inner: int, k: int, largest: bool,
+              config: TopkLaunchConfig | None = None) -> None:
+    """Top-k of ``n_rows`` rows of ``n`` elements of ``x``: row r's element j at
+    (r // inner) * s0 + (r % inner) * s1 + j * s2 for ``x_strides`` (s0, s1, s2), its
+    results at ``out_strides`` in ``values`` and ``indices``; ``config`` pins a launch
+    (tests, tuning)."""
+    cfg = config or topk_launch_config(n_rows, n, k, x.device)
+    if config is not None:
+        _check_config(cfg, n, k)
+    # Offsets of every lane, the masked lanes of a last chunk included.
+    span = next_power_of_2(n) + max(cfg.BLOCK_N, cfg.MERGE_N)
+    int64 = span * max(x_strides[2], out_strides[2]) >= 2**31
+    key32 = x.element_size() == 2 and cfg.BLOCK_N <= 32768
+
+    def select(cand_in, cand_out, n_in, block_m, block_n, block_k, mode, warps, *, from_x, final, n_chunks=None):
+        n_chunks = n_chunks or cdiv(n_in, block_n)
+        _topk_kernel[(cdiv(n_rows, block_m) * n_chunks,)](
+            x, cand_in, cand_out, values, indices, *x_strides, *out_strides,
+            0 if cand_in is None else cand_in.stride(0), 0 if cand_out is None else cand_out.stride(0),
+            n_rows, inner, n_in, n_chunks, k, FROM_X=from_x, FINAL=final, LARGEST=largest, KEY32=key32 and from_x,
+            MODE=mode, INT64=int64, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
+        )
+
+    mode = 0 if cfg.SELECT else 1
+    if cfg.SORT:
+        _sort_rows(select, x.device, n_rows, n, k, cfg)
+        return
+    n_chunks = cdiv(n, cfg.BLOCK_N)
+    if n_chunks == 1:
+        select(None, None, n, cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, mode, cfg.num_warps, from_x=True, final=True)
+        return
+    cand = torch.empty((n_rows, n_chunks * cfg.BLOCK_K), dtype=torch.int64, device=x.device)
+    select(None, cand, n, cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, mode, cfg.num_warps, from_x=True, final=False)
+    while cand.shape[1] > cfg.MERGE_N:
+        nxt = torch.empty((n_rows, cdiv(cand.shape[1], cfg.MERGE_N) * cfg.BLOCK_K), dtype=torch.int64,
+                          device=x.device)
+        select(cand, nxt, cand.shape[1], cfg.BLOCK_M, cfg.MERGE_N, cfg.BLOCK_K, mode, cfg.merge_warps,
+               from_x=False, final=False)
+        cand = nxt
+    select(cand, None, cand.shape[1], cfg.BLOCK_M, next_power_of_2(cand.shape[1]), cfg.BLOCK_K, mode,
+           cfg.merge_warps, from_x=False, final=True)
+
+
+def _sort_rows(select, device, n_rows: int, n: int, k: int, cfg: TopkLaunchConfig) -> None:
+    """Sort every row's packed keys, largest first, in an (n_rows, 2^m) buffer; write the first k.
+
+    Blocks of C = BLOCK_N keys are sorted in registers; then for each merged length
+    S = 2C, 4C, ..: a mirror pass (two sorted halves of S into two bitonic ones, every
+    key of the first above every key of the second), half-cleaner passes at distances
+    S / 4 .. C, and the C-blocks sorted in registers again (a bitonic block sorts
+    to the same keys as the remaining half-cleaners would)."""
+    c, block_m = cfg.BLOCK_N, cfg.BLOCK_M
+    length = max(next_power_of_2(n), c)
+    keys = torch.empty((n_rows, length), dtype=torch.int64, device=device)
+    select(None, keys, n, block_m, c, c, 1, cfg.num_warps, from_x=True, final=False, n_chunks=length // c)
+    pass_block = min(_PASS_BLOCK, length // 2)
+    grid = (n_rows * (length // (2 * pass_block)),)
+    log_c = c.bit_length() - 1
+    for log_span in range(log_c + 1, length.bit_length()):
+        _bitonic_pass_kernel[grid](keys, keys.stride(0), length, log_span, 0, MIRROR=True, BLOCK=pass_block,
+                                   num_warps=4)
+        for log_dist in range(log_span - 2, log_c - 1, -1):
+            _bitonic_pass_kernel[grid](keys, keys.stride(0), length, 0, log_dist, MIRROR=False, BLOCK=pass_block,
+                                       num_warps=4)
+        select(keys, keys, length, block_m, c, c, 1, cfg.num_warps, from_x=False, final=False)
+    select(keys, None, k, block_m, c, c, 2, cfg.num_warps, from_x=False, final=True)
+
+
+@launch_op("topk", mutates_args=("values", "indices"))
+def _launch(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, k: int, dim: int, largest: bool) -> None:
+    """The default launch; a torch.ops.aiter_lite custom op under torch.compile."""
+    _launch_topk(x, values, indices, k, dim, largest)
+
+
+def _launch_topk(x, values, indices, k, dim, largest, config=None) -> None:
+    n, inner = x.shape[dim], math.prod(x.shape[dim + 1:])
+    x_strides = _row_strides(x, dim)
+    if x_strides is None:  # the dims around `dim` need more than two strides: gathered (a copy)
+        x = x.movedim(dim, -1).contiguous()
+        x_strides = (inner * n, n, 1)
+    topk_rows(x, x_strides, n, values, indices, _row_strides(values, dim), values.numel() // k, inner, k, largest,
+              config)
+
+
+# ---------------------------------------------------------------------------
+# the public op
+
+
+def _check_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"topk: {name} must be an int, got {type(value).__name__}")
+    return int(value)
+
+
+def _check_bool(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"topk: {name} must be a bool, got {type(value).__name__}")
+
+
+def _new_out(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True, *,
+         config: TopkLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` largest (``largest=False``: smallest) elements of ``x`` along ``dim``:
+    ``(values, indices)`` as torch.topk's named tuple, values in x's dtype, indices
+    int64, both of x's shape with ``dim`` of size k. Sorted, ties to the lower index,
+    NaN above +inf (module doc).
+
+    ``config`` pins a launch (tests, tuning)."""
+    check_float_tensor("topk", "x", x)
+    k = _check_int("k", k)
+    dim = _check_int("dim", dim)
+    rank = max(x.dim(), 1)
+    if not -rank <= dim < rank:
+        raise ValueError(f"topk: dim must be in [{-rank}, {rank - 1}] for x of shape {tuple(x.shape)}, got {dim}")
+    dim %= rank
+    _check_bool("largest", largest)
+    _check_bool("sorted", sorted)
+    n = x.shape[dim] if x.dim() else 1
+    if not 0 <= k <= n:
+        raise ValueError(f"topk: k must be in [0, {n}] (x.shape[{dim}] for x of shape {tuple(x.shape)}), got {k}")
+    if n > MAX_ROW:
+        raise ValueError(f"topk: x.shape[{dim}] must be at most {MAX_ROW}, got {n}")
+    check_triton_device("topk", "x", x)
+    if debug_on():
+        log_call("topk", x=x, k=k, dim=dim, largest=largest, sorted=sorted)
+    if x.dim() == 0:  # as torch: a 0-dim x (k = 0 or 1) gives 0-dim outputs holding its element
+        values, indices = topk(x.reshape(1), 1, 0, largest, sorted, config=config)
+        return torch.return_types.topk((values.reshape(()), indices.reshape(())))
+    shape = (*x.shape[:dim], k, *x.shape[dim + 1:])
+    values, indices = _new_out(shape, x.dtype, x.device), _new_out(shape, torch.int64, x.device)
+    if values.numel():
+        if config is None:
+            _launch(x, values, indices, k, dim, largest)
+        else:
+            _launch_topk(x, values, indices, k, dim, largest, config)
+    return torch.return_types.topk((values, indices))
