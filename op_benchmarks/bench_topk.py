@@ -82,24 +82,23 @@ def _routing_args(case):
     return case.dims["K"], case.extra["groups"], case.extra["topk_group"]
 
 
-def _triton(case, inputs):
-    if case.op == "topk":
-        (x,) = inputs
-        return lambda: tri.topk(x, case.dims["K"])
-    k, groups, kept = _routing_args(case)
-    if case.op == "topk_softmax":
-        return lambda: tri_moe.topk_softmax(inputs[0], k, RENORMALIZE)
-    return lambda: tri_moe.biased_grouped_topk(*inputs, k, groups, kept, RENORMALIZE, SCALE)
+def _provider(topk_ops, moe_ops):
+    """The timed call of a case on one backend's top-k and routing modules."""
+
+    def make(case, inputs):
+        if case.op == "topk":
+            (x,) = inputs
+            return lambda: topk_ops.topk(x, case.dims["K"])
+        k, groups, kept = _routing_args(case)
+        if case.op == "topk_softmax":
+            return lambda: moe_ops.topk_softmax(inputs[0], k, RENORMALIZE)
+        return lambda: moe_ops.biased_grouped_topk(*inputs, k, groups, kept, RENORMALIZE, SCALE)
+
+    return make
 
 
-def _native(case, inputs):
-    if case.op == "topk":
-        (x,) = inputs
-        return lambda: native.topk(x, case.dims["K"])
-    k, groups, kept = _routing_args(case)
-    if case.op == "topk_softmax":
-        return lambda: native_moe.topk_softmax(inputs[0], k, RENORMALIZE)
-    return lambda: native_moe.biased_grouped_topk(*inputs, k, groups, kept, RENORMALIZE, SCALE)
+_triton = _provider(tri, tri_moe)
+_native = _provider(native, native_moe)
 
 
 def _torch_topk(x, k):

@@ -28,6 +28,20 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+def grid_sms(device: torch.device | None, interpreter_sms: int = 4) -> int:
+    """SMs to size a grid for: the GPU's, or ``interpreter_sms`` for CPU tensors (the
+    interpreter) and no device."""
+    return num_sms(device) if device is not None and device.type == "cuda" else interpreter_sms
+
+
+def row_warps(tile: int) -> int:
+    """Warps for a row tile held in registers: 4 up to 2048 elements, then 16 elements per
+    lane up to 8 warps, then 64 per lane (a 16384 row takes 8 warps, 32768 takes 16)."""
+    if tile <= 16384:
+        return min(max(tile // (16 * WARP_SIZE), 4), 8)
+    return min(tile // (64 * WARP_SIZE), 16)
+
+
 def num_sms(device: torch.device) -> int:
     """Streaming multiprocessors (compute units on AMD) of a CUDA/HIP device."""
     return _sm_count(device.index if device.index is not None else torch.cuda.current_device())

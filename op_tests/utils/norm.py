@@ -10,7 +10,6 @@ from aiter_lite.ops.triton.normalization import rmsnorm as tri_rms
 from aiter_lite.ops.triton.normalization.norm import NormLaunchConfig
 from op_tests.utils.checks import assert_close, tolerance
 from op_tests.utils.device import DEVICE, by_device
-from op_tests.utils.inputs import make_rows
 
 # (M, N). Every regime: several rows per program (short rows), a whole row in
 # registers (forward up to 32768, backward up to 16384), looped rows beyond;

@@ -23,7 +23,7 @@ from aiter_lite.ops.triton._triton_kernels.softmax import (
 )
 from aiter_lite.utils.checks import check_float_tensor, check_triton_device, rows_view
 from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms, split_row_slots
+from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2, row_warps, split_row_slots
 from aiter_lite.utils.logger import debug_on, log_call
 
 __all__ = ["softmax", "log_softmax", "SoftmaxLaunchConfig", "softmax_launch_config"]
@@ -46,18 +46,6 @@ _MAX_ROW_IN_REGS = 32768
 _TILE = 2048
 _LOOP = SoftmaxLaunchConfig(1, 8192, 8, True)
 _SPLIT = SoftmaxLaunchConfig(1, 8192, 4, False, SPLIT=True)
-_MAX_WARPS = 1024 // WARP_SIZE
-
-
-def _sms(device: torch.device | None) -> int:
-    return num_sms(device) if device is not None and device.type == "cuda" else 4
-
-
-def _row_warps(tile: int) -> int:
-    """4 warps up to 2048 elements, then 16 elements per lane up to 8 warps, then 64."""
-    if tile <= 16384:
-        return min(max(tile // (16 * WARP_SIZE), 4), 8)
-    return min(tile // (64 * WARP_SIZE), _MAX_WARPS)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -67,11 +55,11 @@ def softmax_launch_config(n_rows: int, n_cols: int, device: torch.device | None 
     or, past half the SMs' worth of segments, one row per program in chunks."""
     block_n = next_power_of_2(n_cols)
     if block_n > _MAX_ROW_IN_REGS:
-        return _SPLIT if cdiv(n_cols, _SPLIT.BLOCK_N) <= _sms(device) // 2 else _LOOP
+        return _SPLIT if cdiv(n_cols, _SPLIT.BLOCK_N) <= grid_sms(device) // 2 else _LOOP
     block_m = min(max(_TILE // block_n, 1), next_power_of_2(n_rows))
-    while block_m > 1 and cdiv(n_rows, block_m) < 2 * _sms(device):
+    while block_m > 1 and cdiv(n_rows, block_m) < 2 * grid_sms(device):
         block_m //= 2
-    return SoftmaxLaunchConfig(block_m, block_n, _row_warps(block_m * block_n), False)
+    return SoftmaxLaunchConfig(block_m, block_n, row_warps(block_m * block_n), False)
 
 
 def _launch_rows(x: torch.Tensor, y: torch.Tensor, log: bool, config: SoftmaxLaunchConfig | None = None) -> None:

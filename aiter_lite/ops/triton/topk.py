@@ -38,7 +38,7 @@ import torch
 from aiter_lite.ops.triton._triton_kernels.topk import _bitonic_pass_kernel, _topk_kernel
 from aiter_lite.utils.checks import check_float_tensor, check_triton_device
 from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms
+from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2
 from aiter_lite.utils.logger import debug_on, log_call
 
 __all__ = ["TopkLaunchConfig", "topk", "topk_launch_config"]
@@ -83,11 +83,6 @@ _PASS_BLOCK = 1024  # pairs per bitonic pass program
 _MAX_WARPS = 16
 
 
-def _sms(device: torch.device | None) -> int:
-    """SMs of a GPU; 1 for the interpreter, which runs programs one after another."""
-    return num_sms(device) if device is not None and device.type == "cuda" else 1
-
-
 def _warps(elements: int) -> int:
     """16 keys a lane, 4 to 16 warps."""
     return min(max(elements // (16 * WARP_SIZE), 4), _MAX_WARPS)
@@ -105,7 +100,7 @@ def topk_launch_config(n_rows: int, n_cols: int, k: int, device: torch.device | 
     block_k = next_power_of_2(k)
     select = block_k <= _SELECT_MAX_K
     row = next_power_of_2(n_cols)
-    want = 2 * _sms(device)
+    want = 2 * grid_sms(device, 1)  # the interpreter runs programs one after another
     if row <= _ONE_PASS_MAX:
         block_m = min(max(_TILE // row, 1), next_power_of_2(n_rows))
         while block_m > 1 and cdiv(n_rows, block_m) < want:

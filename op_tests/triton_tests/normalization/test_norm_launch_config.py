@@ -13,7 +13,7 @@ ROWS = [1, 16, 131, 132, 1000, 4096, 32768]
 @pytest.fixture
 def h100_sms(monkeypatch):
     """Pick as on a 132-SM GPU (the CPU picker assumes 4), with a fresh cache either side."""
-    monkeypatch.setattr(nm, "_sms", lambda device: 132)
+    monkeypatch.setattr(nm, "grid_sms", lambda device: 132)
     nm.norm_launch_config.cache_clear()
     yield
     nm.norm_launch_config.cache_clear()

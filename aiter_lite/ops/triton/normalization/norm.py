@@ -26,7 +26,7 @@ from aiter_lite.utils.checks import (
     rows_view,
 )
 from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms, split_row_slots
+from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2, row_warps, split_row_slots
 from aiter_lite.utils.logger import debug_on, log_call
 
 
@@ -180,18 +180,6 @@ _BWD_LOOP_LN_WIDE = NormLaunchConfig(4, 1024, 4, True)
 _BWD_SUMS = (8192, 8)  # row-sum chunk and warps of the looped backward's first step
 
 
-def _sms(device: torch.device | None) -> int:
-    return num_sms(device) if device is not None and device.type == "cuda" else 4
-
-
-def _row_warps(tile: int) -> int:
-    """Warps for a tile held in registers: 4 up to 2048 elements, then 16 elements per
-    lane up to 8 warps, then 64 per lane (a 16384 row takes 8 warps, 32768 takes 16)."""
-    if tile <= 16384:
-        return min(max(tile // (16 * WARP_SIZE), 4), 8)
-    return min(tile // (64 * WARP_SIZE), 16)
-
-
 @functools.lru_cache(maxsize=1024)
 def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None, residual: bool = False,
                        is_rms: bool = True) -> NormLaunchConfig:
@@ -206,37 +194,37 @@ def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = N
     """
     block_n = next_power_of_2(n_cols)
     split = _split_config(block_n, residual, is_rms)
-    if split is not None and cdiv(n_cols, split.BLOCK_N) <= _sms(device) // 2:
+    if split is not None and cdiv(n_cols, split.BLOCK_N) <= grid_sms(device) // 2:
         return split
     if block_n >= 32768 and not residual:
         return _static_chunks((_WIDE_RMS if is_rms else _WIDE_LN)[min(block_n, 131072)], n_cols)
     if block_n > _MAX_ROW_IN_REGS:
         return _LOOP
     static = _STATIC_LOOPS.get((is_rms, residual, block_n))
-    if static is not None and n_rows >= _sms(device):
+    if static is not None and n_rows >= grid_sms(device):
         return _static_chunks(static, n_cols)
     plain = None if residual else _PLAIN_TILES.get((is_rms, block_n, n_rows * n_cols >= _BIG))
     block_m = min(plain[0] if plain else max(_TILE // block_n, 1), next_power_of_2(n_rows))
-    want = 2 * _sms(device)
+    want = 2 * grid_sms(device)
     while block_m > 1 and cdiv(n_rows, block_m) < want:
         block_m //= 2
     tile = block_m * block_n
     evict = "evict_last" if residual or tile <= _EVICT_LAST_MAX_TILE else ""
-    if cdiv(n_rows, block_m) < _sms(device):  # under one wave: latency-bound, 16 elements per lane
-        warps = min(max(_row_warps(tile), tile // (16 * WARP_SIZE)), _MAX_WARPS)
+    if cdiv(n_rows, block_m) < grid_sms(device):  # under one wave: latency-bound, 16 elements per lane
+        warps = min(max(row_warps(tile), tile // (16 * WARP_SIZE)), _MAX_WARPS)
         if residual and n_rows >= _DECODE_ADD_ROWS and tile >= 8192:
             return NormLaunchConfig(block_m, block_n, _MAX_WARPS, False)
         return NormLaunchConfig(block_m, block_n, warps, False, EVICT=evict, W_FIRST=block_n < 16384)
     if plain:
         return NormLaunchConfig(block_m, block_n, plain[1], False, EVICT=plain[2], W_FIRST=plain[3])
-    return NormLaunchConfig(block_m, block_n, _row_warps(tile), False, EVICT=evict)
+    return NormLaunchConfig(block_m, block_n, row_warps(tile), False, EVICT=evict)
 
 
 @functools.lru_cache(maxsize=1024)
 def norm_bwd_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None, is_rms: bool = True):
     """Backward: (tile config, programs along rows). LOOPED tiles are column blocks of a row strip."""
     block_n = next_power_of_2(n_cols)
-    sms = _sms(device)
+    sms = grid_sms(device)
     if not is_rms and block_n >= _BWD_MAX_ROW_IN_REGS:
         return (_BWD_LOOP_LN if block_n <= 65536 else _BWD_LOOP_LN_WIDE), min(n_rows, sms)
     if block_n > _BWD_MAX_ROW_IN_REGS:
@@ -355,7 +343,7 @@ def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_
         # Few wide rows: split each row's sums over column ranges until the grid holds
         # about two programs per SM.
         sums_n = _BWD_SUMS[0]
-        splits = min(cdiv(n_cols, sums_n), max(1, cdiv(2 * _sms(x.device), n_rows)))
+        splits = min(cdiv(n_cols, sums_n), max(1, cdiv(2 * grid_sms(x.device), n_rows)))
         cols_per_split = cdiv(cdiv(n_cols, splits), sums_n) * sums_n
         splits = cdiv(n_cols, cols_per_split)
         c1 = torch.empty((splits, n_rows), dtype=torch.float32, device=x.device)

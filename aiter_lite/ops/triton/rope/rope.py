@@ -35,7 +35,7 @@ from aiter_lite.ops.native.rope.rope import RotateStyle, rotary_width
 from aiter_lite.ops.triton._triton_kernels.rope.rope import _rope_kernel
 from aiter_lite.utils.checks import check_float_tensor, check_same_device, check_triton_device
 from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.launch import cdiv, next_power_of_2, num_sms
+from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
 from aiter_lite.utils.logger import debug_on, log_call
 
 __all__ = [
@@ -78,10 +78,6 @@ _TILE_HEAD = 1024  # elements of one token's heads in a program
 _TILE = {64: 2048}  # elements a program moves, by power-of-2 head dim (default 1024)
 
 
-def _sms(device: torch.device | None) -> int:
-    return num_sms(device) if device is not None and device.type == "cuda" else 4
-
-
 @functools.lru_cache(maxsize=1024)
 def rope_launch_config(n_tokens: int, n_heads: int, n_heads2: int, head_dim: int,
                        device: torch.device | None = None) -> RopeLaunchConfig:
@@ -98,7 +94,7 @@ def rope_launch_config(n_tokens: int, n_heads: int, n_heads2: int, head_dim: int
     tile = _TILE.get(block_d, 1024)
     block_t = min(max(1, tile // (block_h * block_d)), next_power_of_2(max(n_tokens, 1)))
     head_blocks = cdiv(n_heads, block_h) + cdiv(n_heads2, block_h)
-    want = 2 * _sms(device)
+    want = 2 * grid_sms(device)
     while block_t > 1 and cdiv(n_tokens, block_t) * head_blocks < want:
         block_t //= 2
     warps = 2 if block_t * block_h * block_d <= 2048 else 4
@@ -180,12 +176,19 @@ def _host_check_wanted(*tensors) -> bool:
     return any(t.device.type == "cpu" for t in tensors) or envs.rope_check_positions()
 
 
-def _check_rows(op: str, index: torch.Tensor, what: str, n_rows: int, table: str) -> None:
-    if index.numel() == 0:
+def _check_positions(op: str, positions, offsets, shape: tuple, x: torch.Tensor, n_rows: int) -> None:
+    """positions (and offsets) of ``shape`` on x's device; their rows checked against the
+    table's ``n_rows`` on the host when they are there already, or when asked to."""
+    _check_indices(op, "positions", positions, shape, x)
+    if offsets is not None:
+        _check_indices(op, "offsets", offsets, shape, x)
+    if not _host_check_wanted(positions, *([] if offsets is None else [offsets])) or positions.numel() == 0:
         return
-    lo, hi = int(index.min()), int(index.max())
+    rows = positions.long() + (0 if offsets is None else offsets.long())
+    lo, hi = int(rows.min()), int(rows.max())
     if lo < 0 or hi >= n_rows:
-        raise ValueError(f"{op}: {what} must lie in [0, {n_rows}) ({table} has {n_rows} rows), "
+        what = "positions" + (" + offsets" if offsets is not None else "")
+        raise ValueError(f"{op}: {what} must lie in [0, {n_rows}) (cos has {n_rows} rows), "
                          f"got values from {lo} to {hi}")
 
 
@@ -399,12 +402,7 @@ def _sbhd_cached(op, x, cos, sin, positions, offsets, rotate_style, reuse, nope_
     tab = _table(op, ("cos", "sin"), cos, sin, x)
     transpose_output = _check_transpose(op, transpose_output, not inplace)
     if has_positions:
-        _check_indices(op, "positions", positions, tuple(x.shape[:2]), x)
-        if offsets is not None:
-            _check_indices(op, "offsets", offsets, tuple(x.shape[:2]), x)
-        if _host_check_wanted(positions, *([] if offsets is None else [offsets])):
-            rows = positions.long() + (0 if offsets is None else offsets.long())
-            _check_rows(op, rows, "positions" + (" + offsets" if offsets is not None else ""), tab.rows, "cos")
+        _check_positions(op, positions, offsets, tuple(x.shape[:2]), x, tab.rows)
     elif tab.rows < x.shape[0]:
         raise ValueError(f"{op}: cos has {tab.rows} rows, fewer than x's sequence length {x.shape[0]}")
     return _rope(op, x, tab, rotate_style, reuse, nope_first, row_mode=ROW_POSITIONS if has_positions else ROW_OUTER,
@@ -477,12 +475,7 @@ def _two(op, x, y, cos, sin, positions, offsets, rotate_style, reuse, nope_first
     check_same_device(op, "y", y, "x", x)
     tab = _table(op, ("cos", "sin"), cos, sin, x)
     _check_transpose(op, transpose_output, False)
-    _check_indices(op, "positions", positions, (x.shape[0],), x)
-    if offsets is not None:
-        _check_indices(op, "offsets", offsets, (x.shape[0],), x)
-    if _host_check_wanted(positions, *([] if offsets is None else [offsets])):
-        rows = positions.long() + (0 if offsets is None else offsets.long())
-        _check_rows(op, rows, "positions" + (" + offsets" if offsets is not None else ""), tab.rows, "cos")
+    _check_positions(op, positions, offsets, (x.shape[0],), x, tab.rows)
     return _rope(op, x, tab, rotate_style, reuse, nope_first, row_mode=ROW_POSITIONS, backward=backward,
                  inplace=inplace, x2=y, pos=positions, off=offsets)
 
@@ -580,17 +573,16 @@ def rope_bwd_2d(x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_sty
 # reference's autograd.
 
 
-def _table_grads(ctx, native_fwd, x, tables, grad, args):
-    """Gradients of the tables (those that need one) through the native reference."""
-    want = [t for t, need in zip(tables, ctx.needs_input_grad[1:1 + len(tables)]) if need]
-    if not want:
+def _table_grads(needs, native_fwd, x, tables, grad, lead=(), args=()):
+    """Gradients of the tables whose ``needs`` flag is set (None for the others), through
+    the native reference ``native_fwd(x, *lead, *tables, *args)``."""
+    if not any(needs):
         return [None] * len(tables)
     with torch.enable_grad():
-        leaves = [t.detach().requires_grad_(need) for t, need in zip(tables, ctx.needs_input_grad[1:])]
-        y = native_fwd(x.detach(), *leaves, *args)
-        grads = torch.autograd.grad(y, [t for t in leaves if t.requires_grad], grad)
-    it = iter(grads)
-    return [next(it) if t.requires_grad else None for t in leaves]
+        leaves = [t.detach().requires_grad_(bool(need)) for t, need in zip(tables, needs)]
+        y = native_fwd(x.detach(), *lead, *leaves, *args)
+        grads = iter(torch.autograd.grad(y, [t for t in leaves if t.requires_grad], grad))
+    return [next(grads) if t.requires_grad else None for t in leaves]
 
 
 class RoPE(torch.autograd.Function):
@@ -607,7 +599,7 @@ class RoPE(torch.autograd.Function):
     def backward(ctx, grad):
         x, freqs = ctx.saved_tensors
         dx = rope_bwd(grad, freqs, *ctx.args, ctx.transpose_output) if ctx.needs_input_grad[0] else None
-        (dfreqs,) = _table_grads(ctx, _native.rope_fwd, x, [freqs], grad, ctx.args)
+        (dfreqs,) = _table_grads(ctx.needs_input_grad[1:2], _native.rope_fwd, x, [freqs], grad, args=ctx.args)
         return dx, dfreqs, None, None, None, None
 
 
@@ -624,11 +616,8 @@ class RoPETHD(torch.autograd.Function):
     def backward(ctx, grad):
         x, cu, freqs = ctx.saved_tensors
         dx = rope_thd_bwd(grad, cu, freqs, *ctx.args) if ctx.needs_input_grad[0] else None
-        dfreqs = None
-        if ctx.needs_input_grad[2]:
-            with torch.enable_grad():
-                f = freqs.detach().requires_grad_()
-                (dfreqs,) = torch.autograd.grad(_native.rope_thd_fwd(x.detach(), cu, f, *ctx.args), f, grad)
+        (dfreqs,) = _table_grads(ctx.needs_input_grad[2:3], _native.rope_thd_fwd, x, [freqs], grad, (cu,),
+                                 ctx.args)
         return dx, None, dfreqs, None, None, None
 
 
@@ -647,7 +636,8 @@ class RoPECached(torch.autograd.Function):
     def backward(ctx, grad):
         x, cos, sin = ctx.saved_tensors
         dx = rope_cached_bwd(grad, cos, sin, *ctx.args, ctx.transpose_output) if ctx.needs_input_grad[0] else None
-        dcos, dsin = _table_grads(ctx, _native.rope_cached_fwd, x, [cos, sin], grad, ctx.args)
+        dcos, dsin = _table_grads(ctx.needs_input_grad[1:3], _native.rope_cached_fwd, x, [cos, sin], grad,
+                                  args=ctx.args)
         return dx, dcos, dsin, None, None, None, None
 
 
@@ -667,5 +657,6 @@ class RoPE2D(torch.autograd.Function):
     def backward(ctx, grad):
         x, *tables = ctx.saved_tensors
         dx = rope_bwd_2d(grad, *tables, *ctx.size, *ctx.args) if ctx.needs_input_grad[0] else None
-        grads = _table_grads(ctx, _native.rope_fwd_2d, x, tables, grad, (*ctx.size, *ctx.args))
+        grads = _table_grads(ctx.needs_input_grad[1:5], _native.rope_fwd_2d, x, tables, grad,
+                             args=(*ctx.size, *ctx.args))
         return (dx, *grads, None, None, None, None, None)
