@@ -11,9 +11,12 @@ from aiter_lite.ops.triton import softmax as tri
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device, make_rows
 
 OPS = ["softmax", "log_softmax"]
-# across the in-register tiles, the looped path (> 32768) and the vocab sizes
+# across the in-register tiles (to 16384), both split segment widths (4096 to 131072,
+# 8192 beyond) and the vocab sizes; the looped path on the GPU past half the SMs' worth
+# of segments (the edge-row test's 600001 columns, 74 segments, on a 132-SM GPU)
 WIDTHS = by_device([1, 7, 127, 1000, 4097],
-                   [1, 7, 127, 1000, 4097, 32000, 32768, 32769, 65536, 128256, 151936, 201088, 262144, 300001])
+                   [1, 7, 127, 1000, 4097, 16384, 16385, 32000, 32769, 65536, 128256, 131072, 131073,
+                    151936, 201088, 262144, 300001])
 ROWS = by_device([0, 1, 3, 37], [0, 1, 3, 37, 300])
 INF, NAN = float("inf"), float("nan")
 
@@ -53,7 +56,7 @@ def test_softmax(op, dtype, n, m):
 
 
 @pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("n", by_device([5, 300], [5, 300, 70000, 600001]))
+@pytest.mark.parametrize("n", by_device([5, 300], [5, 300, 70000, 200001, 600001]))
 def test_edge_rows_match_torch(op, n):
     x = torch.randn(8, n, device=DEVICE)
     x[0] = -INF                      # all -inf: NaN

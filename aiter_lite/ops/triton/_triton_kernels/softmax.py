@@ -147,8 +147,16 @@ def _softmax_split_kernel(
     x = tl.load(x_ptr + row * stride_x_row + cols, mask=mask, other=float("-inf")).to(tl.float32)
     if PHASE != 2:
         m_c = tl.max(x, axis=0)
-        s_c = tl.where(m_c == float("-inf"), 0.0, tl.sum(tl.where(mask, tl.exp(x - m_c), 0.0), axis=0))
-        _publish(slot_ptr + row * n_segs + seg, m_c, s_c)
-    if PHASE != 1:
+        # -inf lanes (and lanes past the row) give 0, so a segment of -inf sums to 0
+        e = tl.where(x == float("-inf"), 0.0, tl.exp(x - m_c))
+        _publish(slot_ptr + row * n_segs + seg, m_c, tl.sum(e, axis=0))
+    if PHASE == 0:
+        m, s = _gather(slot_ptr + row * n_segs, n_segs, BLOCK_S)
+        if LOG:
+            y = (x - m) - tl.log(s)
+        else:  # the exponentials already taken, rescaled: one exp per element
+            y = e * (tl.exp(m_c - m) / s)
+        tl.store(y_ptr + row * stride_y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+    if PHASE == 2:
         m, s = _gather(slot_ptr + row * n_segs, n_segs, BLOCK_S)
         tl.store(y_ptr + row * stride_y_row + cols, _finish(x, m, s, LOG).to(y_ptr.dtype.element_ty), mask=mask)
