@@ -10,30 +10,34 @@ import torch
 import aiter_lite.ops.triton.topk as topk_mod
 from aiter_lite.ops.native import topk as native
 from aiter_lite.ops.triton.topk import TopkLaunchConfig, topk, topk_launch_config
+from aiter_lite.utils.launch import cdiv
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, by_device, make_rows
 
 NAN, INF = float("nan"), float("inf")
 POISON_INDEX = -7
 
 # (M, N, k). Rows: one pass up to 8192 columns (several rows a program when short), the
-# chunked path from 8193 (vocabulary sizes included), sorted in global memory for k
+# filter path from 8193 (vocabulary sizes included), sorted in global memory for k
 # above 2048 on rows past 8192. k: max extraction (<= 4), bitonic top-k, the row length.
 _CPU_ROWS = [(0, 16), (1, 1), (3, 7), (5, 127), (2, 200)]
 _GPU_N = (1, 7, 127, 1000, 4097, 8192, 8193, 32000, 128256, 151936, 201088, 262144)
 CASES = by_device(
-    # (vocabulary rows with k <= 4 take the chunked path with its default chunks, cheaply)
+    # (vocabulary rows with small k take the filter path with its default config, cheaply)
     cpu=sorted({(m, n, min(k, n)) for m, n in _CPU_ROWS for k in (1, 3, 8, n)} | {(1, 32000, 1), (2, 128256, 4)}),
     gpu=sorted({(m, n, min(k, n)) for m in (0, 1, 7, 64) for n in _GPU_N for k in (1, 4, 5, 50, 64, 1024, 2049, n)}
                | {(256, 128256, k) for k in (1, 50, 1024)} | {(4, 262144, 1024), (2, 300001, 50)}),
 )
 
-# Pinned small configs, so the interpreter covers every path of long rows cheaply (all
-# rows in one program: the interpreter pays per program).
+# Pinned small configs, so the interpreter covers every path of long rows cheaply.
 PATHS = {
-    # 150 columns in 32-wide chunks: 5 x 4 candidates, merge rounds of 8: 20 -> 12 -> 8 -> final
-    "chunked_select": (TopkLaunchConfig(16, 32, 4, True, 4, 8, 4), 150, 3),
-    # 100 columns: 4 x 8 candidates, one merge round of 16: 32 -> 16 -> final
-    "chunked_bitonic": (TopkLaunchConfig(16, 32, 8, False, 4, 16, 4), 100, 7),
+    # 150 columns: 5 chunks of 32 over 3 segments, bound from 4-column groups, 16
+    # candidates kept (random rows mostly fit; tie rows and NaN rows overflow them)
+    "filter": (TopkLaunchConfig(1, 32, 8, False, 4, GROUP=4, CAP=16, SEGMENTS=3), 150, 7),
+    # k = 1: the first launch's last program writes the largest
+    "filter_first": (TopkLaunchConfig(1, 32, 1, False, 4, GROUP=8, SEGMENTS=2), 100, 1),
+    # coarse groups and 8 candidates over 4 segments: random rows fit, tie rows and
+    # rows of one repeated value (NaN, -inf, +inf) find their k-th key pass by pass
+    "filter_exact": (TopkLaunchConfig(1, 32, 4, False, 4, GROUP=16, CAP=8, SEGMENTS=4), 200, 3),
     # 8-element sort blocks: 30 padded to 32, merged 8 -> 16 -> 32 (a mirror pass, then a
     # mirror and a half-cleaner pass)
     "sorted": (TopkLaunchConfig(16, 8, 8, False, 4, SORT=True), 30, 20),
@@ -197,7 +201,7 @@ def test_strided_rows(dtype):
     assert not x.is_contiguous()
     _check(x, 5)
     _check(x.t(), 3, 0)  # unit-stride rows across, the selected dim strided
-    _check(x, 3, config=None if ON_GPU else PATHS["chunked_select"][0])
+    _check(x, 3, config=None if ON_GPU else PATHS["filter"][0])
 
 
 def test_empty_inputs():
@@ -223,24 +227,25 @@ def test_column_offsets_past_2_31():
 def test_launch_config_paths():
     cfg = topk_launch_config(4096, 64, 8)  # MoE gating: rows several to a program
     assert not cfg.SORT and cfg.BLOCK_N == 64 and cfg.BLOCK_M > 1 and cfg.BLOCK_K == 8
-    assert topk_launch_config(1, 128256, 1).SELECT
     for n in (8193, 32000, 128256, 151936, 201088, 262144, 1 << 30):
-        for k in (1, 50, 1024, 2048):
-            cfg = topk_launch_config(16, n, k)
-            assert not cfg.SORT and cfg.BLOCK_N >= 4 * cfg.BLOCK_K and cfg.MERGE_N >= 4 * cfg.BLOCK_K
-            topk_mod._check_config(cfg, n, k)
+        for m in (1, 16, 4096):
+            for k in (1, 2, 50, 1024, 2048):
+                cfg = topk_launch_config(m, n, k)
+                assert not cfg.SORT and cfg.GROUP and cdiv(n, cfg.GROUP) >= max(k, min(4 * cfg.BLOCK_K, 2048))
+                assert cfg.SEGMENTS <= cdiv(n, cfg.BLOCK_N)
+                topk_mod._check_config(cfg, n, k)
         assert topk_launch_config(16, n, 2049).SORT
     for n, k in ((8192, 8192), (8192, 1), (5, 5)):
         cfg = topk_launch_config(3, n, k)
-        assert cfg.BLOCK_N >= n >= k and not cfg.SORT
+        assert cfg.BLOCK_N >= n >= k and not cfg.SORT and not cfg.GROUP
 
 
 def test_pinned_config_that_cannot_progress():
     x = make_rows(2, 300, torch.float32)
     with pytest.raises(ValueError, match="does not fit a row of 300 with k = 20"):
-        topk(x, 20, config=TopkLaunchConfig(1, 32, 16, False, 4, 64, 4))
+        topk(x, 20, config=TopkLaunchConfig(1, 32, 32, False, 4, GROUP=64, CAP=64))  # groups wider than chunks
     with pytest.raises(ValueError, match="does not fit"):
-        topk(x, 3, config=TopkLaunchConfig(1, 32, 4, True, 4, 4, 4))  # merges would not shrink
+        topk(x, 3, config=TopkLaunchConfig(1, 32, 4, False, 4, GROUP=4, CAP=4))  # fewer candidates than 2 * BLOCK_K
 
 
 def _bad_calls():

@@ -19,11 +19,16 @@ Order and ties, as torch.topk where torch is deterministic:
 Three paths, picked by :func:`topk_launch_config`:
 
 * one pass: a row (several short rows) per program, in registers;
-* chunked: programs select the top candidates of row chunks into a scratch buffer,
-  merge rounds reduce them, a final program writes the k results;
-* sort: for k too large to keep in registers on long rows, each row is sorted in
-  global memory (a bitonic sort: sorted blocks, compare-exchange passes) and the
-  first k written.
+* filter, for longer rows: the row cut into segments, one program each, two
+  launches. The first reduces every GROUP columns to their largest key; the k-th
+  largest of those is a bound that at least k elements reach, so the top k are among
+  the elements at or above it. The second gathers those candidates (a few more than k
+  on most data), and each row's last program sorts them and writes k. When a bound
+  lets through more candidates than it holds (many elements equal to it), that
+  program finds the row's exact k-th key instead, one pass over the row per key bit:
+  slow, and exact;
+* sort: for k above 2048 on long rows, each row is sorted in global memory (a
+  bitonic sort: sorted blocks, compare-exchange passes) and the first k written.
 """
 
 from __future__ import annotations
@@ -35,7 +40,12 @@ from dataclasses import dataclass
 
 import torch
 
-from aiter_lite.ops.triton._triton_kernels.topk import _bitonic_pass_kernel, _topk_kernel
+from aiter_lite.ops.triton._triton_kernels.topk import (
+    _bitonic_pass_kernel,
+    _topk_bound_kernel,
+    _topk_filter_kernel,
+    _topk_kernel,
+)
 from aiter_lite.utils.checks import check_float_tensor, check_triton_device
 from aiter_lite.utils.custom_ops import launch_op
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2
@@ -48,34 +58,35 @@ MAX_ROW = 2**30  # columns are packed in 31 bits, with room for a last chunk's l
 
 @dataclass(frozen=True)
 class TopkLaunchConfig:
-    BLOCK_M: int  # rows per program (chunked and sorted rows take 1 but for pinned configs)
-    BLOCK_N: int  # columns per first-pass program: the whole row (one pass), a chunk, or a sort block
-    BLOCK_K: int  # candidates each program keeps: next power of 2 >= k (SORT: BLOCK_N)
-    SELECT: bool  # BLOCK_K rounds of max extraction instead of a bitonic top-k
+    BLOCK_M: int  # rows per program (one pass; the other paths take 1)
+    BLOCK_N: int  # one pass: the whole row; filter: columns a chunk; sort: a sort block
+    BLOCK_K: int  # next power of 2 >= k (SORT: BLOCK_N)
+    SELECT: bool  # one pass: BLOCK_K rounds of max extraction instead of a bitonic top-k
     num_warps: int
-    MERGE_N: int = 0  # chunked: candidates per merge program (the final merge takes up to this many)
-    merge_warps: int = 4
     SORT: bool = False  # the row sorted in global memory in BLOCK_N-element blocks
+    GROUP: int = 0  # filter: columns reduced to one maximum for the bound (0: not the filter path)
+    CAP: int = 0  # filter: candidates a row keeps (a power of 2 >= 2 * BLOCK_K; unused for k = 1)
+    SEGMENTS: int = 1  # filter: programs a row
+    filter_warps: int = 4  # filter: warps of the second launch, whose last program sorts CAP candidates
 
 
-# First choices, none measured on a GPU yet; each is a threshold to sweep first.
-# * _SELECT_MAX_K: up to 4 kept, k rounds of an integer max (one row reduction each)
-#   are expected to beat a bitonic top-k, whose network costs about log2(K)^2 / 2
-#   compare-exchange steps per element; to be measured from k = 1 to 16.
-# * _ONE_PASS_MAX: rows up to 8192 columns in one program (16 keys a lane with 16
-#   warps); to be measured against the chunked path at M = 1 .. 256.
-# * chunks of 1024 .. 8192 columns, at least 4 * BLOCK_K (each round keeps at most a
-#   quarter), sized for two programs per SM; to be measured against fixed chunks.
-# * _MERGE_N: merge programs take 8192 candidates (int64 in registers, 16 warps).
+# * _SELECT_MAX_K: one pass keeps up to 4 by k rounds of an integer max, larger k by
+#   Triton's bitonic top-k.
+# * _ONE_PASS_MAX: rows up to 8192 columns in one program (16 keys a lane with 16 warps).
+# * filter (longer rows, k <= 2048): 4096-column chunks (8 warps), about 4 * BLOCK_K
+#   group maxima a row (256 to 2048 and up to twice that: the bound's search runs over
+#   them, a reduction per key bit), CAP = 2 to 4 * BLOCK_K candidates (at random data a bound of 4 * k groups
+#   lets through about 1.1 * k), segments for two programs per SM. Sorting in registers
+#   is what costs: Triton's top-k of 1024 of 2048 int64 keys takes about 20 us on an
+#   H200, 4096 keys four times that.
 # * _MAX_BLOCK_K: above 2048 kept, rows longer than one pass are sorted (_SORT_BLOCK
-#   elements a block) instead of reduced through candidates; to be measured at
-#   k = 1024 .. 8192 on 262144-column rows.
+#   elements a block) instead.
 # * _TILE: short rows several to a program, about 2048 elements, as normalization's tiles.
 _SELECT_MAX_K = 4
 _ONE_PASS_MAX = 8192
-_MIN_CHUNK = 1024
-_MAX_CHUNK = 8192
-_MERGE_N = 8192
+_CHUNK = 4096
+_MIN_GROUPS = 256
+_MAX_GROUPS = 2048
 _MAX_BLOCK_K = 2048
 _SORT_BLOCK = 4096
 _TILE = 2048
@@ -93,9 +104,8 @@ def topk_launch_config(n_rows: int, n_cols: int, k: int, device: torch.device | 
     """Launch config of a top-k of ``k`` over ``n_rows`` rows of ``n_cols``.
 
     Rows up to ``_ONE_PASS_MAX`` wide go in one pass, short ones several to a program,
-    halved until the grid has two programs per SM. Longer rows are chunked, chunks
-    sized for two programs per SM; with more than ``_MAX_BLOCK_K`` kept they are
-    sorted instead.
+    halved until the grid has two programs per SM. Longer rows take the filter path,
+    or with more than ``_MAX_BLOCK_K`` kept are sorted.
     """
     block_k = next_power_of_2(k)
     select = block_k <= _SELECT_MAX_K
@@ -108,10 +118,13 @@ def topk_launch_config(n_rows: int, n_cols: int, k: int, device: torch.device | 
         return TopkLaunchConfig(block_m, row, block_k, select, _warps(block_m * row))
     if block_k > _MAX_BLOCK_K:
         return TopkLaunchConfig(1, _SORT_BLOCK, _SORT_BLOCK, False, _warps(_SORT_BLOCK), SORT=True)
-    chunk = next_power_of_2(cdiv(n_cols, cdiv(want, n_rows)))
-    chunk = min(max(chunk, _MIN_CHUNK, 4 * block_k), _MAX_CHUNK)
-    merge_n = max(_MERGE_N, 4 * block_k)
-    return TopkLaunchConfig(1, chunk, block_k, select, _warps(chunk), merge_n, _warps(merge_n))
+    target = min(max(4 * block_k, _MIN_GROUPS), _MAX_GROUPS)
+    group = 1 << ((n_cols // target).bit_length() - 1)  # target to 2 * target groups
+    chunk = max(_CHUNK, group)
+    cap = max(2 * block_k, min(4 * block_k, 1024), 64)
+    segments = min(cdiv(n_cols, chunk), cdiv(want, n_rows))
+    return TopkLaunchConfig(1, chunk, block_k, False, 8, GROUP=group, CAP=cap, SEGMENTS=segments,
+                            filter_warps=16 if cap >= 2048 else 8 if cap >= 512 else 4)
 
 
 # ---------------------------------------------------------------------------
@@ -143,16 +156,18 @@ def _row_strides(t: torch.Tensor, dim: int) -> tuple[int, int, int] | None:
 
 
 def _check_config(cfg: TopkLaunchConfig, n: int, k: int) -> None:
-    """A pinned config must make progress: every program keeps BLOCK_K >= k of at least
-    2 * BLOCK_K; a bitonic top-k keeps at least 2 (tl.topk of 1 does not build on Triton 3.6)."""
-    sizes = (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K) + ((cfg.MERGE_N,) if cfg.MERGE_N else ())
-    ok = all(v > 0 and v & (v - 1) == 0 for v in sizes) and (cfg.SELECT or cfg.BLOCK_K >= 2)
-    if cfg.SORT:
+    """A pinned config must fit: powers of 2, k within what each path keeps; a bitonic
+    top-k keeps at least 2 (tl.topk of 1 does not build on Triton 3.6)."""
+    filter_sizes = ((cfg.GROUP,) + ((cfg.CAP,) if k > 1 else ())) if cfg.GROUP else ()
+    ok = all(v > 0 and v & (v - 1) == 0 for v in (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K) + filter_sizes)
+    if cfg.SORT:  # (the sorted row holds every k)
         ok = ok and cfg.BLOCK_K == cfg.BLOCK_N and not cfg.SELECT
-    elif next_power_of_2(n) <= cfg.BLOCK_N:
-        ok = ok and k <= cfg.BLOCK_K <= cfg.BLOCK_N
+    elif cfg.GROUP:
+        ok = ok and k <= cfg.BLOCK_K and cfg.GROUP <= cfg.BLOCK_N and cdiv(n, cfg.GROUP) >= k
+        ok = ok and cfg.BLOCK_M == 1 and cfg.SEGMENTS >= 1
+        ok = ok and (k == 1 or (cfg.BLOCK_K >= 2 and cfg.CAP >= 2 * cfg.BLOCK_K))
     else:
-        ok = ok and k <= cfg.BLOCK_K and 2 * cfg.BLOCK_K <= min(cfg.BLOCK_N, cfg.MERGE_N)
+        ok = ok and k <= cfg.BLOCK_K and next_power_of_2(n) <= cfg.BLOCK_N and (cfg.SELECT or cfg.BLOCK_K >= 2)
     if not ok:
         raise ValueError(f"topk: launch config {cfg} does not fit a row of {n} with k = {k}")
 
@@ -168,7 +183,7 @@ def topk_rows(x: torch.Tensor, x_strides: tuple, n: int, values: torch.Tensor, i
     if config is not None:
         _check_config(cfg, n, k)
     # Offsets of every lane, the masked lanes of a last chunk included.
-    span = next_power_of_2(n) + max(cfg.BLOCK_N, cfg.MERGE_N)
+    span = next_power_of_2(n) + cfg.BLOCK_N
     int64 = span * max(x_strides[2], out_strides[2]) >= 2**31
     key32 = x.element_size() == 2 and cfg.BLOCK_N <= 32768
 
@@ -181,24 +196,34 @@ def topk_rows(x: torch.Tensor, x_strides: tuple, n: int, values: torch.Tensor, i
             MODE=mode, INT64=int64, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
         )
 
-    mode = 0 if cfg.SELECT else 1
     if cfg.SORT:
         _sort_rows(select, x.device, n_rows, n, k, cfg)
-        return
-    n_chunks = cdiv(n, cfg.BLOCK_N)
-    if n_chunks == 1:
-        select(None, None, n, cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, mode, cfg.num_warps, from_x=True, final=True)
-        return
-    cand = torch.empty((n_rows, n_chunks * cfg.BLOCK_K), dtype=torch.int64, device=x.device)
-    select(None, cand, n, cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, mode, cfg.num_warps, from_x=True, final=False)
-    while cand.shape[1] > cfg.MERGE_N:
-        nxt = torch.empty((n_rows, cdiv(cand.shape[1], cfg.MERGE_N) * cfg.BLOCK_K), dtype=torch.int64,
-                          device=x.device)
-        select(cand, nxt, cand.shape[1], cfg.BLOCK_M, cfg.MERGE_N, cfg.BLOCK_K, mode, cfg.merge_warps,
-               from_x=False, final=False)
-        cand = nxt
-    select(cand, None, cand.shape[1], cfg.BLOCK_M, next_power_of_2(cand.shape[1]), cfg.BLOCK_K, mode,
-           cfg.merge_warps, from_x=False, final=True)
+    elif cfg.GROUP:
+        _filter_rows(x, x_strides, n, values, indices, out_strides, n_rows, inner, k, largest, int64, cfg)
+    else:
+        select(None, None, n, cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, 0 if cfg.SELECT else 1, cfg.num_warps,
+               from_x=True, final=True)
+
+
+def _filter_rows(x, x_strides, n, values, indices, out_strides, n_rows, inner, k, largest, int64, cfg) -> None:
+    """The filter path's two launches (one for k = 1) over ``cfg.SEGMENTS`` programs a row."""
+    chunk = cfg.BLOCK_N
+    n_chunks = cdiv(n, chunk)
+    per_seg = cdiv(n_chunks, cfg.SEGMENTS)
+    segs = cdiv(n_chunks, per_seg)
+    n_groups = n_chunks * (chunk // cfg.GROUP)
+    first = k == 1
+    work = torch.zeros(4 * n_rows, dtype=torch.int32, device=x.device)
+    scratch = torch.empty((n_rows, n_groups + (0 if first else cfg.CAP)), dtype=torch.int64, device=x.device)
+    args = (*x_strides, *out_strides, scratch.stride(0), n_rows, inner, n, n_chunks, per_seg, segs, k)
+    key_bits = 8 * x.element_size()
+    _topk_bound_kernel[(n_rows * segs,)](x, work, scratch, values, indices, *args, LARGEST=largest, KEY_BITS=key_bits,
+                                         INT64=int64, FIRST=first, BLOCK_N=chunk, GROUP=cfg.GROUP,
+                                         BLOCK_G=next_power_of_2(n_groups), num_warps=cfg.num_warps)
+    if not first:
+        _topk_filter_kernel[(n_rows * segs,)](x, work, scratch[:, n_groups:], values, indices, *args, LARGEST=largest,
+                                              KEY_BITS=key_bits, INT64=int64, BLOCK_N=chunk, BLOCK_K=cfg.BLOCK_K,
+                                              CAP=cfg.CAP, num_warps=cfg.filter_warps)
 
 
 def _sort_rows(select, device, n_rows: int, n: int, k: int, cfg: TopkLaunchConfig) -> None:

@@ -185,3 +185,169 @@ def _bitonic_pass_kernel(
     b = tl.load(base + hi)
     tl.store(base + lo, tl.maximum(a, b))
     tl.store(base + hi, tl.minimum(a, b))
+
+
+# ---------------------------------------------------------------------------
+# long rows: a bound from group maxima, then the candidates above it
+
+
+@triton.jit
+def _packed(key, cols, mask):
+    """int64 packed keys of one chunk (module doc), PAD64 where masked."""
+    return tl.where(mask, (key.to(tl.int64) << 32) | (0x7FFFFFFF - cols).to(tl.int64), PAD64)
+
+
+@triton.jit
+def _load_keys(x_row, c, n_cols, stride_x_n, LARGEST: tl.constexpr, INT64: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Columns, in-row mask and int32 keys of chunk c of a row."""
+    cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    col_offs = cols.to(tl.int64) * stride_x_n if INT64 else cols * stride_x_n
+    x = tl.load(x_row + col_offs, mask=mask, other=0.0)
+    return cols, mask, _float_keys(x, LARGEST)
+
+
+@triton.jit
+def _write_top(x_row, out_row, top, k, stride_x_n, stride_o_k, values_ptr, indices_ptr, INT64: tl.constexpr):
+    """The first k of ``top`` (packed, largest first) as values gathered from x and int64 indices."""
+    j = tl.arange(0, top.shape[0])
+    mask = j < k
+    col = 0x7FFFFFFF - (top & 0x7FFFFFFF)
+    values = tl.load(x_row + col * stride_x_n, mask=mask)
+    out = out_row + (j.to(tl.int64) * stride_o_k if INT64 else j * stride_o_k)
+    tl.store(values_ptr + out, values, mask=mask)
+    tl.store(indices_ptr + out, col, mask=mask)
+
+
+@triton.jit
+def _count_at_least(x_row, n_chunks, n_cols, stride_x_n, u_min, LARGEST: tl.constexpr, INT64: tl.constexpr,
+                    KEY_BITS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Elements of the row whose key, offset to [0, 2^KEY_BITS), is at least u_min."""
+    n = tl.zeros([], tl.int32)
+    for c in range(0, n_chunks):
+        cols, mask, key = _load_keys(x_row, c, n_cols, stride_x_n, LARGEST, INT64, BLOCK_N)
+        u = key.to(tl.int64) + (1 << (KEY_BITS - 1))
+        n += tl.sum((mask & (u >= u_min)).to(tl.int32), axis=0)
+    return n
+
+
+@triton.jit
+def _kth_key(key, valid, k, KEY_BITS: tl.constexpr):
+    """The k-th largest of the valid lanes of ``key`` (signed, KEY_BITS wide), bit by bit."""
+    u = key.to(tl.int64) + (1 << (KEY_BITS - 1))
+    t = tl.zeros([], tl.int64)
+    for b in tl.static_range(KEY_BITS - 1, -1, -1):
+        c = t | (1 << b)
+        n = tl.sum((valid & (u >= c)).to(tl.int32), axis=0)
+        t = tl.where(n >= k, c, t)
+    return (t - (1 << (KEY_BITS - 1))).to(tl.int32)
+
+
+@triton.jit
+def _topk_bound_kernel(
+    x_ptr,                        # the input, addressed as in _topk_kernel
+    work_ptr,                     # int32 (4, n_rows), zeroed: arrivals here, arrivals in the filter, candidates, bound
+    gmax_ptr,                     # int64 (n_rows, stride_g): packed group maxima
+    values_ptr, indices_ptr,      # FIRST: the outputs
+    stride_x_r0, stride_x_r1, stride_x_n,
+    stride_o_r0, stride_o_r1, stride_o_k,
+    stride_g,
+    n_rows, rows_inner, n_cols, n_chunks, chunks_per_seg, n_segs, k,
+    LARGEST: tl.constexpr,
+    KEY_BITS: tl.constexpr,       # 16 for 16-bit dtypes, else 32
+    INT64: tl.constexpr,
+    FIRST: tl.constexpr,          # k == 1: the row's largest is the answer, written here
+    BLOCK_N: tl.constexpr,        # columns a chunk
+    GROUP: tl.constexpr,          # columns a group
+    BLOCK_G: tl.constexpr,        # power of 2 >= n_chunks * BLOCK_N / GROUP
+):
+    """First of two launches for rows too long for one pass: each row cut into n_segs
+    segments of whole chunks, one program each, every GROUP columns reduced to their
+    largest packed key. The row's last program to finish (an arrival count) takes the
+    k-th largest group maximum's key as the row's bound: at least k elements reach it
+    (k groups do), so the top k are among the elements at or above it."""
+    pid = tl.program_id(0)
+    row = (pid // n_segs).to(tl.int64)
+    seg = pid % n_segs
+    x_row = x_ptr + _row_offsets(row, rows_inner, stride_x_r0, stride_x_r1)
+    groups = tl.arange(0, BLOCK_N // GROUP)
+    for c in range(seg * chunks_per_seg, tl.minimum((seg + 1) * chunks_per_seg, n_chunks)):
+        cols, mask, key = _load_keys(x_row, c, n_cols, stride_x_n, LARGEST, INT64, BLOCK_N)
+        gmax = tl.max(tl.reshape(_packed(key, cols, mask), [BLOCK_N // GROUP, GROUP]), axis=1)
+        tl.store(gmax_ptr + row * stride_g + c * (BLOCK_N // GROUP) + groups, gmax)
+    if tl.atomic_add(work_ptr + row, 1, sem="acq_rel", scope="gpu") == n_segs - 1:
+        g = tl.arange(0, BLOCK_G)
+        gmax = tl.load(gmax_ptr + row * stride_g + g, mask=g < n_chunks * (BLOCK_N // GROUP), other=PAD64,
+                       cache_modifier=".cg")
+        if FIRST:
+            out_row = _row_offsets(row, rows_inner, stride_o_r0, stride_o_r1)
+            top = tl.zeros([1], tl.int64) + tl.max(gmax, axis=0)
+            _write_top(x_row, out_row, top, 1, stride_x_n, stride_o_k, values_ptr, indices_ptr, INT64)
+        else:
+            bound = _kth_key((gmax >> 32).to(tl.int32), gmax != PAD64, k, KEY_BITS)
+            tl.store(work_ptr + 3 * n_rows + row, bound)
+
+
+@triton.jit
+def _topk_filter_kernel(
+    x_ptr, work_ptr,
+    cand_ptr,                     # int64 (n_rows, stride_c): packed candidates
+    values_ptr, indices_ptr,
+    stride_x_r0, stride_x_r1, stride_x_n,
+    stride_o_r0, stride_o_r1, stride_o_k,
+    stride_c,
+    n_rows, rows_inner, n_cols, n_chunks, chunks_per_seg, n_segs, k,
+    LARGEST: tl.constexpr,
+    KEY_BITS: tl.constexpr,
+    INT64: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,        # power of 2 >= k
+    CAP: tl.constexpr,            # candidates kept a row, a power of 2 >= 2 * BLOCK_K
+):
+    """Second launch: the same segments append their elements at or above the row's bound
+    to its candidates (an atomic count reserves their places). The row's last program
+    sorts the candidates and writes the first k. More candidates than CAP (a bound
+    shared by many equal values, say) and it finds the row's k-th largest key itself,
+    a pass over the row a key bit, and gathers exactly k: slow, and exact."""
+    pid = tl.program_id(0)
+    row = (pid // n_segs).to(tl.int64)
+    seg = pid % n_segs
+    x_row = x_ptr + _row_offsets(row, rows_inner, stride_x_r0, stride_x_r1)
+    cand_row = cand_ptr + row * stride_c
+    count_ptr = work_ptr + 2 * n_rows + row
+    bound = tl.load(work_ptr + 3 * n_rows + row)
+    for c in range(seg * chunks_per_seg, tl.minimum((seg + 1) * chunks_per_seg, n_chunks)):
+        cols, mask, key = _load_keys(x_row, c, n_cols, stride_x_n, LARGEST, INT64, BLOCK_N)
+        sel = mask & (key >= bound)
+        n_sel = tl.sum(sel.to(tl.int32), axis=0)
+        if n_sel > 0:
+            pos = tl.atomic_add(count_ptr, n_sel, sem="relaxed", scope="gpu") + tl.cumsum(sel.to(tl.int32), axis=0) - 1
+            tl.store(cand_row + pos, _packed(key, cols, mask), mask=sel & (pos < CAP))
+    if tl.atomic_add(work_ptr + n_rows + row, 1, sem="acq_rel", scope="gpu") == n_segs - 1:
+        count = tl.atomic_add(count_ptr, 0, sem="relaxed", scope="gpu")
+        if count > CAP:
+            # the row's k-th largest key, a bit a pass, then everything above it and its
+            # first ties in column order: exactly k candidates
+            t = tl.zeros([], tl.int64)
+            for b in tl.static_range(KEY_BITS - 1, -1, -1):
+                n = _count_at_least(x_row, n_chunks, n_cols, stride_x_n, t | (1 << b), LARGEST, INT64, KEY_BITS,
+                                    BLOCK_N)
+                t = tl.where(n >= k, t | (1 << b), t)
+            kth = (t - (1 << (KEY_BITS - 1))).to(tl.int32)
+            need = k - _count_at_least(x_row, n_chunks, n_cols, stride_x_n, t + 1, LARGEST, INT64, KEY_BITS, BLOCK_N)
+            written = tl.zeros([], tl.int32)
+            ties = tl.zeros([], tl.int32)
+            for c in range(0, n_chunks):
+                cols, mask, key = _load_keys(x_row, c, n_cols, stride_x_n, LARGEST, INT64, BLOCK_N)
+                eq = (mask & (key == kth)).to(tl.int32)
+                sel = (mask & (key > kth)) | ((eq != 0) & (ties + tl.cumsum(eq, axis=0) <= need))
+                pos = written + tl.cumsum(sel.to(tl.int32), axis=0) - 1
+                tl.store(cand_row + pos, _packed(key, cols, mask), mask=sel)
+                written += tl.sum(sel.to(tl.int32), axis=0)
+                ties += tl.sum(eq, axis=0)
+            tl.debug_barrier()
+            count = k
+        lanes = tl.arange(0, CAP)
+        cand = tl.load(cand_row + lanes, mask=lanes < count, other=PAD64, cache_modifier=".cg")
+        out_row = _row_offsets(row, rows_inner, stride_o_r0, stride_o_r1)
+        _write_top(x_row, out_row, tl.topk(cand, BLOCK_K), k, stride_x_n, stride_o_k, values_ptr, indices_ptr, INT64)
