@@ -76,7 +76,8 @@ class TopkLaunchConfig:
 # * filter (longer rows, k <= 2048): 4096-column chunks (8 warps), about 4 * BLOCK_K
 #   group maxima a row (256 to 2048 and up to twice that: the bound's search runs over
 #   them, a reduction per key bit), CAP = 2 to 4 * BLOCK_K candidates (at random data a bound of 4 * k groups
-#   lets through about 1.1 * k), segments for two programs per SM. Sorting in registers
+#   lets through about 1.1 * k), a chunk a program (the rows' loads all in flight: with
+#   segments of 16 chunks, two programs per SM, 256 x 128256 took 3.5 times as long). Sorting in registers
 #   is what costs: Triton's top-k of 1024 of 2048 int64 keys takes about 20 us on an
 #   H200, 4096 keys four times that.
 # * _MAX_BLOCK_K: above 2048 kept, rows longer than one pass are sorted (_SORT_BLOCK
@@ -122,9 +123,8 @@ def topk_launch_config(n_rows: int, n_cols: int, k: int, device: torch.device | 
     group = 1 << ((n_cols // target).bit_length() - 1)  # target to 2 * target groups
     chunk = max(_CHUNK, group)
     cap = max(2 * block_k, min(4 * block_k, 1024), 64)
-    segments = min(cdiv(n_cols, chunk), cdiv(want, n_rows))
-    return TopkLaunchConfig(1, chunk, block_k, False, 8, GROUP=group, CAP=cap, SEGMENTS=segments,
-                            filter_warps=16 if cap >= 2048 else 8 if cap >= 512 else 4)
+    return TopkLaunchConfig(1, chunk, block_k, False, 8, GROUP=group, CAP=cap, SEGMENTS=cdiv(n_cols, chunk),
+                            filter_warps=8 if cap >= 512 else 4)
 
 
 # ---------------------------------------------------------------------------

@@ -36,6 +36,7 @@ import triton.language as tl
 
 PAD32 = tl.constexpr(-(2**31))
 PAD64 = tl.constexpr(-(2**63))
+KEY_MIN = tl.constexpr(-(2**31))  # below every key but largest=False's NaN (which equals it)
 
 
 @triton.jit
@@ -198,13 +199,12 @@ def _packed(key, cols, mask):
 
 
 @triton.jit
-def _load_keys(x_row, c, n_cols, stride_x_n, LARGEST: tl.constexpr, INT64: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Columns, in-row mask and int32 keys of chunk c of a row."""
-    cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+def _load_keys(x_row, cols, n_cols, stride_x_n, LARGEST: tl.constexpr, INT64: tl.constexpr):
+    """In-row mask and int32 keys of a row's columns ``cols`` (any shape)."""
     mask = cols < n_cols
     col_offs = cols.to(tl.int64) * stride_x_n if INT64 else cols * stride_x_n
     x = tl.load(x_row + col_offs, mask=mask, other=0.0)
-    return cols, mask, _float_keys(x, LARGEST)
+    return mask, _float_keys(x, LARGEST)
 
 
 @triton.jit
@@ -225,7 +225,8 @@ def _count_at_least(x_row, n_chunks, n_cols, stride_x_n, u_min, LARGEST: tl.cons
     """Elements of the row whose key, offset to [0, 2^KEY_BITS), is at least u_min."""
     n = tl.zeros([], tl.int32)
     for c in range(0, n_chunks):
-        cols, mask, key = _load_keys(x_row, c, n_cols, stride_x_n, LARGEST, INT64, BLOCK_N)
+        cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask, key = _load_keys(x_row, cols, n_cols, stride_x_n, LARGEST, INT64)
         u = key.to(tl.int64) + (1 << (KEY_BITS - 1))
         n += tl.sum((mask & (u >= u_min)).to(tl.int32), axis=0)
     return n
@@ -247,7 +248,7 @@ def _kth_key(key, valid, k, KEY_BITS: tl.constexpr):
 def _topk_bound_kernel(
     x_ptr,                        # the input, addressed as in _topk_kernel
     work_ptr,                     # int32 (4, n_rows), zeroed: arrivals here, arrivals in the filter, candidates, bound
-    gmax_ptr,                     # int64 (n_rows, stride_g): packed group maxima
+    gmax_ptr,                     # int64 (n_rows, stride_g): group maxima, int32 keys unless FIRST
     values_ptr, indices_ptr,      # FIRST: the outputs
     stride_x_r0, stride_x_r1, stride_x_n,
     stride_o_r0, stride_o_r1, stride_o_k,
@@ -265,27 +266,38 @@ def _topk_bound_kernel(
     segments of whole chunks, one program each, every GROUP columns reduced to their
     largest packed key. The row's last program to finish (an arrival count) takes the
     k-th largest group maximum's key as the row's bound: at least k elements reach it
-    (k groups do), so the top k are among the elements at or above it."""
+    (k groups do), so the top k are among the elements at or above it. The maxima are
+    int32 keys (k > 1) or, FIRST, packed with their column."""
     pid = tl.program_id(0)
     row = (pid // n_segs).to(tl.int64)
     seg = pid % n_segs
     x_row = x_ptr + _row_offsets(row, rows_inner, stride_x_r0, stride_x_r1)
     groups = tl.arange(0, BLOCK_N // GROUP)
+    tile = groups[:, None] * GROUP + tl.arange(0, GROUP)[None, :]  # a group a row
+    gkey_ptr = gmax_ptr.to(tl.pointer_type(tl.int32)) + 2 * row * stride_g  # k > 1: int32 keys
     for c in range(seg * chunks_per_seg, tl.minimum((seg + 1) * chunks_per_seg, n_chunks)):
-        cols, mask, key = _load_keys(x_row, c, n_cols, stride_x_n, LARGEST, INT64, BLOCK_N)
-        gmax = tl.max(tl.reshape(_packed(key, cols, mask), [BLOCK_N // GROUP, GROUP]), axis=1)
-        tl.store(gmax_ptr + row * stride_g + c * (BLOCK_N // GROUP) + groups, gmax)
+        cols = c * BLOCK_N + tile
+        mask, key = _load_keys(x_row, cols, n_cols, stride_x_n, LARGEST, INT64)
+        key = tl.where(mask, key, KEY_MIN)
+        gkey = tl.max(key, axis=1)  # int32 reductions: 64-bit packing of every element costs more than the read
+        if FIRST:  # with the group's first column holding it, packed
+            gcol = tl.min(tl.where(key == gkey[:, None], cols, 0x7FFFFFFF), axis=1)
+            packed = (gkey.to(tl.int64) << 32) | (0x7FFFFFFF - gcol).to(tl.int64)
+            tl.store(gmax_ptr + row * stride_g + c * (BLOCK_N // GROUP) + groups, packed)
+        else:
+            tl.store(gkey_ptr + c * (BLOCK_N // GROUP) + groups, gkey)
     if tl.atomic_add(work_ptr + row, 1, sem="acq_rel", scope="gpu") == n_segs - 1:
         g = tl.arange(0, BLOCK_G)
-        gmax = tl.load(gmax_ptr + row * stride_g + g, mask=g < n_chunks * (BLOCK_N // GROUP), other=PAD64,
-                       cache_modifier=".cg")
         if FIRST:
+            gmax = tl.load(gmax_ptr + row * stride_g + g, mask=g < n_chunks * (BLOCK_N // GROUP), other=PAD64,
+                           cache_modifier=".cg")
             out_row = _row_offsets(row, rows_inner, stride_o_r0, stride_o_r1)
             top = tl.zeros([1], tl.int64) + tl.max(gmax, axis=0)
             _write_top(x_row, out_row, top, 1, stride_x_n, stride_o_k, values_ptr, indices_ptr, INT64)
         else:
-            bound = _kth_key((gmax >> 32).to(tl.int32), gmax != PAD64, k, KEY_BITS)
-            tl.store(work_ptr + 3 * n_rows + row, bound)
+            valid = g * GROUP < n_cols  # groups holding a column of the row
+            gkey = tl.load(gkey_ptr + g, mask=valid, other=0, cache_modifier=".cg")
+            tl.store(work_ptr + 3 * n_rows + row, _kth_key(gkey, valid, k, KEY_BITS))
 
 
 @triton.jit
@@ -317,7 +329,8 @@ def _topk_filter_kernel(
     count_ptr = work_ptr + 2 * n_rows + row
     bound = tl.load(work_ptr + 3 * n_rows + row)
     for c in range(seg * chunks_per_seg, tl.minimum((seg + 1) * chunks_per_seg, n_chunks)):
-        cols, mask, key = _load_keys(x_row, c, n_cols, stride_x_n, LARGEST, INT64, BLOCK_N)
+        cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask, key = _load_keys(x_row, cols, n_cols, stride_x_n, LARGEST, INT64)
         sel = mask & (key >= bound)
         n_sel = tl.sum(sel.to(tl.int32), axis=0)
         if n_sel > 0:
@@ -338,7 +351,8 @@ def _topk_filter_kernel(
             written = tl.zeros([], tl.int32)
             ties = tl.zeros([], tl.int32)
             for c in range(0, n_chunks):
-                cols, mask, key = _load_keys(x_row, c, n_cols, stride_x_n, LARGEST, INT64, BLOCK_N)
+                cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+                mask, key = _load_keys(x_row, cols, n_cols, stride_x_n, LARGEST, INT64)
                 eq = (mask & (key == kth)).to(tl.int32)
                 sel = (mask & (key > kth)) | ((eq != 0) & (ties + tl.cumsum(eq, axis=0) <= need))
                 pos = written + tl.cumsum(sel.to(tl.int32), axis=0) - 1
