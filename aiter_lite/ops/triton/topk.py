@@ -86,6 +86,7 @@ class TopkLaunchConfig:
 _SELECT_MAX_K = 4
 _ONE_PASS_MAX = 8192
 _CHUNK = 4096
+_SUB = 512  # filter: columns at a time where candidates are placed, and of the exact path
 _MIN_GROUPS = 256
 _MAX_GROUPS = 2048
 _MAX_BLOCK_K = 2048
@@ -123,7 +124,9 @@ def topk_launch_config(n_rows: int, n_cols: int, k: int, device: torch.device | 
     group = 1 << ((n_cols // target).bit_length() - 1)  # target to 2 * target groups
     chunk = max(_CHUNK, group)
     cap = max(2 * block_k, min(4 * block_k, 1024), 64)
-    return TopkLaunchConfig(1, chunk, block_k, False, 8, GROUP=group, CAP=cap, SEGMENTS=cdiv(n_cols, chunk),
+    block_g = next_power_of_2(cdiv(n_cols, chunk) * (chunk // group))
+    warps = 16 if block_g >= 4096 else 8  # the bound's search holds every maximum (sm_90: 97 registers at 8 warps)
+    return TopkLaunchConfig(1, chunk, block_k, False, warps, GROUP=group, CAP=cap, SEGMENTS=cdiv(n_cols, chunk),
                             filter_warps=8 if cap >= 512 else 4)
 
 
@@ -223,7 +226,7 @@ def _filter_rows(x, x_strides, n, values, indices, out_strides, n_rows, inner, k
     if not first:
         _topk_filter_kernel[(n_rows * segs,)](x, work, scratch[:, n_groups:], values, indices, *args, LARGEST=largest,
                                               KEY_BITS=key_bits, INT64=int64, BLOCK_N=chunk, BLOCK_K=cfg.BLOCK_K,
-                                              CAP=cfg.CAP, num_warps=cfg.filter_warps)
+                                              CAP=cfg.CAP, SUB=min(_SUB, chunk), num_warps=cfg.filter_warps)
 
 
 def _sort_rows(select, device, n_rows: int, n: int, k: int, cfg: TopkLaunchConfig) -> None:

@@ -220,6 +220,29 @@ def _write_top(x_row, out_row, top, k, stride_x_n, stride_o_k, values_ptr, indic
 
 
 @triton.jit
+def _key_value(key, dtype: tl.constexpr, LARGEST: tl.constexpr):
+    """The value (as float32) whose key (``_float_keys``) is ``key``: NaN for the NaN key."""
+    if not LARGEST:
+        key = ~key
+    if dtype.primitive_bitwidth == 16:
+        bits = tl.where(key < 0, key ^ 0x7FFF, key).to(tl.int16)
+    else:
+        bits = tl.where(key < 0, key ^ 0x7FFFFFFF, key)
+    return bits.to(dtype, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _reaches(x, bval, all_reach, LARGEST: tl.constexpr):
+    """Whether each key of x is at least the key of ``bval``, in float compares: NaN
+    ranks above everything for the largest and below for the smallest, where only the
+    lowest bound (``all_reach``) lets it through; -0.0 and +0.0 are equal, as their keys."""
+    xf = x.to(tl.float32)
+    if LARGEST:
+        return (xf >= bval) | (xf != xf)
+    return ((xf <= bval).to(tl.int32) | all_reach.to(tl.int32)) != 0
+
+
+@triton.jit
 def _count_at_least(x_row, n_chunks, n_cols, stride_x_n, u_min, LARGEST: tl.constexpr, INT64: tl.constexpr,
                     KEY_BITS: tl.constexpr, BLOCK_N: tl.constexpr):
     """Elements of the row whose key, offset to [0, 2^KEY_BITS), is at least u_min."""
@@ -234,9 +257,11 @@ def _count_at_least(x_row, n_chunks, n_cols, stride_x_n, u_min, LARGEST: tl.cons
 
 @triton.jit
 def _kth_key(key, valid, k, KEY_BITS: tl.constexpr):
-    """The k-th largest of the valid lanes of ``key`` (signed, KEY_BITS wide), bit by bit."""
-    u = key.to(tl.int64) + (1 << (KEY_BITS - 1))
-    t = tl.zeros([], tl.int64)
+    """The k-th largest of the valid lanes of ``key`` (signed, KEY_BITS wide), bit by bit
+    (offset to unsigned: int32 arithmetic for 16-bit keys, int64 for 32-bit ones)."""
+    wide = tl.int64 if KEY_BITS > 16 else tl.int32
+    u = key.to(wide) + (1 << (KEY_BITS - 1))
+    t = tl.zeros([], wide)
     for b in tl.static_range(KEY_BITS - 1, -1, -1):
         c = t | (1 << b)
         n = tl.sum((valid & (u >= c)).to(tl.int32), axis=0)
@@ -277,15 +302,25 @@ def _topk_bound_kernel(
     gkey_ptr = gmax_ptr.to(tl.pointer_type(tl.int32)) + 2 * row * stride_g  # k > 1: int32 keys
     for c in range(seg * chunks_per_seg, tl.minimum((seg + 1) * chunks_per_seg, n_chunks)):
         cols = c * BLOCK_N + tile
-        mask, key = _load_keys(x_row, cols, n_cols, stride_x_n, LARGEST, INT64)
-        key = tl.where(mask, key, KEY_MIN)
-        gkey = tl.max(key, axis=1)  # int32 reductions: 64-bit packing of every element costs more than the read
-        if FIRST:  # with the group's first column holding it, packed
+        if FIRST:  # int32 keys, the group's first column holding the largest packed with it
+            mask, key = _load_keys(x_row, cols, n_cols, stride_x_n, LARGEST, INT64)
+            key = tl.where(mask, key, KEY_MIN)
+            gkey = tl.max(key, axis=1)
             gcol = tl.min(tl.where(key == gkey[:, None], cols, 0x7FFFFFFF), axis=1)
             packed = (gkey.to(tl.int64) << 32) | (0x7FFFFFFF - gcol).to(tl.int64)
             tl.store(gmax_ptr + row * stride_g + c * (BLOCK_N // GROUP) + groups, packed)
         else:
-            tl.store(gkey_ptr + c * (BLOCK_N // GROUP) + groups, gkey)
+            # a float max (min) a group, then its key: a few operations an element, not
+            # a key each. It may pass over a NaN (the GPU's max does, numpy's does not),
+            # which can only lower the bound, and a lower bound is still one
+            col_offs = cols.to(tl.int64) * stride_x_n if INT64 else cols * stride_x_n
+            far = float("-inf") if LARGEST else float("inf")
+            x = tl.load(x_row + col_offs, mask=cols < n_cols, other=far)
+            if LARGEST:
+                gval = tl.max(x.to(tl.float32), axis=1)
+            else:
+                gval = tl.min(x.to(tl.float32), axis=1)
+            tl.store(gkey_ptr + c * (BLOCK_N // GROUP) + groups, _float_keys(gval.to(x.dtype), LARGEST))
     if tl.atomic_add(work_ptr + row, 1, sem="acq_rel", scope="gpu") == n_segs - 1:
         g = tl.arange(0, BLOCK_G)
         if FIRST:
@@ -315,6 +350,7 @@ def _topk_filter_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,        # power of 2 >= k
     CAP: tl.constexpr,            # candidates kept a row, a power of 2 >= 2 * BLOCK_K
+    SUB: tl.constexpr,            # columns at a time of the rare parts: placing candidates, the exact path
 ):
     """Second launch: the same segments append their elements at or above the row's bound
     to its candidates (an atomic count reserves their places). The row's last program
@@ -328,30 +364,43 @@ def _topk_filter_kernel(
     cand_row = cand_ptr + row * stride_c
     count_ptr = work_ptr + 2 * n_rows + row
     bound = tl.load(work_ptr + 3 * n_rows + row)
+    bval = _key_value(bound, x_ptr.dtype.element_ty, LARGEST)
+    all_reach = bound == -(1 << (KEY_BITS - 1))  # the lowest key (largest=False: NaN's)
     for c in range(seg * chunks_per_seg, tl.minimum((seg + 1) * chunks_per_seg, n_chunks)):
         cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask, key = _load_keys(x_row, cols, n_cols, stride_x_n, LARGEST, INT64)
-        sel = mask & (key >= bound)
-        n_sel = tl.sum(sel.to(tl.int32), axis=0)
+        col_offs = cols.to(tl.int64) * stride_x_n if INT64 else cols * stride_x_n
+        x = tl.load(x_row + col_offs, mask=cols < n_cols, other=0.0)
+        n_sel = tl.sum(((cols < n_cols) & _reaches(x, bval, all_reach, LARGEST)).to(tl.int32), axis=0)
         if n_sel > 0:
-            pos = tl.atomic_add(count_ptr, n_sel, sem="relaxed", scope="gpu") + tl.cumsum(sel.to(tl.int32), axis=0) - 1
-            tl.store(cand_row + pos, _packed(key, cols, mask), mask=sel & (pos < CAP))
+            # the chunk again, SUB columns at a time (from cache), for their places: a
+            # scan and 64-bit keys over the whole chunk would hold every program to a
+            # fraction of the registers, and so of the loads in flight
+            pos = tl.atomic_add(count_ptr, n_sel, sem="relaxed", scope="gpu")
+            for s in range(0, BLOCK_N, SUB):
+                sub = c * BLOCK_N + s + tl.arange(0, SUB)
+                sub_offs = sub.to(tl.int64) * stride_x_n if INT64 else sub * stride_x_n
+                xs = tl.load(x_row + sub_offs, mask=sub < n_cols, other=0.0)
+                sel = (sub < n_cols) & _reaches(xs, bval, all_reach, LARGEST)
+                at = pos + tl.cumsum(sel.to(tl.int32), axis=0) - 1
+                packed = _packed(_float_keys(xs, LARGEST), sub, sub < n_cols)
+                tl.store(cand_row + at, packed, mask=sel & (at < CAP))
+                pos += tl.sum(sel.to(tl.int32), axis=0)
     if tl.atomic_add(work_ptr + n_rows + row, 1, sem="acq_rel", scope="gpu") == n_segs - 1:
         count = tl.atomic_add(count_ptr, 0, sem="relaxed", scope="gpu")
         if count > CAP:
+            n_subs = tl.cdiv(n_cols, SUB)
             # the row's k-th largest key, a bit a pass, then everything above it and its
             # first ties in column order: exactly k candidates
             t = tl.zeros([], tl.int64)
             for b in tl.static_range(KEY_BITS - 1, -1, -1):
-                n = _count_at_least(x_row, n_chunks, n_cols, stride_x_n, t | (1 << b), LARGEST, INT64, KEY_BITS,
-                                    BLOCK_N)
+                n = _count_at_least(x_row, n_subs, n_cols, stride_x_n, t | (1 << b), LARGEST, INT64, KEY_BITS, SUB)
                 t = tl.where(n >= k, t | (1 << b), t)
             kth = (t - (1 << (KEY_BITS - 1))).to(tl.int32)
-            need = k - _count_at_least(x_row, n_chunks, n_cols, stride_x_n, t + 1, LARGEST, INT64, KEY_BITS, BLOCK_N)
+            need = k - _count_at_least(x_row, n_subs, n_cols, stride_x_n, t + 1, LARGEST, INT64, KEY_BITS, SUB)
             written = tl.zeros([], tl.int32)
             ties = tl.zeros([], tl.int32)
-            for c in range(0, n_chunks):
-                cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+            for c in range(0, n_subs):
+                cols = c * SUB + tl.arange(0, SUB)
                 mask, key = _load_keys(x_row, cols, n_cols, stride_x_n, LARGEST, INT64)
                 eq = (mask & (key == kth)).to(tl.int32)
                 sel = (mask & (key > kth)) | ((eq != 0) & (ties + tl.cumsum(eq, axis=0) <= need))
