@@ -73,13 +73,14 @@ class TopkLaunchConfig:
 # * _SELECT_MAX_K: one pass keeps up to 4 by k rounds of an integer max, larger k by
 #   Triton's bitonic top-k.
 # * _ONE_PASS_MAX: rows up to 8192 columns in one program (16 keys a lane with 16 warps).
-# * filter (longer rows, k <= 2048): 4096-column chunks (8 warps), about 4 * BLOCK_K
-#   group maxima a row (256 to 2048 and up to twice that: the bound's search runs over
-#   them, a reduction per key bit), CAP = 2 to 4 * BLOCK_K candidates (at random data a bound of 4 * k groups
-#   lets through about 1.1 * k), a chunk a program (the rows' loads all in flight: with
-#   segments of 16 chunks, two programs per SM, 256 x 128256 took 3.5 times as long). Sorting in registers
-#   is what costs: Triton's top-k of 1024 of 2048 int64 keys takes about 20 us on an
-#   H200, 4096 keys four times that.
+# * filter (longer rows, k <= 2048): 4096-column chunks, a chunk a program; about
+#   4 * BLOCK_K group maxima a row (256 to 2048, and up to twice that: the bound's
+#   search holds them all, a reduction per key bit); CAP = 2 to 4 * BLOCK_K candidates
+#   (on an H200, randn rows of 128256: 55 candidates for k = 50, 1144-1257 for
+#   k = 1024). Placing candidates 512 columns at a time cuts the second launch from 155
+#   to 56-64 registers on sm_90: scanning whole chunks, it ran 3 to 5 times slower than
+#   the first launch at 256 rows, whatever its chunk width or warps. Sorting in registers costs too: Triton's top-k of 1024 of 2048
+#   int64 keys takes about 20 us on an H200, 4096 keys four times that.
 # * _MAX_BLOCK_K: above 2048 kept, rows longer than one pass are sorted (_SORT_BLOCK
 #   elements a block) instead.
 # * _TILE: short rows several to a program, about 2048 elements, as normalization's tiles.
