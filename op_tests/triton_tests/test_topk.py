@@ -1,6 +1,6 @@
 """topk (aiter_lite.ops.triton.topk) against the native reference, bit for bit, and
-against torch.topk's values: every dtype, every path (one pass, chunked with merge
-rounds, sorted in global memory) and its boundaries, k = 1 .. the row length, ties,
+against torch.topk's values: every dtype, every path (one pass; the filter path with
+its k = 1 form and its exact fallback; sorted in global memory) and its boundaries, k = 1 .. the row length, ties,
 NaN / inf / signed zeros, largest False, sorted False, any dim and rank, strided
 rows, empty inputs, bad arguments; outputs poisoned so an unwritten element fails."""
 
