@@ -75,10 +75,11 @@ def test_edge_rows_match_torch(op, n):
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("cfg", [sm_mod.SoftmaxLaunchConfig(1, 64, 4, True),
                                  sm_mod.SoftmaxLaunchConfig(1, 64, 4, False, SPLIT=True)], ids=["looped", "split"])
-def test_wide_row_paths_on_small_rows(op, cfg, monkeypatch):
+@pytest.mark.parametrize("n", [300, 320], ids=["last_part", "whole_segments"])
+def test_wide_row_paths_on_small_rows(op, cfg, n, monkeypatch):
     # 64-column chunks / segments: the statistics merged across them, edge rows included
     monkeypatch.setattr(sm_mod, "softmax_launch_config", lambda *a, **k: cfg)
-    x = torch.randn(6, 300, device=DEVICE) * 8
+    x = torch.randn(6, n, device=DEVICE) * 8
     x[1] = -INF
     x[2, :200] = -INF
     x[3, 250] = NAN

@@ -78,7 +78,8 @@ def _launch_rows(x: torch.Tensor, y: torch.Tensor, log: bool, config: SoftmaxLau
         for phase in phases:
             _softmax_split_kernel[(n_rows * n_segs,)](
                 x, y, slots, x.stride(0), y.stride(0), n_rows, n_cols, n_segs, LOG=log, PHASE=phase,
-                BLOCK_N=cfg.BLOCK_N, BLOCK_S=next_power_of_2(n_segs), num_warps=cfg.num_warps)
+                BLOCK_N=cfg.BLOCK_N, BLOCK_S=next_power_of_2(n_segs), EVEN=n_cols % cfg.BLOCK_N == 0,
+                num_warps=cfg.num_warps)
     elif cfg.LOOPED:
         _softmax_looped_kernel[(n_rows,)](x, y, x.stride(0), y.stride(0), n_cols, LOG=log, INT64=int64,
                                           BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
