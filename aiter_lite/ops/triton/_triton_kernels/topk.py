@@ -29,6 +29,11 @@ extraction, or Triton's bitonic ``tl.topk``), and writes them as packed int64 ca
 ``FINAL``, as values and int64 indices. ``_bitonic_pass_kernel`` is one
 compare-exchange step of a bitonic sort over rows in global memory, for k too large
 to keep in registers.
+
+Rows too long for one program take two launches: ``_topk_bound_kernel`` reduces
+groups of columns to their largest key and takes the k-th largest of those as the
+row's bound; ``_topk_filter_kernel`` gathers the elements at or above it and sorts
+them (module doc of ``aiter_lite.ops.triton.topk``).
 """
 
 import triton
@@ -199,12 +204,16 @@ def _packed(key, cols, mask):
 
 
 @triton.jit
+def _load_cols(x_row, cols, n_cols, stride_x_n, other, INT64: tl.constexpr):
+    """x at a row's columns ``cols`` (any shape), ``other`` past the row."""
+    col_offs = cols.to(tl.int64) * stride_x_n if INT64 else cols * stride_x_n
+    return tl.load(x_row + col_offs, mask=cols < n_cols, other=other)
+
+
+@triton.jit
 def _load_keys(x_row, cols, n_cols, stride_x_n, LARGEST: tl.constexpr, INT64: tl.constexpr):
     """In-row mask and int32 keys of a row's columns ``cols`` (any shape)."""
-    mask = cols < n_cols
-    col_offs = cols.to(tl.int64) * stride_x_n if INT64 else cols * stride_x_n
-    x = tl.load(x_row + col_offs, mask=mask, other=0.0)
-    return mask, _float_keys(x, LARGEST)
+    return cols < n_cols, _float_keys(_load_cols(x_row, cols, n_cols, stride_x_n, 0.0, INT64), LARGEST)
 
 
 @triton.jit
@@ -313,9 +322,7 @@ def _topk_bound_kernel(
             # a float max (min) a group, then its key: a few operations an element, not
             # a key each. It may pass over a NaN (the GPU's max does, numpy's does not),
             # which can only lower the bound, and a lower bound is still one
-            col_offs = cols.to(tl.int64) * stride_x_n if INT64 else cols * stride_x_n
-            far = float("-inf") if LARGEST else float("inf")
-            x = tl.load(x_row + col_offs, mask=cols < n_cols, other=far)
+            x = _load_cols(x_row, cols, n_cols, stride_x_n, float("-inf") if LARGEST else float("inf"), INT64)
             if LARGEST:
                 gval = tl.max(x.to(tl.float32), axis=1)
             else:
@@ -368,8 +375,7 @@ def _topk_filter_kernel(
     all_reach = bound == -(1 << (KEY_BITS - 1))  # the lowest key (largest=False: NaN's)
     for c in range(seg * chunks_per_seg, tl.minimum((seg + 1) * chunks_per_seg, n_chunks)):
         cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
-        col_offs = cols.to(tl.int64) * stride_x_n if INT64 else cols * stride_x_n
-        x = tl.load(x_row + col_offs, mask=cols < n_cols, other=0.0)
+        x = _load_cols(x_row, cols, n_cols, stride_x_n, 0.0, INT64)
         n_sel = tl.sum(((cols < n_cols) & _reaches(x, bval, all_reach, LARGEST)).to(tl.int32), axis=0)
         if n_sel > 0:
             # the chunk again, SUB columns at a time (from cache), for their places: a
@@ -378,8 +384,7 @@ def _topk_filter_kernel(
             pos = tl.atomic_add(count_ptr, n_sel, sem="relaxed", scope="gpu")
             for s in range(0, BLOCK_N, SUB):
                 sub = c * BLOCK_N + s + tl.arange(0, SUB)
-                sub_offs = sub.to(tl.int64) * stride_x_n if INT64 else sub * stride_x_n
-                xs = tl.load(x_row + sub_offs, mask=sub < n_cols, other=0.0)
+                xs = _load_cols(x_row, sub, n_cols, stride_x_n, 0.0, INT64)
                 sel = (sub < n_cols) & _reaches(xs, bval, all_reach, LARGEST)
                 at = pos + tl.cumsum(sel.to(tl.int32), axis=0) - 1
                 packed = _packed(_float_keys(xs, LARGEST), sub, sub < n_cols)
