@@ -42,7 +42,6 @@ import torch
 
 from aiter_lite.ops.triton._triton_kernels.topk import (
     _bitonic_pass_kernel,
-    _topk_bound_kernel,
     _topk_filter_kernel,
     _topk_kernel,
 )
@@ -77,17 +76,21 @@ class TopkLaunchConfig:
 #   4 * BLOCK_K group maxima a row (256 to 2048, and up to twice that: the bound's
 #   search holds them all, a reduction per key bit); CAP = 2 to 4 * BLOCK_K candidates
 #   (on an H200, randn rows of 128256: 55 candidates for k = 50, 1144-1257 for
-#   k = 1024). Placing candidates 512 columns at a time cuts the second launch from 155
-#   to 56-64 registers on sm_90: scanning whole chunks, it ran 3 to 5 times slower than
-#   the first launch at 256 rows, whatever its chunk width or warps. Sorting in registers costs too: Triton's top-k of 1024 of 2048
-#   int64 keys takes about 20 us on an H200, 4096 keys four times that.
+#   k = 1024). Each candidate takes its place by its own atomic: a prefix sum over the
+#   chunk (or over 512-column slices of it) held the second launch to 3 to 5 times the
+#   first's time (H200, 256 x 128256: 132 us against 25 for k = 50); with the atomics
+#   85 us, and 248 us against 354 for k = 1024. The bound at 8 warps (16: 72 us against
+#   43 at 256 rows, k = 1024). The second launch sorts in its last program: 16 warps for
+#   2048 candidates (1 x 128256, k = 1024: 25 us against 36 at 8 warps), 4 for 256.
+#   Triton's top-k of 1024 of 2048 int64 keys takes about 20 us on an H200, 4096 keys
+#   four times that.
 # * _MAX_BLOCK_K: above 2048 kept, rows longer than one pass are sorted (_SORT_BLOCK
 #   elements a block) instead.
 # * _TILE: short rows several to a program, about 2048 elements, as normalization's tiles.
 _SELECT_MAX_K = 4
 _ONE_PASS_MAX = 8192
 _CHUNK = 4096
-_SUB = 512  # filter: columns at a time where candidates are placed, and of the exact path
+_SUB = 512  # filter: columns at a time of the exact path
 _MIN_GROUPS = 256
 _MAX_GROUPS = 2048
 _MAX_BLOCK_K = 2048
@@ -125,10 +128,8 @@ def topk_launch_config(n_rows: int, n_cols: int, k: int, device: torch.device | 
     group = 1 << ((n_cols // target).bit_length() - 1)  # target to 2 * target groups
     chunk = max(_CHUNK, group)
     cap = max(2 * block_k, min(4 * block_k, 1024), 64)
-    block_g = next_power_of_2(cdiv(n_cols, chunk) * (chunk // group))
-    warps = 16 if block_g >= 4096 else 8  # the bound's search holds every maximum (sm_90: 97 registers at 8 warps)
-    return TopkLaunchConfig(1, chunk, block_k, False, warps, GROUP=group, CAP=cap, SEGMENTS=cdiv(n_cols, chunk),
-                            filter_warps=8 if cap >= 512 else 4)
+    return TopkLaunchConfig(1, chunk, block_k, False, 8, GROUP=group, CAP=cap, SEGMENTS=cdiv(n_cols, chunk),
+                            filter_warps=16 if cap >= 2048 else 8 if cap >= 512 else 4)
 
 
 # ---------------------------------------------------------------------------
@@ -210,7 +211,7 @@ def topk_rows(x: torch.Tensor, x_strides: tuple, n: int, values: torch.Tensor, i
 
 
 def _filter_rows(x, x_strides, n, values, indices, out_strides, n_rows, inner, k, largest, int64, cfg) -> None:
-    """The filter path's two launches (one for k = 1) over ``cfg.SEGMENTS`` programs a row."""
+    """The filter path over ``cfg.SEGMENTS`` programs a row: the bound, then (k > 1) the filter."""
     chunk = cfg.BLOCK_N
     n_chunks = cdiv(n, chunk)
     per_seg = cdiv(n_chunks, cfg.SEGMENTS)
@@ -219,15 +220,15 @@ def _filter_rows(x, x_strides, n, values, indices, out_strides, n_rows, inner, k
     first = k == 1
     work = torch.zeros(4 * n_rows, dtype=torch.int32, device=x.device)
     scratch = torch.empty((n_rows, n_groups + (0 if first else cfg.CAP)), dtype=torch.int64, device=x.device)
-    args = (*x_strides, *out_strides, scratch.stride(0), n_rows, inner, n, n_chunks, per_seg, segs, k)
-    key_bits = 8 * x.element_size()
-    _topk_bound_kernel[(n_rows * segs,)](x, work, scratch, values, indices, *args, LARGEST=largest, KEY_BITS=key_bits,
-                                         INT64=int64, FIRST=first, BLOCK_N=chunk, GROUP=cfg.GROUP,
-                                         BLOCK_G=next_power_of_2(n_groups), num_warps=cfg.num_warps)
+    args = (x, work, scratch, scratch[:, n_groups:], values, indices, *x_strides, *out_strides, scratch.stride(0),
+            n_rows, inner, n, n_chunks, per_seg, segs, k)
+    meta = dict(LARGEST=largest, KEY_BITS=8 * x.element_size(), INT64=int64, FIRST=first, BLOCK_N=chunk,
+                GROUP=cfg.GROUP, BLOCK_G=next_power_of_2(n_groups), BLOCK_K=cfg.BLOCK_K, CAP=max(cfg.CAP, 1),
+                SUB=min(_SUB, chunk))
+    grid = (n_rows * segs,)
+    _topk_filter_kernel[grid](*args, **meta, PHASE=1, num_warps=cfg.num_warps)
     if not first:
-        _topk_filter_kernel[(n_rows * segs,)](x, work, scratch[:, n_groups:], values, indices, *args, LARGEST=largest,
-                                              KEY_BITS=key_bits, INT64=int64, BLOCK_N=chunk, BLOCK_K=cfg.BLOCK_K,
-                                              CAP=cfg.CAP, SUB=min(_SUB, chunk), num_warps=cfg.filter_warps)
+        _topk_filter_kernel[grid](*args, **meta, PHASE=2, num_warps=cfg.filter_warps)
 
 
 def _sort_rows(select, device, n_rows: int, n: int, k: int, cfg: TopkLaunchConfig) -> None:

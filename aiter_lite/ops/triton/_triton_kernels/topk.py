@@ -30,10 +30,10 @@ extraction, or Triton's bitonic ``tl.topk``), and writes them as packed int64 ca
 compare-exchange step of a bitonic sort over rows in global memory, for k too large
 to keep in registers.
 
-Rows too long for one program take two launches: ``_topk_bound_kernel`` reduces
-groups of columns to their largest key and takes the k-th largest of those as the
-row's bound; ``_topk_filter_kernel`` gathers the elements at or above it and sorts
-them (module doc of ``aiter_lite.ops.triton.topk``).
+Rows too long for one program take ``_topk_filter_kernel``, launched twice: it
+reduces groups of columns to their largest key and takes the k-th largest of those
+as the row's bound, then gathers the elements at or above it and sorts them (module
+doc of ``aiter_lite.ops.triton.topk``).
 """
 
 import triton
@@ -279,33 +279,12 @@ def _kth_key(key, valid, k, KEY_BITS: tl.constexpr):
 
 
 @triton.jit
-def _topk_bound_kernel(
-    x_ptr,                        # the input, addressed as in _topk_kernel
-    work_ptr,                     # int32 (4, n_rows), zeroed: arrivals here, arrivals in the filter, candidates, bound
-    gmax_ptr,                     # int64 (n_rows, stride_g): group maxima, int32 keys unless FIRST
-    values_ptr, indices_ptr,      # FIRST: the outputs
-    stride_x_r0, stride_x_r1, stride_x_n,
-    stride_o_r0, stride_o_r1, stride_o_k,
-    stride_g,
-    n_rows, rows_inner, n_cols, n_chunks, chunks_per_seg, n_segs, k,
-    LARGEST: tl.constexpr,
-    KEY_BITS: tl.constexpr,       # 16 for 16-bit dtypes, else 32
-    INT64: tl.constexpr,
-    FIRST: tl.constexpr,          # k == 1: the row's largest is the answer, written here
-    BLOCK_N: tl.constexpr,        # columns a chunk
-    GROUP: tl.constexpr,          # columns a group
-    BLOCK_G: tl.constexpr,        # power of 2 >= n_chunks * BLOCK_N / GROUP
-):
-    """First of two launches for rows too long for one pass: each row cut into n_segs
-    segments of whole chunks, one program each, every GROUP columns reduced to their
-    largest packed key. The row's last program to finish (an arrival count) takes the
-    k-th largest group maximum's key as the row's bound: at least k elements reach it
-    (k groups do), so the top k are among the elements at or above it. The maxima are
-    int32 keys (k > 1) or, FIRST, packed with their column."""
-    pid = tl.program_id(0)
-    row = (pid // n_segs).to(tl.int64)
-    seg = pid % n_segs
-    x_row = x_ptr + _row_offsets(row, rows_inner, stride_x_r0, stride_x_r1)
+def _bound_part(x_row, row, seg, work_ptr, gmax_ptr, values_ptr, indices_ptr, stride_x_n,
+                stride_o_r0, stride_o_r1, stride_o_k, stride_g, n_rows, rows_inner, n_cols, n_chunks,
+                chunks_per_seg, n_segs, k, LARGEST: tl.constexpr, KEY_BITS: tl.constexpr, INT64: tl.constexpr,
+                FIRST: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr):
+    """The bound: a segment's GROUP-column maxima, and the row's last program to arrive
+    takes the k-th largest of them (FIRST: writes the row's largest)."""
     groups = tl.arange(0, BLOCK_N // GROUP)
     tile = groups[:, None] * GROUP + tl.arange(0, GROUP)[None, :]  # a group a row
     gkey_ptr = gmax_ptr.to(tl.pointer_type(tl.int32)) + 2 * row * stride_g  # k > 1: int32 keys
@@ -328,6 +307,7 @@ def _topk_bound_kernel(
             else:
                 gval = tl.min(x.to(tl.float32), axis=1)
             tl.store(gkey_ptr + c * (BLOCK_N // GROUP) + groups, _float_keys(gval.to(x.dtype), LARGEST))
+    tl.debug_barrier()  # every thread's stores before the one thread's release
     if tl.atomic_add(work_ptr + row, 1, sem="acq_rel", scope="gpu") == n_segs - 1:
         g = tl.arange(0, BLOCK_G)
         if FIRST:
@@ -343,53 +323,31 @@ def _topk_bound_kernel(
 
 
 @triton.jit
-def _topk_filter_kernel(
-    x_ptr, work_ptr,
-    cand_ptr,                     # int64 (n_rows, stride_c): packed candidates
-    values_ptr, indices_ptr,
-    stride_x_r0, stride_x_r1, stride_x_n,
-    stride_o_r0, stride_o_r1, stride_o_k,
-    stride_c,
-    n_rows, rows_inner, n_cols, n_chunks, chunks_per_seg, n_segs, k,
-    LARGEST: tl.constexpr,
-    KEY_BITS: tl.constexpr,
-    INT64: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,        # power of 2 >= k
-    CAP: tl.constexpr,            # candidates kept a row, a power of 2 >= 2 * BLOCK_K
-    SUB: tl.constexpr,            # columns at a time of the rare parts: placing candidates, the exact path
-):
-    """Second launch: the same segments append their elements at or above the row's bound
-    to its candidates (an atomic count reserves their places). The row's last program
-    sorts the candidates and writes the first k. More candidates than CAP (a bound
-    shared by many equal values, say) and it finds the row's k-th largest key itself,
-    a pass over the row a key bit, and gathers exactly k: slow, and exact."""
-    pid = tl.program_id(0)
-    row = (pid // n_segs).to(tl.int64)
-    seg = pid % n_segs
-    x_row = x_ptr + _row_offsets(row, rows_inner, stride_x_r0, stride_x_r1)
+def _filter_part(x_row, row, seg, work_ptr, cand_ptr, values_ptr, indices_ptr, stride_x_n,
+                 stride_o_r0, stride_o_r1, stride_o_k, stride_c, n_rows, rows_inner, n_cols, n_chunks,
+                 chunks_per_seg, n_segs, k, LARGEST: tl.constexpr, KEY_BITS: tl.constexpr, INT64: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, CAP: tl.constexpr, SUB: tl.constexpr):
+    """The candidates: a segment's elements at or above the row's bound appended to the
+    row's candidates (an atomic count a candidate reserves its place); the row's last
+    program sorts them and writes the first k. More candidates than CAP (a bound shared
+    by many equal values, say) and it finds the row's k-th largest key itself, a pass
+    over the row a key bit, and gathers exactly k: slow, and exact."""
     cand_row = cand_ptr + row * stride_c
     count_ptr = work_ptr + 2 * n_rows + row
-    bound = tl.load(work_ptr + 3 * n_rows + row)
-    bval = _key_value(bound, x_ptr.dtype.element_ty, LARGEST)
+    bound = tl.load(work_ptr + 3 * n_rows + row, cache_modifier=".cg")
+    bval = _key_value(bound, x_row.dtype.element_ty, LARGEST)
     all_reach = bound == -(1 << (KEY_BITS - 1))  # the lowest key (largest=False: NaN's)
     for c in range(seg * chunks_per_seg, tl.minimum((seg + 1) * chunks_per_seg, n_chunks)):
         cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
         x = _load_cols(x_row, cols, n_cols, stride_x_n, 0.0, INT64)
-        n_sel = tl.sum(((cols < n_cols) & _reaches(x, bval, all_reach, LARGEST)).to(tl.int32), axis=0)
-        if n_sel > 0:
-            # the chunk again, SUB columns at a time (from cache), for their places: a
-            # scan and 64-bit keys over the whole chunk would hold every program to a
-            # fraction of the registers, and so of the loads in flight
-            pos = tl.atomic_add(count_ptr, n_sel, sem="relaxed", scope="gpu")
-            for s in range(0, BLOCK_N, SUB):
-                sub = c * BLOCK_N + s + tl.arange(0, SUB)
-                xs = _load_cols(x_row, sub, n_cols, stride_x_n, 0.0, INT64)
-                sel = (sub < n_cols) & _reaches(xs, bval, all_reach, LARGEST)
-                at = pos + tl.cumsum(sel.to(tl.int32), axis=0) - 1
-                packed = _packed(_float_keys(xs, LARGEST), sub, sub < n_cols)
-                tl.store(cand_row + at, packed, mask=sel & (at < CAP))
-                pos += tl.sum(sel.to(tl.int32), axis=0)
+        sel = (cols < n_cols) & _reaches(x, bval, all_reach, LARGEST)
+        # a place for each candidate by its own atomic on the row's count: candidates
+        # are a few in a thousand elements, and a scan of the chunk for their places
+        # costs a block-wide prefix sum (and its registers) in every program; the
+        # order they land in is any, the last program sorts them
+        at = tl.atomic_add(count_ptr + tl.zeros_like(cols), 1, mask=sel, sem="relaxed", scope="gpu")
+        tl.store(cand_row + at, _packed(_float_keys(x, LARGEST), cols, sel), mask=sel & (at < CAP))
+    tl.debug_barrier()  # every thread's stores before the one thread's release
     if tl.atomic_add(work_ptr + n_rows + row, 1, sem="acq_rel", scope="gpu") == n_segs - 1:
         count = tl.atomic_add(count_ptr, 0, sem="relaxed", scope="gpu")
         if count > CAP:
@@ -404,8 +362,8 @@ def _topk_filter_kernel(
             need = k - _count_at_least(x_row, n_subs, n_cols, stride_x_n, t + 1, LARGEST, INT64, KEY_BITS, SUB)
             written = tl.zeros([], tl.int32)
             ties = tl.zeros([], tl.int32)
-            for c in range(0, n_subs):
-                cols = c * SUB + tl.arange(0, SUB)
+            for j in range(0, n_subs):
+                cols = j * SUB + tl.arange(0, SUB)
                 mask, key = _load_keys(x_row, cols, n_cols, stride_x_n, LARGEST, INT64)
                 eq = (mask & (key == kth)).to(tl.int32)
                 sel = (mask & (key > kth)) | ((eq != 0) & (ties + tl.cumsum(eq, axis=0) <= need))
@@ -419,3 +377,44 @@ def _topk_filter_kernel(
         cand = tl.load(cand_row + lanes, mask=lanes < count, other=PAD64, cache_modifier=".cg")
         out_row = _row_offsets(row, rows_inner, stride_o_r0, stride_o_r1)
         _write_top(x_row, out_row, tl.topk(cand, BLOCK_K), k, stride_x_n, stride_o_k, values_ptr, indices_ptr, INT64)
+
+
+@triton.jit
+def _topk_filter_kernel(
+    x_ptr,                        # the input, addressed as in _topk_kernel
+    work_ptr,                     # int32 (4, n_rows), zeroed: arrivals at the bound, arrivals at the filter,
+                                  # candidates, bound
+    gmax_ptr,                     # int64 (n_rows, stride_g): group maxima, int32 keys unless FIRST
+    cand_ptr,                     # int64 (n_rows, stride_g): packed candidates
+    values_ptr, indices_ptr,
+    stride_x_r0, stride_x_r1, stride_x_n,
+    stride_o_r0, stride_o_r1, stride_o_k,
+    stride_g,
+    n_rows, rows_inner, n_cols, n_chunks, chunks_per_seg, n_segs, k,
+    LARGEST: tl.constexpr,
+    KEY_BITS: tl.constexpr,       # 16 for 16-bit dtypes, else 32
+    INT64: tl.constexpr,
+    FIRST: tl.constexpr,          # k == 1: the row's largest is the answer, written by the bound
+    BLOCK_N: tl.constexpr,        # columns a chunk
+    GROUP: tl.constexpr,          # columns a group
+    BLOCK_G: tl.constexpr,        # power of 2 >= n_chunks * BLOCK_N / GROUP
+    BLOCK_K: tl.constexpr,        # power of 2 >= k
+    CAP: tl.constexpr,            # candidates kept a row, a power of 2 >= 2 * BLOCK_K
+    SUB: tl.constexpr,            # columns at a time of the exact path
+    PHASE: tl.constexpr,          # 1: the bound; 2: the filter (two launches, one after the other)
+):
+    """Rows too long for one program, each cut into n_segs segments of whole chunks, a
+    program each: the bound (``_bound_part``, PHASE 1), then the candidates
+    (``_filter_part``, PHASE 2; k = 1 needs only the first)."""
+    pid = tl.program_id(0)
+    row = (pid // n_segs).to(tl.int64)
+    seg = pid % n_segs
+    x_row = x_ptr + _row_offsets(row, rows_inner, stride_x_r0, stride_x_r1)
+    if PHASE == 1:
+        _bound_part(x_row, row, seg, work_ptr, gmax_ptr, values_ptr, indices_ptr, stride_x_n,
+                    stride_o_r0, stride_o_r1, stride_o_k, stride_g, n_rows, rows_inner, n_cols, n_chunks,
+                    chunks_per_seg, n_segs, k, LARGEST, KEY_BITS, INT64, FIRST, BLOCK_N, GROUP, BLOCK_G)
+    else:
+        _filter_part(x_row, row, seg, work_ptr, cand_ptr, values_ptr, indices_ptr, stride_x_n,
+                     stride_o_r0, stride_o_r1, stride_o_k, stride_g, n_rows, rows_inner, n_cols, n_chunks,
+                     chunks_per_seg, n_segs, k, LARGEST, KEY_BITS, INT64, BLOCK_N, BLOCK_K, CAP, SUB)
