@@ -25,6 +25,15 @@ def check_float_tensor(op: str, name: str, t) -> None:
         raise TypeError(f"{op}: {name} must be {_FLOAT_DTYPE_NAMES}, got {t.dtype}")
 
 
+def check_row_input(op: str, name: str, t, dims_note: str = "") -> None:
+    """A float tensor of at least 1 dim, unit stride in the last, on a device Triton runs on."""
+    check_float_tensor(op, name, t)
+    if t.dim() == 0:
+        raise ValueError(f"{op}: {name} must have at least 1 dim{dims_note}, got a 0-dim tensor")
+    check_unit_last_stride(op, name, t)
+    check_triton_device(op, name, t)
+
+
 def check_triton_device(op: str, name: str, t: torch.Tensor) -> None:
     if t.device.type == "cpu" and not TRITON_INTERPRET:
         raise ValueError(

@@ -20,8 +20,8 @@ from aiter_lite.ops.triton._triton_kernels.normalization.norm import (
 )
 from aiter_lite.utils.checks import (
     check_float_tensor,
+    check_row_input,
     check_same_device,
-    check_triton_device,
     check_unit_last_stride,
     rows_view,
 )
@@ -278,11 +278,7 @@ def check_like(op: str, name: str, t, ref: torch.Tensor) -> None:
 
 
 def check_input(op: str, input) -> None:
-    check_float_tensor(op, "input", input)
-    if input.dim() == 0:
-        raise ValueError(f"{op}: input must have at least 1 dim (normalized over the last), got a 0-dim tensor")
-    check_unit_last_stride(op, "input", input)
-    check_triton_device(op, "input", input)
+    check_row_input(op, "input", input, " (normalized over the last)")
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,89 @@
+"""fp8 / int8 quantization in plain PyTorch (fp32 math).
+
+Same names and signatures as ``aiter_lite.ops.triton.quant``; the reference the tests
+compare against and the "native" backend.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from aiter_lite.ops.triton.quant.dtypes import get_fp8_e4m3_dtype, quant_range
+
+_MIN_SCALE_DIV = 512.0
+
+
+def quantize(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x * (1 / scale)`` (scale broadcast) saturated to dtype's range; int8 rounded to
+    nearest even. By the reciprocal, as the kernels (and vLLM's) do: ``x / scale`` can
+    round to the other side of an fp8 tie."""
+    lo, hi = quant_range(dtype)
+    y = (x.float() * (1.0 / scale)).clamp(lo, hi)
+    return (y.round() if not dtype.is_floating_point else y).to(dtype)
+
+
+def _floor(dtype: torch.dtype) -> float:
+    return 1.0 / (quant_range(dtype)[1] * _MIN_SCALE_DIV)
+
+
+def static_per_tensor_quant_fp8_i8(qx, x_in, scale_in):
+    qx.copy_(quantize(x_in, scale_in.reshape(()), qx.dtype))
+    return qx
+
+
+def dynamic_per_tensor_quant_fp8_i8(qx, x_in, scale_out):
+    amax = x_in.float().abs().amax() if x_in.numel() else torch.zeros((), device=x_in.device)
+    scale = (amax / quant_range(qx.dtype)[1]).clamp(min=_floor(qx.dtype))
+    scale_out.copy_(scale.reshape(scale_out.shape))
+    qx.copy_(quantize(x_in, scale, qx.dtype))
+    return qx, scale_out
+
+
+def dynamic_per_token_quant_fp8_i8(qx, x_in, scale_out, scale_ub=None):
+    x = x_in.float()
+    amax = x.abs().amax(-1, keepdim=True) if x.shape[-1] else x.new_zeros((*x.shape[:-1], 1))
+    if scale_ub is not None:
+        amax = amax.clamp(max=scale_ub.reshape(()))
+    scale = (amax / quant_range(qx.dtype)[1]).clamp(min=_floor(qx.dtype))
+    scale_out.copy_(scale.reshape(scale_out.shape))
+    qx.copy_(quantize(x, scale, qx.dtype))
+    return qx, scale_out
+
+
+def per_token_group_quant(qx, x_in, scale_out, group_size, eps=1e-10):
+    x = x_in.float()
+    n = x.shape[-1]
+    full = n - n % group_size
+    amax = x[..., :full].unflatten(-1, (full // group_size, group_size)).abs().amax(-1)
+    if full < n:  # a partial last group
+        amax = torch.cat([amax, x[..., full:].abs().amax(-1, keepdim=True)], -1)
+    scale = amax.clamp(min=eps) / quant_range(qx.dtype)[1]
+    scale_out.copy_(scale)
+    qx.copy_(quantize(x, scale.repeat_interleave(group_size, -1)[..., :n], qx.dtype))
+    return qx, scale_out
+
+
+def scaled_fp8_quant(input, scale=None, scale_ub=None, use_per_token_if_dynamic=False, output=None, dtype=None):
+    dtype = dtype or (output.dtype if output is not None else get_fp8_e4m3_dtype())
+    q = torch.empty(input.shape, dtype=dtype, device=input.device) if output is None else output
+    if scale is not None:
+        return static_per_tensor_quant_fp8_i8(q, input, scale), scale
+    if use_per_token_if_dynamic:
+        s = torch.empty((*input.shape[:-1], 1), dtype=torch.float32, device=input.device)
+        return dynamic_per_token_quant_fp8_i8(q, input, s, scale_ub)
+    return dynamic_per_tensor_quant_fp8_i8(q, input, torch.empty(1, dtype=torch.float32, device=input.device))
+
+
+def per_token_group_quant_fp8(x, group_size, eps=1e-10, dtype=None, column_major_scales=False, out_q=None):
+    dtype = dtype or get_fp8_e4m3_dtype()
+    q = torch.empty(x.shape, dtype=dtype, device=x.device) if out_q is None else out_q
+    n_groups = -(-x.shape[-1] // group_size)
+    if column_major_scales:
+        s = torch.empty((n_groups, x.shape[0]), dtype=torch.float32, device=x.device).t()
+    else:
+        s = torch.empty((*x.shape[:-1], n_groups), dtype=torch.float32, device=x.device)
+    return per_token_group_quant(q, x, s, group_size, eps)
+
+
+def per_token_group_quant_int8(x, group_size, eps=1e-10, dtype=torch.int8):
+    return per_token_group_quant_fp8(x, group_size, eps, dtype)

@@ -1,0 +1,201 @@
+"""fp8 / int8 activation quantization kernels: per tensor (static or dynamic), per token,
+per token group.
+
+Every kernel quantizes the same way (``_quantize``): ``x * (1 / scale)`` in fp32,
+saturated to the output dtype's range ``[q_min, q_max]`` (runtime values the wrapper
+takes from the output dtype: no inf in fp8, no wrap in int8), NaN kept, rounded to the
+nearest even integer for int8 (fp8's own conversion rounds to nearest even). Scales
+are ``amax / q_max`` by an IEEE division, so a scale equals the reference's bit for bit.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rint(y):
+    """Round to the nearest integer, ties to even (torch.round), for |y| < 2^22."""
+    r = tl.floor(y + 0.5)
+    odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
+    return tl.where((r - y == 0.5) & odd, r - 1.0, r)
+
+
+@triton.jit
+def _fp8_grid(y, dtype: tl.constexpr):
+    """``y`` rounded to the nearest value of the fp8 ``dtype``, ties to even, in fp32:
+    the step of y's binade (the smallest normal's below it), y / step rounded."""
+    e = ((y.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    e = tl.maximum(e, 1 - dtype.exponent_bias) - dtype.fp_mantissa_width
+    step = ((e + 127) << 23).to(tl.float32, bitcast=True)
+    return _rint(y / step) * step
+
+
+@triton.jit
+def _quantize(x, inv_scale, q_min, q_max, dtype: tl.constexpr, SOFT_ROUND: tl.constexpr):
+    """fp32 ``x`` scaled by ``inv_scale``, saturated, in ``dtype``. SOFT_ROUND: fp8 values
+    rounded in fp32 first, so the conversion is exact, and NaN written as its bits
+    (Triton's interpreter converts fp32 to fp8 without carrying a rounded-up mantissa
+    into the exponent, and NaN to a number)."""
+    y = tl.clamp(x * inv_scale, q_min, q_max, propagate_nan=tl.PropagateNan.ALL)
+    if dtype.is_int():
+        return _rint(y).to(dtype)
+    if SOFT_ROUND:
+        nan_bits = 0x80 if dtype == tl.float8e4b8 else 0x7F  # e4m3fnuz's one NaN; e4m3fn's, an e5m2 NaN
+        bits = _fp8_grid(y, dtype).to(dtype).to(tl.uint8, bitcast=True)
+        return tl.where(y != y, nan_bits, bits).to(tl.uint8).to(dtype, bitcast=True)
+    return y.to(dtype)
+
+
+@triton.jit
+def _scale_of(amax, q_max, min_scale):
+    """``max(amax / q_max, min_scale)``: never 0 (an all-zero input quantizes to zeros)."""
+    return tl.maximum(tl.math.div_rn(amax, q_max), min_scale)
+
+
+@triton.jit
+def _load_f32(ptr, mask):
+    """fp32 of x at ``ptr``, 0 where masked (``mask`` None: every lane)."""
+    if mask is None:
+        return tl.load(ptr).to(tl.float32)
+    return tl.load(ptr, mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _tile(pid_m, pid_n, n_rows, n_cols, EVEN: tl.constexpr, INT64: tl.constexpr, BLOCK_M: tl.constexpr,
+          BLOCK_N: tl.constexpr):
+    """Rows, columns and mask (None when EVEN) of one (BLOCK_M, BLOCK_N) tile."""
+    if INT64:
+        pid_m = pid_m.to(tl.int64)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = None if EVEN else (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    return rows, cols, mask
+
+
+@triton.jit
+def _static_quant_kernel(
+    x_ptr, q_ptr,
+    scale_ptr,                    # fp32, one element: q = x / scale
+    stride_x_row, stride_q_row,
+    n_rows, n_cols,
+    q_min, q_max,                 # the output dtype's range (fp32)
+    EVEN: tl.constexpr,           # tiles divide (n_rows, n_cols): no masks
+    INT64: tl.constexpr,          # offsets can pass 2^31
+    SOFT_ROUND: tl.constexpr,     # fp8 rounded in fp32 before the conversion (the interpreter)
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """Static per-tensor quantization of an (n_rows, n_cols) tile grid, columns fastest."""
+    rows, cols, mask = _tile(tl.program_id(1), tl.program_id(0), n_rows, n_cols, EVEN, INT64, BLOCK_M, BLOCK_N)
+    inv_scale = tl.math.div_rn(1.0, tl.load(scale_ptr))
+    x = _load_f32(x_ptr + rows[:, None] * stride_x_row + cols[None, :], mask)
+    q = _quantize(x, inv_scale, q_min, q_max, q_ptr.dtype.element_ty, SOFT_ROUND)
+    tl.store(q_ptr + rows[:, None] * stride_q_row + cols[None, :], q, mask=mask)
+
+
+@triton.jit
+def _amax_scale_kernel(
+    x_ptr,
+    work_ptr,                     # int32 (2,), zeroed: amax's bits (atomic max), arrivals
+    scale_ptr,                    # fp32, one element: written by the last program
+    stride_x_row,
+    n_rows, n_cols,
+    q_max, min_scale,
+    EVEN: tl.constexpr,
+    INT64: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """The tensor's scale. Grid (column blocks, programs down the rows): each program
+    takes every num_programs(1)-th row block of its column block, and its amax joins
+    the tensor's by an integer atomic max (|x| >= 0, whose float bits order as integers:
+    exact, so the same in any order); the last program to arrive writes
+    ``_scale_of(amax)``. The scale is written, never read first: the caller need not
+    zero it."""
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for pid_m in range(tl.program_id(1), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(1)):
+        rows, cols, mask = _tile(pid_m, tl.program_id(0), n_rows, n_cols, EVEN, INT64, BLOCK_M, BLOCK_N)
+        acc = tl.maximum(acc, tl.abs(_load_f32(x_ptr + rows[:, None] * stride_x_row + cols[None, :], mask)))
+    amax = tl.max(tl.max(acc, axis=1), axis=0)
+    tl.atomic_max(work_ptr, amax.to(tl.int32, bitcast=True), sem="relaxed", scope="gpu")
+    n_programs = tl.num_programs(0) * tl.num_programs(1)
+    if tl.atomic_add(work_ptr + 1, 1, sem="acq_rel", scope="gpu") == n_programs - 1:
+        amax = tl.atomic_max(work_ptr, 0, sem="relaxed", scope="gpu").to(tl.float32, bitcast=True)
+        tl.store(scale_ptr, _scale_of(amax, q_max, min_scale))
+
+
+@triton.jit
+def _per_token_quant_kernel(
+    x_ptr, q_ptr,
+    scale_ptr,                    # fp32 (n_rows,) at stride_s: written
+    ub_ptr,                       # fp32, one element: upper bound on the amax (HAS_UB)
+    stride_x_row, stride_q_row, stride_s,
+    n_rows, n_cols,
+    q_min, q_max, min_scale,
+    HAS_UB: tl.constexpr,
+    LOOPED: tl.constexpr,         # the row in BLOCK_N-wide chunks, read twice (amax, then quantize)
+    EVEN: tl.constexpr,           # BLOCK_M divides n_rows and BLOCK_N divides n_cols
+    SOFT_ROUND: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """Dynamic per-token (per-row) quantization: a row's scale from its amax (capped at
+    the bound when HAS_UB), then the row quantized with it."""
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < n_rows
+    x_rows = x_ptr + rows[:, None] * stride_x_row
+    q_rows = q_ptr + rows[:, None] * stride_q_row
+    cols = tl.arange(0, BLOCK_N)
+    if LOOPED:
+        amax = tl.zeros([BLOCK_M], tl.float32)
+        for start in range(0, n_cols, BLOCK_N):
+            mask = None if EVEN else row_mask[:, None] & (start + cols < n_cols)[None, :]
+            x = _load_f32(x_rows + start + cols[None, :], mask)
+            amax = tl.maximum(amax, tl.max(tl.abs(x), axis=1))
+    else:
+        mask = None if EVEN else row_mask[:, None] & (cols < n_cols)[None, :]
+        x = _load_f32(x_rows + cols[None, :], mask)
+        amax = tl.max(tl.abs(x), axis=1)
+    if HAS_UB:
+        amax = tl.minimum(amax, tl.load(ub_ptr))
+    scale = _scale_of(amax, q_max, min_scale)
+    tl.store(scale_ptr + rows * stride_s, scale, mask=row_mask)
+    inv_scale = tl.math.div_rn(1.0, scale)[:, None]
+    dtype = q_ptr.dtype.element_ty
+    if LOOPED:
+        for start in range(0, n_cols, BLOCK_N):
+            mask = None if EVEN else row_mask[:, None] & (start + cols < n_cols)[None, :]
+            x = _load_f32(x_rows + start + cols[None, :], mask)
+            tl.store(q_rows + start + cols[None, :], _quantize(x, inv_scale, q_min, q_max, dtype, SOFT_ROUND), mask=mask)
+    else:
+        tl.store(q_rows + cols[None, :], _quantize(x, inv_scale, q_min, q_max, dtype, SOFT_ROUND), mask=mask)
+
+
+@triton.jit
+def _group_quant_kernel(
+    x_ptr, q_ptr,
+    scale_ptr,                    # fp32 (n_rows, n_groups) at (stride_s_row, stride_s_group): written
+    stride_x_row, stride_q_row, stride_s_row, stride_s_group,
+    n_rows, n_cols, n_groups,     # n_groups = cdiv(n_cols, GROUP): a last group may be partial
+    eps,                          # amax floor (fp32): an all-zero group gets scale eps / q_max
+    q_min, q_max,
+    EVEN: tl.constexpr,           # GROUP divides n_cols and BLOCK_G divides n_rows * n_groups
+    SOFT_ROUND: tl.constexpr,
+    BLOCK_G: tl.constexpr,        # groups per program
+    GROUP: tl.constexpr,          # columns a group (a power of 2)
+):
+    """Per-token-group quantization (DeepSeek-style): each GROUP columns of a row get
+    their own scale ``max(amax, eps) / q_max``. A program takes BLOCK_G consecutive
+    groups of the flattened (row, group) order, a group a tile row."""
+    g = tl.program_id(0).to(tl.int64) * BLOCK_G + tl.arange(0, BLOCK_G)
+    row = g // n_groups
+    grp = g % n_groups
+    cols = grp[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
+    g_mask = g < n_rows * n_groups
+    mask = None if EVEN else g_mask[:, None] & (cols < n_cols)
+    x = _load_f32(x_ptr + row[:, None] * stride_x_row + cols, mask)
+    amax = tl.maximum(tl.max(tl.abs(x), axis=1), eps)
+    scale = tl.math.div_rn(amax, q_max)
+    tl.store(scale_ptr + row * stride_s_row + grp * stride_s_group, scale, mask=g_mask)
+    q = _quantize(x, tl.math.div_rn(1.0, scale)[:, None], q_min, q_max, q_ptr.dtype.element_ty, SOFT_ROUND)
+    tl.store(q_ptr + row[:, None] * stride_q_row + cols, q, mask=mask)

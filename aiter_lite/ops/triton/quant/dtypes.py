@@ -1,0 +1,38 @@
+"""Quantized dtypes: which fp8 e4m3 a device wants, and each dtype's range."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+QUANT_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.int8)
+
+# MI300-class (CDNA3) GPUs compute in the "fnuz" e4m3 (no negative zero, bias 8, max 240);
+# everything else (NVIDIA sm_89+, CDNA4 gfx950) in OCP e4m3fn (max 448).
+_FNUZ_ARCHS = ("gfx940", "gfx941", "gfx942")
+
+
+@functools.lru_cache(maxsize=16)
+def _arch(device_index: int) -> str:
+    return getattr(torch.cuda.get_device_properties(device_index), "gcnArchName", "")
+
+
+def get_fp8_e4m3_dtype(device: torch.device | int | None = None) -> torch.dtype:
+    """``torch.float8_e4m3fnuz`` on MI300-class AMD GPUs (gfx942), ``torch.float8_e4m3fn``
+    elsewhere (NVIDIA, other AMD, no GPU). :func:`quant_range` gives its max (240 / 448)."""
+    if not (torch.version.hip and torch.cuda.is_available()):
+        return torch.float8_e4m3fn
+    index = torch.device(device).index if isinstance(device, (str, torch.device)) else device
+    arch = _arch(torch.cuda.current_device() if index is None else index)
+    return torch.float8_e4m3fnuz if arch.split(":")[0] in _FNUZ_ARCHS else torch.float8_e4m3fn
+
+
+def quant_range(dtype: torch.dtype) -> tuple[float, float]:
+    """(min, max) a quantized dtype holds: (-448, 448) for e4m3fn, (-240, 240) for
+    e4m3fnuz, (-57344, 57344) for e5m2, (-128, 127) for int8."""
+    if dtype.is_floating_point:
+        info = torch.finfo(dtype)
+    else:
+        info = torch.iinfo(dtype)
+    return float(info.min), float(info.max)

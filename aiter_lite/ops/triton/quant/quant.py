@@ -1,0 +1,384 @@
+"""fp8 / int8 activation quantization on the Triton backend.
+
+aiter's names, writing into caller-allocated outputs; the output's dtype picks the
+format (float8_e4m3fn, float8_e4m3fnuz, float8_e5m2 or int8) and its range:
+
+* ``static_per_tensor_quant_fp8_i8(qx, x_in, scale_in)``: ``qx = x_in / scale_in``;
+* ``dynamic_per_tensor_quant_fp8_i8(qx, x_in, scale_out)``: the scale from the
+  tensor's amax, written (the caller need not zero it; deterministic);
+* ``dynamic_per_token_quant_fp8_i8(qx, x_in, scale_out, scale_ub=None)``: a scale per
+  row (every dim but the last), its amax capped at ``scale_ub`` when given;
+* ``per_token_group_quant(qx, x_in, scale_out, group_size, eps)``: a scale per
+  ``group_size`` columns of a row (DeepSeek-style), ``scale_out`` in any layout
+  (column-major for GEMMs that want it).
+
+And vLLM's allocating forms, returning ``(q, scale)``: :func:`scaled_fp8_quant`,
+:func:`per_token_group_quant_fp8`, :func:`per_token_group_quant_int8`.
+
+Semantics (all ops): scales are fp32, ``amax / q_max``, where ``q_max`` is the output
+dtype's largest value (448 for e4m3fn, 240 for e4m3fnuz, 57344 for e5m2, 127 for int8);
+a dynamic scale is never below ``1 / (q_max * 512)`` (per tensor, per token) or
+``eps / q_max`` (groups), so all-zero rows quantize to zeros with a finite scale.
+Values are ``x * (1 / scale)`` saturated to the dtype's range (never inf), int8
+rounded to nearest even; NaN stays NaN in fp8. Inputs: float32 / float16 / bfloat16 of
+any rank and width, unit stride in the last dim, rows of any stride.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from aiter_lite.ops.triton._triton_kernels.quant.quant import (
+    _amax_scale_kernel,
+    _group_quant_kernel,
+    _per_token_quant_kernel,
+    _static_quant_kernel,
+)
+from aiter_lite.ops.triton.activation import act_launch_config
+from aiter_lite.ops.triton.quant.dtypes import QUANT_DTYPES, get_fp8_e4m3_dtype, quant_range
+from aiter_lite.utils.checks import (
+    TRITON_INTERPRET,
+    check_row_input,
+    check_same_device,
+    check_unit_last_stride,
+    rows_view,
+)
+from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2, row_warps
+from aiter_lite.utils.logger import debug_on, log_call
+
+__all__ = [
+    "static_per_tensor_quant_fp8_i8",
+    "dynamic_per_tensor_quant_fp8_i8",
+    "dynamic_per_token_quant_fp8_i8",
+    "per_token_group_quant",
+    "scaled_fp8_quant",
+    "per_token_group_quant_fp8",
+    "per_token_group_quant_int8",
+    "QuantLaunchConfig",
+    "per_token_launch_config",
+]
+
+_MIN_SCALE_DIV = 512.0  # dynamic scales floor at 1 / (q_max * 512), as vLLM's fp8 kernels
+_MAX_GRID_Y = 65535
+_AMAX_PROGRAMS_PER_SM = 4
+
+
+@dataclass(frozen=True)
+class QuantLaunchConfig:
+    BLOCK_M: int  # rows per program
+    BLOCK_N: int  # columns per step: the whole row unless LOOPED
+    num_warps: int
+    LOOPED: bool = False
+
+
+# Unmeasured starting points, set as this project's other row reductions were: rows up
+# to _MAX_ROW_IN_REGS in registers, several to a program up to a _TILE-element tile
+# (normalization's measured best for short rows); longer rows looped in _LOOP_BLOCK
+# chunks, read twice (amax, then quantize) - the second read mostly from L2.
+_TILE = 4096
+_MAX_ROW_IN_REGS = 16384
+_LOOP_BLOCK = 8192
+_GROUP_TILE = 4096
+
+
+@functools.lru_cache(maxsize=1024)
+def per_token_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None) -> QuantLaunchConfig:
+    """Tile and warps of a per-token launch over (n_rows, n_cols): a row (several short
+    ones) per program, halved until the grid has two programs per SM; rows wider than
+    ``_MAX_ROW_IN_REGS`` looped."""
+    row = next_power_of_2(max(n_cols, 1))
+    if row > _MAX_ROW_IN_REGS:
+        return QuantLaunchConfig(1, _LOOP_BLOCK, row_warps(_LOOP_BLOCK), LOOPED=True)
+    block_m = min(max(_TILE // row, 1), next_power_of_2(max(n_rows, 1)))
+    want = 2 * grid_sms(device, 1)
+    while block_m > 1 and cdiv(n_rows, block_m) < want:
+        block_m //= 2
+    return QuantLaunchConfig(block_m, row, row_warps(block_m * row))
+
+
+# ---------------------------------------------------------------------------
+# checks
+
+
+def _check_q(op: str, qx, x_in: torch.Tensor) -> None:
+    if not isinstance(qx, torch.Tensor):
+        raise TypeError(f"{op}: qx must be a torch.Tensor, got {type(qx).__name__}")
+    if qx.dtype not in QUANT_DTYPES:
+        names = ", ".join(str(d) for d in QUANT_DTYPES)
+        raise TypeError(f"{op}: qx must be one of {names}, got {qx.dtype}")
+    if qx.shape != x_in.shape:
+        raise ValueError(f"{op}: qx must have x_in's shape {tuple(x_in.shape)}, got {tuple(qx.shape)}")
+    check_same_device(op, "qx", qx, "x_in", x_in)
+    check_unit_last_stride(op, "qx", qx)
+
+
+def _check_scale(op: str, name: str, scale, numel: int, x_in: torch.Tensor) -> None:
+    if not isinstance(scale, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(scale).__name__}")
+    if scale.dtype != torch.float32:
+        raise TypeError(f"{op}: {name} must be float32, got {scale.dtype}")
+    if scale.numel() != numel:
+        what = "one element (a per-tensor scale)" if numel == 1 else f"{numel} elements"
+        raise ValueError(f"{op}: {name} must have {what}, got shape {tuple(scale.shape)}")
+    check_same_device(op, name, scale, "x_in", x_in)
+
+
+def _check_input(op: str, x_in) -> None:
+    check_row_input(op, "x_in", x_in)
+
+
+def _check_per_tensor(op: str, qx, x_in, name: str, scale) -> None:
+    _check_input(op, x_in)
+    _check_q(op, qx, x_in)
+    _check_scale(op, name, scale, 1, x_in)
+    if debug_on():
+        log_call(op, qx=qx, x_in=x_in, **{name: scale})
+
+
+def _rows(op: str, qx: torch.Tensor, x_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return rows_view(op, "x_in", x_in, writable=False), rows_view(op, "qx", qx, writable=True)
+
+
+# ---------------------------------------------------------------------------
+# launches (torch.ops.aiter_lite custom ops under torch.compile)
+
+
+def _soft_round(dtype: torch.dtype) -> bool:
+    """fp8 rounded in fp32 before the conversion: under the interpreter only (its
+    conversion mis-rounds; the GPUs' rounds to nearest even itself)."""
+    return TRITON_INTERPRET and dtype.is_floating_point
+
+
+def _tiles(n_rows: int, n_cols: int, device: torch.device):
+    cfg = act_launch_config(n_rows, n_cols, device)
+    return cfg, cdiv(n_rows, cfg.BLOCK_M), cdiv(n_cols, cfg.BLOCK_N)
+
+
+def _launch_static(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor) -> None:
+    n_rows, n_cols = x2.shape
+    cfg, row_blocks, col_blocks = _tiles(n_rows, n_cols, x2.device)
+    q_min, q_max = quant_range(q2.dtype)
+    for start in range(0, row_blocks, _MAX_GRID_Y):  # grid axis 1 stops at 65535
+        rows = slice(start * cfg.BLOCK_M, min((start + _MAX_GRID_Y) * cfg.BLOCK_M, n_rows))
+        xs, qs = x2[rows], q2[rows]
+        n = xs.shape[0]
+        _static_quant_kernel[(col_blocks, cdiv(n, cfg.BLOCK_M))](
+            xs, qs, scale, xs.stride(0), qs.stride(0), n, n_cols, q_min, q_max,
+            EVEN=n % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
+            INT64=n * max(xs.stride(0), qs.stride(0)) + cfg.BLOCK_M * xs.stride(0) >= 2**31,
+            SOFT_ROUND=_soft_round(q2.dtype),
+            BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
+        )
+
+
+@launch_op("quant_static", mutates_args=("q2",))
+def _run_static(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor) -> None:
+    _launch_static(x2, q2, scale)
+
+
+@launch_op("quant_dynamic_per_tensor", mutates_args=("q2", "scale"))
+def _run_dynamic_per_tensor(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor) -> None:
+    n_rows, n_cols = x2.shape
+    q_min, q_max = quant_range(q2.dtype)
+    # A program per column block and row stripe, looping down the rows: a few hundred
+    # programs, so a few hundred atomics on the one amax word.
+    block_n = min(next_power_of_2(n_cols), 2048)
+    block_m = min(max(4096 // block_n, 1), next_power_of_2(n_rows))
+    col_blocks = cdiv(n_cols, block_n)
+    stripes = min(cdiv(n_rows, block_m), max(_AMAX_PROGRAMS_PER_SM * grid_sms(x2.device, 1) // col_blocks, 1),
+                  _MAX_GRID_Y)
+    work = torch.zeros(2, dtype=torch.int32, device=x2.device)
+    _amax_scale_kernel[(col_blocks, stripes)](
+        x2, work, scale, x2.stride(0), n_rows, n_cols, q_max, 1.0 / (q_max * _MIN_SCALE_DIV),
+        EVEN=n_rows % block_m == 0 and n_cols % block_n == 0,
+        INT64=(n_rows + block_m) * x2.stride(0) >= 2**31, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=8,
+    )
+    _launch_static(x2, q2, scale)
+
+
+@launch_op("quant_per_token", mutates_args=("q2", "scale"))
+def _run_per_token(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, scale_ub: torch.Tensor | None) -> None:
+    _launch_per_token(x2, q2, scale, scale_ub)
+
+
+def _launch_per_token(x2, q2, scale, scale_ub, config: QuantLaunchConfig | None = None) -> None:
+    n_rows, n_cols = x2.shape
+    cfg = config or per_token_launch_config(n_rows, n_cols, x2.device)
+    q_min, q_max = quant_range(q2.dtype)
+    _per_token_quant_kernel[(cdiv(n_rows, cfg.BLOCK_M),)](
+        x2, q2, scale, scale if scale_ub is None else scale_ub, x2.stride(0), q2.stride(0), scale.stride(0),
+        n_rows, n_cols, q_min, q_max, 1.0 / (q_max * _MIN_SCALE_DIV),
+        HAS_UB=scale_ub is not None, LOOPED=cfg.LOOPED, SOFT_ROUND=_soft_round(q2.dtype),
+        EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
+    )
+
+
+@launch_op("quant_group", mutates_args=("q2", "scale"))
+def _run_group(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, group_size: int, eps: float) -> None:
+    n_rows, n_cols = x2.shape
+    n_groups = cdiv(n_cols, group_size)
+    block_g = min(max(_GROUP_TILE // group_size, 1), next_power_of_2(n_rows * n_groups))
+    q_min, q_max = quant_range(q2.dtype)
+    _group_quant_kernel[(cdiv(n_rows * n_groups, block_g),)](
+        x2, q2, scale, x2.stride(0), q2.stride(0), scale.stride(0), scale.stride(1), n_rows, n_cols, n_groups,
+        eps, q_min, q_max, EVEN=n_cols % group_size == 0 and (n_rows * n_groups) % block_g == 0,
+        SOFT_ROUND=_soft_round(q2.dtype),
+        BLOCK_G=block_g, GROUP=group_size, num_warps=row_warps(block_g * group_size),
+    )
+
+
+# ---------------------------------------------------------------------------
+# aiter's names
+
+
+def static_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_in: torch.Tensor) -> torch.Tensor:
+    """``qx = x_in / scale_in`` saturated to qx's dtype; ``scale_in`` one fp32 element. Returns ``qx``."""
+    op = "static_per_tensor_quant_fp8_i8"
+    _check_per_tensor(op, qx, x_in, "scale_in", scale_in)
+    if x_in.numel():
+        _run_static(*_rows(op, qx, x_in), scale_in.reshape(1))
+    return qx
+
+
+def dynamic_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor,
+                                    scale_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tensor's scale ``max(amax / q_max, 1 / (q_max * 512))`` written to ``scale_out``
+    (one fp32 element, any prior content), then ``qx = x_in / scale``. Returns ``(qx, scale_out)``."""
+    op = "dynamic_per_tensor_quant_fp8_i8"
+    _check_per_tensor(op, qx, x_in, "scale_out", scale_out)
+    if x_in.numel():
+        _run_dynamic_per_tensor(*_rows(op, qx, x_in), _scale_vector(op, "scale_out", scale_out))
+    else:  # no elements: the floor
+        scale_out.fill_(1.0 / (quant_range(qx.dtype)[1] * _MIN_SCALE_DIV))
+    return qx, scale_out
+
+
+def dynamic_per_token_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor,
+                                   scale_ub: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A scale per row (every dim of x_in but the last) into ``scale_out`` (as many fp32
+    elements as rows: (M,) or (M, 1)), ``max(min(amax, scale_ub) / q_max, 1 / (q_max * 512))``,
+    then each row quantized with its own. Returns ``(qx, scale_out)``."""
+    op = "dynamic_per_token_quant_fp8_i8"
+    _check_input(op, x_in)
+    _check_q(op, qx, x_in)
+    n_rows = x_in.numel() // x_in.shape[-1] if x_in.shape[-1] else x_in.numel()
+    _check_scale(op, "scale_out", scale_out, n_rows if x_in.shape[-1] else scale_out.numel(), x_in)
+    if scale_ub is not None:
+        _check_scale(op, "scale_ub", scale_ub, 1, x_in)
+    if debug_on():
+        log_call(op, qx=qx, x_in=x_in, scale_out=scale_out, scale_ub=scale_ub)
+    if x_in.numel():
+        ub = None if scale_ub is None else scale_ub.reshape(1)
+        _run_per_token(*_rows(op, qx, x_in), _scale_vector(op, "scale_out", scale_out), ub)
+    elif scale_out.numel():  # rows of no columns: the floor
+        scale_out.fill_(1.0 / (quant_range(qx.dtype)[1] * _MIN_SCALE_DIV))
+    return qx, scale_out
+
+
+def _scale_vector(op: str, name: str, scale: torch.Tensor) -> torch.Tensor:
+    """``scale`` as a 1-D view (written through)."""
+    try:
+        return scale.view(-1)
+    except RuntimeError:
+        raise ValueError(f"{op}: {name} with shape {tuple(scale.shape)} and strides {tuple(scale.stride())} "
+                         "cannot be viewed as one vector; pass a contiguous tensor") from None
+
+
+def per_token_group_quant(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor, group_size: int,
+                          eps: float = 1e-10) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each ``group_size`` columns of a row quantized with their own scale
+    ``max(amax, eps) / q_max``; ``scale_out`` fp32 of shape (*x_in.shape[:-1], G) with
+    G = ceil(width / group_size) (a last group may be partial), any strides (a
+    column-major (M, G) view included). Returns ``(qx, scale_out)``."""
+    op = "per_token_group_quant"
+    _check_input(op, x_in)
+    _check_q(op, qx, x_in)
+    if isinstance(group_size, bool) or not isinstance(group_size, int):
+        raise TypeError(f"{op}: group_size must be an int, got {type(group_size).__name__}")
+    if group_size <= 0 or group_size & (group_size - 1) or group_size > 8192:
+        raise ValueError(f"{op}: group_size must be a power of 2 from 1 to 8192, got {group_size}")
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
+        raise ValueError(f"{op}: eps must be a positive float, got {eps!r}")
+    n_groups = cdiv(x_in.shape[-1], group_size)
+    want = (*x_in.shape[:-1], n_groups)
+    if not isinstance(scale_out, torch.Tensor) or tuple(scale_out.shape) != want:
+        got = tuple(scale_out.shape) if isinstance(scale_out, torch.Tensor) else type(scale_out).__name__
+        raise ValueError(f"{op}: scale_out must have shape {want} for x_in {tuple(x_in.shape)} and group_size "
+                         f"{group_size}, got {got}")
+    _check_scale(op, "scale_out", scale_out, scale_out.numel(), x_in)
+    if debug_on():
+        log_call(op, qx=qx, x_in=x_in, scale_out=scale_out, group_size=group_size)
+    if x_in.numel():
+        n_rows = x_in.numel() // x_in.shape[-1]
+        try:
+            s2 = scale_out.view(n_rows, n_groups)
+        except RuntimeError:
+            raise ValueError(f"{op}: scale_out with strides {tuple(scale_out.stride())} cannot be viewed as "
+                             f"({n_rows}, {n_groups}); its leading dims must flatten") from None
+        _run_group(*_rows(op, qx, x_in), s2, group_size, float(eps))
+    return qx, scale_out
+
+
+# ---------------------------------------------------------------------------
+# vLLM's allocating forms
+
+
+def _quant_dtype(op: str, dtype: torch.dtype | None) -> torch.dtype:
+    if dtype is None:
+        return get_fp8_e4m3_dtype()
+    if dtype not in QUANT_DTYPES:
+        raise TypeError(f"{op}: dtype must be one of {', '.join(str(d) for d in QUANT_DTYPES)}, got {dtype}")
+    return dtype
+
+
+def scaled_fp8_quant(input: torch.Tensor, scale: torch.Tensor | None = None, scale_ub: torch.Tensor | None = None,
+                     use_per_token_if_dynamic: bool = False, output: torch.Tensor | None = None,
+                     dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's ``scaled_fp8_quant``: static when ``scale`` is given, else dynamic per
+    tensor, or per token (scales of shape (*input.shape[:-1], 1)) with
+    ``use_per_token_if_dynamic``. ``dtype`` (default :func:`get_fp8_e4m3_dtype`) or
+    ``output``'s dtype picks the format, int8 included. Returns ``(q, scale)``."""
+    op = "scaled_fp8_quant"
+    _check_input(op, input)
+    dtype = output.dtype if isinstance(output, torch.Tensor) and dtype is None else _quant_dtype(op, dtype)
+    q = torch.empty(input.shape, dtype=dtype, device=input.device) if output is None else output
+    if scale is not None:
+        if scale_ub is not None:
+            raise ValueError(f"{op}: scale_ub bounds dynamic per-token scales; it cannot go with a static scale")
+        return static_per_tensor_quant_fp8_i8(q, input, scale), scale
+    if use_per_token_if_dynamic:
+        s = torch.empty((*input.shape[:-1], 1), dtype=torch.float32, device=input.device)
+        return dynamic_per_token_quant_fp8_i8(q, input, s, scale_ub)
+    if scale_ub is not None:
+        raise ValueError(f"{op}: scale_ub bounds per-token scales; pass use_per_token_if_dynamic=True")
+    return dynamic_per_tensor_quant_fp8_i8(q, input, torch.empty(1, dtype=torch.float32, device=input.device))
+
+
+def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = 1e-10, dtype: torch.dtype | None = None,
+                              column_major_scales: bool = False,
+                              out_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's ``per_token_group_quant_fp8``: ``(q, scales)``, scales (*x.shape[:-1], G)
+    fp32, column-major (stride 1 along the rows) with ``column_major_scales`` for 2-D x."""
+    op = "per_token_group_quant_fp8"
+    _check_input(op, x)
+    dtype = _quant_dtype(op, dtype)
+    q = torch.empty(x.shape, dtype=dtype, device=x.device) if out_q is None else out_q
+    n_groups = cdiv(x.shape[-1], group_size) if isinstance(group_size, int) and group_size > 0 else 0
+    if column_major_scales:
+        if x.dim() != 2:
+            raise ValueError(f"{op}: column_major_scales needs a 2-D x, got shape {tuple(x.shape)}")
+        s = torch.empty((n_groups, x.shape[0]), dtype=torch.float32, device=x.device).t()
+    else:
+        s = torch.empty((*x.shape[:-1], n_groups), dtype=torch.float32, device=x.device)
+    return per_token_group_quant(q, x, s, group_size, eps)
+
+
+def per_token_group_quant_int8(x: torch.Tensor, group_size: int, eps: float = 1e-10,
+                               dtype: torch.dtype = torch.int8) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's ``per_token_group_quant_int8``: ``(q, scales)`` with int8 values."""
+    return per_token_group_quant_fp8(x, group_size, eps, dtype)

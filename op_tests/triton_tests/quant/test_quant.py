@@ -1,0 +1,234 @@
+"""fp8 / int8 quantization against the fp32 reference (aiter_lite.ops.native.quant).
+
+Scales defined by an amax equal the reference's bit for bit; quantized values are
+within one step of the reference's (adjacent codes: ``x * (1 / scale)`` and
+``x / scale`` can round apart). Outputs start poisoned, so an unwritten element fails.
+"""
+
+import pytest
+import torch
+
+from aiter_lite.ops.native import quant as native
+from aiter_lite.ops.triton import quant
+from aiter_lite.ops.triton.quant.quant import QuantLaunchConfig, _launch_per_token, per_token_launch_config
+from op_tests.utils import DEVICE, DTYPES, ON_GPU, by_device, make_rows
+
+Q_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.int8)
+# (rows, width): M = 0 and 1, widths of tensor-parallel shards (1368, 1076), odd sizes,
+# a width past the per-token register path (looped), several leading dims
+SHAPES = by_device(
+    [(0, 64), (1, 1), (1, 7), (7, 1368), (33, 1076), (5, 127), (2, 20000)],
+    [(0, 64), (1, 1), (1, 7), (7, 1368), (33, 1076), (5, 127), (2, 20000), (1, 28672), (4096, 7168),
+     (16384, 4096), (3, 65537), (8192, 18432)],
+)
+
+
+def _codes(q: torch.Tensor) -> torch.Tensor:
+    """Quantized values as integers in value order: int8 as is, fp8 by sign and magnitude bits."""
+    if not q.dtype.is_floating_point:
+        return q.long()
+    b = q.view(torch.uint8).long()
+    return torch.where(b >= 128, -(b & 0x7F), b & 0x7F)
+
+
+def _assert_codes(got: torch.Tensor, want: torch.Tensor, name: str) -> None:
+    """At most one step apart, NaN where the reference has NaN."""
+    assert got.shape == want.shape and got.dtype == want.dtype, f"{name}: {got.shape} {got.dtype}"
+    if want.dtype.is_floating_point:
+        nan = want.float().isnan()
+        assert torch.equal(got.float().isnan(), nan), f"{name}: NaN where the reference has none (or none where it has)"
+        got, want = got[~nan], want[~nan]
+    far = (_codes(got) - _codes(want)).abs() > 1
+    if far.any():
+        where = far.nonzero()[:8].flatten().tolist()
+        raise AssertionError(f"{name}: {int(far.sum())} of {got.numel()} more than one step off; first at {where}: "
+                             f"got {got[far][:8].float().tolist()}, expected {want[far][:8].float().tolist()}")
+
+
+def _assert_scales(got: torch.Tensor, want: torch.Tensor, name: str) -> None:
+    assert torch.equal(got, want), f"{name}: scales differ: got {got.flatten()[:8].tolist()}, " \
+                                   f"expected {want.flatten()[:8].tolist()}"
+    assert torch.isfinite(got).all() and (got > 0).all(), f"{name}: a scale is not finite and positive"
+
+
+def _poisoned_q(shape, dtype):
+    q = torch.empty(shape, dtype=dtype, device=DEVICE)
+    q.view(torch.uint8).fill_(0x7F if dtype.is_floating_point else 0x5A)  # fp8: NaN (e4m3fn) / a large code
+    return q
+
+
+def _input(m, n, dtype, strided=False):
+    x = make_rows(m, n, dtype, strided=strided, scale=3.0)
+    if m > 1:
+        x[m // 2].zero_()  # an all-zero row: the scale's floor
+    return x
+
+
+@pytest.mark.parametrize("strided", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("qdtype", Q_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_per_token(dtype, qdtype, shape, strided):
+    m, n = shape
+    x = _input(m, n, dtype, strided)
+    q, s = _poisoned_q((m, n), qdtype), torch.full((m, 1), float("nan"), device=DEVICE)
+    got = quant.dynamic_per_token_quant_fp8_i8(q, x, s)
+    assert got[0] is q and got[1] is s
+    q_ref, s_ref = native.dynamic_per_token_quant_fp8_i8(torch.empty_like(q), x, torch.empty_like(s))
+    _assert_scales(s, s_ref, "per-token scale")
+    _assert_codes(q, q_ref, "per-token")
+    if m > 1:  # the zero row: zeros and the floor 1 / (q_max * 512)
+        assert (q[m // 2].float() == 0).all()
+        assert s[m // 2].item() == pytest.approx(1 / (quant.quant_range(qdtype)[1] * 512))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("qdtype", Q_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_per_tensor(dtype, qdtype, shape):
+    m, n = shape
+    x = _input(m, n, dtype, strided=True)
+    scale_ref = torch.empty(1, device=DEVICE)
+    q_ref, _ = native.dynamic_per_tensor_quant_fp8_i8(torch.empty((m, n), dtype=qdtype, device=DEVICE), x, scale_ref)
+    # dynamic: whatever the scale held before (aiter needs it zeroed), twice the same bits
+    runs = []
+    for prior in (float("nan"), 1e30, -5.0):
+        q, s = _poisoned_q((m, n), qdtype), torch.full((1,), prior, device=DEVICE)
+        quant.dynamic_per_tensor_quant_fp8_i8(q, x, s)
+        _assert_scales(s, scale_ref, "per-tensor scale")
+        _assert_codes(q, q_ref, "dynamic per-tensor")
+        runs.append(q.view(torch.uint8))
+    assert all(torch.equal(r, runs[0]) for r in runs), "dynamic per-tensor is not deterministic"
+    # static, with the reference's scale
+    q = _poisoned_q((m, n), qdtype)
+    assert quant.static_per_tensor_quant_fp8_i8(q, x, scale_ref) is q
+    _assert_codes(q, q_ref, "static per-tensor")
+
+
+@pytest.mark.parametrize("qdtype", Q_DTYPES, ids=str)
+def test_saturation_and_nan(qdtype):
+    lo, hi = quant.quant_range(qdtype)
+    x = make_rows(3, 300, torch.bfloat16, scale=100.0)
+    x[0, :4] = torch.tensor([1e4, -1e4, float("inf"), float("-inf")])
+    q = quant.static_per_tensor_quant_fp8_i8(_poisoned_q(x.shape, qdtype), x, torch.tensor([1e-3], device=DEVICE))
+    big = x.float().abs() * 1e3 > hi
+    assert big.sum() > 100
+    v = q.float()
+    assert torch.isfinite(v).all(), "saturated values must stay finite"
+    assert torch.equal(v[big], torch.where(x.float()[big] > 0, hi, lo)), "values beyond the range saturate"
+    if qdtype.is_floating_point:  # NaN stays NaN in fp8
+        x[1, 5] = float("nan")
+        q = quant.static_per_tensor_quant_fp8_i8(_poisoned_q(x.shape, qdtype), x, torch.tensor([1.0], device=DEVICE))
+        assert q[1, 5].float().isnan() and q.float().isnan().sum() == 1
+
+
+def test_scale_ub():
+    x = make_rows(8, 1000, torch.bfloat16, scale=3.0)
+    q, s = quant.scaled_fp8_quant(x, scale_ub=torch.tensor([2.0], device=DEVICE), use_per_token_if_dynamic=True)
+    q_ref, s_ref = native.scaled_fp8_quant(x, scale_ub=torch.tensor([2.0], device=DEVICE),
+                                           use_per_token_if_dynamic=True)
+    assert s.shape == (8, 1)
+    _assert_scales(s, s_ref, "scale_ub")
+    assert torch.equal(s, torch.full_like(s, 2.0 / 448.0))  # every row's amax is above 2
+    _assert_codes(q, q_ref, "scale_ub")
+
+
+@pytest.mark.parametrize("column_major", [False, True])
+@pytest.mark.parametrize("group", [64, 128])
+@pytest.mark.parametrize("shape", by_device([(0, 128), (1, 128), (5, 200), (33, 1408), (2, 20000)],
+                                            [(0, 128), (1, 128), (5, 200), (33, 1408), (4096, 7168),
+                                             (16384, 2048), (3, 65600)]), ids=str)
+@pytest.mark.parametrize("qdtype", Q_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_per_token_group(dtype, qdtype, shape, group, column_major):
+    m, n = shape
+    x = _input(m, n, dtype)
+    if n > group:
+        x[:, group:2 * group] = 0  # an all-zero group: scale eps / q_max
+    q, s = quant.per_token_group_quant_fp8(x, group, dtype=qdtype, column_major_scales=column_major)
+    q_ref, s_ref = native.per_token_group_quant_fp8(x, group, dtype=qdtype)
+    assert s.shape == (m, -(-n // group))
+    if column_major and m > 1:
+        assert s.stride(0) == 1
+    _assert_scales(s, s_ref, "group scale")
+    _assert_codes(q, q_ref, "group")
+    # the aiter-style form writes caller buffers (poisoned), a 3-D input included
+    x3 = x.reshape(1, m, n)
+    q3, s3 = _poisoned_q(x3.shape, qdtype), torch.full((1, m, -(-n // group)), float("nan"), device=DEVICE)
+    quant.per_token_group_quant(q3, x3, s3, group)
+    _assert_scales(s3[0], s_ref, "group scale (3-D)")
+    _assert_codes(q3[0], q_ref, "group (3-D)")
+
+
+def test_per_token_looped_config():
+    """The looped per-token path pinned on short rows (several chunks, a partial last one)."""
+    x = _input(5, 300, torch.bfloat16)
+    for cfg in (QuantLaunchConfig(1, 64, 4, LOOPED=True), QuantLaunchConfig(2, 64, 4, LOOPED=True),
+                QuantLaunchConfig(4, 512, 4)):
+        q, s = _poisoned_q(x.shape, torch.float8_e4m3fn), torch.full((5,), float("nan"), device=DEVICE)
+        _launch_per_token(x, q, s, None, cfg)
+        q_ref, s_ref = native.dynamic_per_token_quant_fp8_i8(torch.empty_like(q), x, torch.empty_like(s))
+        _assert_scales(s, s_ref, f"per-token {cfg}")
+        _assert_codes(q, q_ref, f"per-token {cfg}")
+    assert per_token_launch_config(4, 1 << 20, None).LOOPED
+
+
+def test_zero_tensor():
+    x = torch.zeros(4, 100, device=DEVICE, dtype=torch.bfloat16)
+    for qdtype in Q_DTYPES:
+        q, s = quant.scaled_fp8_quant(x, dtype=qdtype)
+        assert s.item() == pytest.approx(1 / (quant.quant_range(qdtype)[1] * 512)) and s.item() > 0
+        assert (q.float() == 0).all()
+        q, s = quant.per_token_group_quant_fp8(x, 64, dtype=qdtype)
+        assert torch.isfinite(s).all() and (s > 0).all() and (q.float() == 0).all()
+
+
+def test_dtypes_and_ranges():
+    assert quant.quant_range(torch.float8_e4m3fn) == (-448.0, 448.0)
+    assert quant.quant_range(torch.float8_e4m3fnuz) == (-240.0, 240.0)
+    assert quant.quant_range(torch.float8_e5m2) == (-57344.0, 57344.0)
+    assert quant.quant_range(torch.int8) == (-128.0, 127.0)
+    want = torch.float8_e4m3fn
+    if torch.version.hip and ON_GPU and "gfx94" in torch.cuda.get_device_properties(0).gcnArchName:
+        want = torch.float8_e4m3fnuz
+    assert quant.get_fp8_e4m3_dtype() == want
+    q, _ = quant.scaled_fp8_quant(make_rows(2, 8, torch.float32))
+    assert q.dtype == want
+
+
+def test_bad_inputs():
+    x = make_rows(4, 64, torch.bfloat16)
+    q = torch.empty(4, 64, dtype=torch.float8_e4m3fn, device=DEVICE)
+    one = torch.ones(1, device=DEVICE)
+    with pytest.raises(ValueError, match="scale_in must have one element"):
+        quant.static_per_tensor_quant_fp8_i8(q, x, torch.ones(2, device=DEVICE))
+    with pytest.raises(TypeError, match="scale_in must be float32"):
+        quant.static_per_tensor_quant_fp8_i8(q, x, one.half())
+    with pytest.raises(TypeError, match="qx must be one of"):
+        quant.static_per_tensor_quant_fp8_i8(x.clone(), x, one)
+    with pytest.raises(ValueError, match="qx must have x_in's shape"):
+        quant.static_per_tensor_quant_fp8_i8(q[:2], x, one)
+    with pytest.raises(TypeError, match="x_in must be"):
+        quant.static_per_tensor_quant_fp8_i8(q, x.to(torch.int32), one)
+    with pytest.raises(ValueError, match="scale_out must have 4 elements"):
+        quant.dynamic_per_token_quant_fp8_i8(q, x, torch.empty(3, device=DEVICE))
+    with pytest.raises(ValueError, match="unit stride"):
+        quant.dynamic_per_token_quant_fp8_i8(q, x.t(), torch.empty(64, device=DEVICE))
+    with pytest.raises(ValueError, match="scale_ub must have one element"):
+        quant.dynamic_per_token_quant_fp8_i8(q, x, torch.empty(4, device=DEVICE), torch.ones(4, device=DEVICE))
+    with pytest.raises(ValueError, match="group_size must be a power of 2"):
+        quant.per_token_group_quant_fp8(x, 48)
+    with pytest.raises(TypeError, match="group_size must be an int"):
+        quant.per_token_group_quant_fp8(x, 64.0)
+    with pytest.raises(ValueError, match="scale_out must have shape"):
+        quant.per_token_group_quant(q, x, torch.empty(4, 2, device=DEVICE), 64)
+    with pytest.raises(ValueError, match="eps must be a positive"):
+        quant.per_token_group_quant_fp8(x, 64, eps=0.0)
+    with pytest.raises(ValueError, match="scale_ub"):
+        quant.scaled_fp8_quant(x, scale=one, scale_ub=one)
+    with pytest.raises(ValueError, match="use_per_token_if_dynamic"):
+        quant.scaled_fp8_quant(x, scale_ub=one)
+    with pytest.raises(TypeError, match="dtype must be one of"):
+        quant.scaled_fp8_quant(x, dtype=torch.float16)
+    with pytest.raises(ValueError, match="column_major_scales needs a 2-D x"):
+        quant.per_token_group_quant_fp8(x.reshape(2, 2, 64), 64, column_major_scales=True)
