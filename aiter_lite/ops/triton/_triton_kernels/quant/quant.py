@@ -53,11 +53,13 @@ def _scale_of(amax, q_max, min_scale):
 
 
 @triton.jit
-def _load_f32(ptr, mask):
-    """fp32 of x at ``ptr``, 0 where masked (``mask`` None: every lane)."""
-    if mask is None:
-        return tl.load(ptr).to(tl.float32)
-    return tl.load(ptr, mask=mask, other=0.0).to(tl.float32)
+def _load_f32(ptr, mask, EVEN: tl.constexpr):
+    """fp32 of x at ``ptr``, 0 where masked (EVEN: every lane, ``mask`` unused)."""
+    if EVEN:
+        x = tl.load(ptr)
+    else:
+        x = tl.load(ptr, mask=mask, other=0.0)
+    return x.to(tl.float32)
 
 
 @triton.jit
@@ -88,7 +90,7 @@ def _static_quant_kernel(
     """Static per-tensor quantization of an (n_rows, n_cols) tile grid, columns fastest."""
     rows, cols, mask = _tile(tl.program_id(1), tl.program_id(0), n_rows, n_cols, EVEN, INT64, BLOCK_M, BLOCK_N)
     inv_scale = tl.math.div_rn(1.0, tl.load(scale_ptr))
-    x = _load_f32(x_ptr + rows[:, None] * stride_x_row + cols[None, :], mask)
+    x = _load_f32(x_ptr + rows[:, None] * stride_x_row + cols[None, :], mask, EVEN)
     q = _quantize(x, inv_scale, q_min, q_max, q_ptr.dtype.element_ty, SOFT_ROUND)
     tl.store(q_ptr + rows[:, None] * stride_q_row + cols[None, :], q, mask=mask)
 
@@ -115,7 +117,7 @@ def _amax_scale_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for pid_m in range(tl.program_id(1), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(1)):
         rows, cols, mask = _tile(pid_m, tl.program_id(0), n_rows, n_cols, EVEN, INT64, BLOCK_M, BLOCK_N)
-        acc = tl.maximum(acc, tl.abs(_load_f32(x_ptr + rows[:, None] * stride_x_row + cols[None, :], mask)))
+        acc = tl.maximum(acc, tl.abs(_load_f32(x_ptr + rows[:, None] * stride_x_row + cols[None, :], mask, EVEN)))
     amax = tl.max(tl.max(acc, axis=1), axis=0)
     tl.atomic_max(work_ptr, amax.to(tl.int32, bitcast=True), sem="relaxed", scope="gpu")
     n_programs = tl.num_programs(0) * tl.num_programs(1)
@@ -150,11 +152,11 @@ def _per_token_quant_kernel(
         amax = tl.zeros([BLOCK_M], tl.float32)
         for start in range(0, n_cols, BLOCK_N):
             mask = None if EVEN else row_mask[:, None] & (start + cols < n_cols)[None, :]
-            x = _load_f32(x_rows + start + cols[None, :], mask)
+            x = _load_f32(x_rows + start + cols[None, :], mask, EVEN)
             amax = tl.maximum(amax, tl.max(tl.abs(x), axis=1))
     else:
         mask = None if EVEN else row_mask[:, None] & (cols < n_cols)[None, :]
-        x = _load_f32(x_rows + cols[None, :], mask)
+        x = _load_f32(x_rows + cols[None, :], mask, EVEN)
         amax = tl.max(tl.abs(x), axis=1)
     if HAS_UB:
         amax = tl.minimum(amax, tl.load(ub_ptr))
@@ -165,7 +167,7 @@ def _per_token_quant_kernel(
     if LOOPED:
         for start in range(0, n_cols, BLOCK_N):
             mask = None if EVEN else row_mask[:, None] & (start + cols < n_cols)[None, :]
-            x = _load_f32(x_rows + start + cols[None, :], mask)
+            x = _load_f32(x_rows + start + cols[None, :], mask, EVEN)
             tl.store(q_rows + start + cols[None, :], _quantize(x, inv_scale, q_min, q_max, dtype, SOFT_ROUND), mask=mask)
     else:
         tl.store(q_rows + cols[None, :], _quantize(x, inv_scale, q_min, q_max, dtype, SOFT_ROUND), mask=mask)
@@ -193,7 +195,7 @@ def _group_quant_kernel(
     cols = grp[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
     g_mask = g < n_rows * n_groups
     mask = None if EVEN else g_mask[:, None] & (cols < n_cols)
-    x = _load_f32(x_ptr + row[:, None] * stride_x_row + cols, mask)
+    x = _load_f32(x_ptr + row[:, None] * stride_x_row + cols, mask, EVEN)
     amax = tl.maximum(tl.max(tl.abs(x), axis=1), eps)
     scale = tl.math.div_rn(amax, q_max)
     tl.store(scale_ptr + row * stride_s_row + grp * stride_s_group, scale, mask=g_mask)
