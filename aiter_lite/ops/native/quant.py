@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from aiter_lite.ops.triton.quant.dtypes import get_fp8_e4m3_dtype, quant_range
-
-_MIN_SCALE_DIV = 512.0
+from aiter_lite.ops.triton.quant.dtypes import get_fp8_e4m3_dtype, min_scale, quant_range
 
 
 def quantize(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -22,10 +20,6 @@ def quantize(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.
     return (y.round() if not dtype.is_floating_point else y).to(dtype)
 
 
-def _floor(dtype: torch.dtype) -> float:
-    return 1.0 / (quant_range(dtype)[1] * _MIN_SCALE_DIV)
-
-
 def static_per_tensor_quant_fp8_i8(qx, x_in, scale_in):
     qx.copy_(quantize(x_in, scale_in.reshape(()), qx.dtype))
     return qx
@@ -33,7 +27,7 @@ def static_per_tensor_quant_fp8_i8(qx, x_in, scale_in):
 
 def dynamic_per_tensor_quant_fp8_i8(qx, x_in, scale_out):
     amax = x_in.float().abs().amax() if x_in.numel() else torch.zeros((), device=x_in.device)
-    scale = (amax / quant_range(qx.dtype)[1]).clamp(min=_floor(qx.dtype))
+    scale = (amax / quant_range(qx.dtype)[1]).clamp(min=min_scale(qx.dtype))
     scale_out.copy_(scale.reshape(scale_out.shape))
     qx.copy_(quantize(x_in, scale, qx.dtype))
     return qx, scale_out
@@ -44,7 +38,7 @@ def dynamic_per_token_quant_fp8_i8(qx, x_in, scale_out, scale_ub=None):
     amax = x.abs().amax(-1, keepdim=True) if x.shape[-1] else x.new_zeros((*x.shape[:-1], 1))
     if scale_ub is not None:
         amax = amax.clamp(max=scale_ub.reshape(()))
-    scale = (amax / quant_range(qx.dtype)[1]).clamp(min=_floor(qx.dtype))
+    scale = (amax / quant_range(qx.dtype)[1]).clamp(min=min_scale(qx.dtype))
     scale_out.copy_(scale.reshape(scale_out.shape))
     qx.copy_(quantize(x, scale, qx.dtype))
     return qx, scale_out

@@ -10,7 +10,7 @@ import torch
 
 from aiter_lite.ops.native import quant as native
 from aiter_lite.ops.triton import quant
-from aiter_lite.ops.triton.quant.quant import QuantLaunchConfig, _launch_per_token, per_token_launch_config
+from aiter_lite.ops.triton.quant.quant import QuantLaunchConfig, per_token_launch_config
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, by_device, make_rows
 
 Q_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.int8)
@@ -166,7 +166,7 @@ def test_per_token_looped_config():
     for cfg in (QuantLaunchConfig(1, 64, 4, LOOPED=True), QuantLaunchConfig(2, 64, 4, LOOPED=True),
                 QuantLaunchConfig(4, 512, 4)):
         q, s = _poisoned_q(x.shape, torch.float8_e4m3fn), torch.full((5,), float("nan"), device=DEVICE)
-        _launch_per_token(x, q, s, None, cfg)
+        quant.dynamic_per_token_quant_fp8_i8(q, x, s, config=cfg)
         q_ref, s_ref = native.dynamic_per_token_quant_fp8_i8(torch.empty_like(q), x, torch.empty_like(s))
         _assert_scales(s, s_ref, f"per-token {cfg}")
         _assert_codes(q, q_ref, f"per-token {cfg}")

@@ -28,6 +28,7 @@ def get_fp8_e4m3_dtype(device: torch.device | int | None = None) -> torch.dtype:
     return torch.float8_e4m3fnuz if arch.split(":")[0] in _FNUZ_ARCHS else torch.float8_e4m3fn
 
 
+@functools.lru_cache(maxsize=16)
 def quant_range(dtype: torch.dtype) -> tuple[float, float]:
     """(min, max) a quantized dtype holds: (-448, 448) for e4m3fn, (-240, 240) for
     e4m3fnuz, (-57344, 57344) for e5m2, (-128, 127) for int8."""
@@ -36,3 +37,9 @@ def quant_range(dtype: torch.dtype) -> tuple[float, float]:
     else:
         info = torch.iinfo(dtype)
     return float(info.min), float(info.max)
+
+
+def min_scale(dtype: torch.dtype) -> float:
+    """The floor of a dynamic per-tensor / per-token scale, ``1 / (q_max * 512)`` (vLLM's
+    fp8 kernels'): an all-zero input quantizes to zeros with a finite scale."""
+    return 1.0 / (quant_range(dtype)[1] * 512.0)

@@ -27,6 +27,7 @@ any rank and width, unit stride in the last dim, rows of any stride.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -38,7 +39,7 @@ from aiter_lite.ops.triton._triton_kernels.quant.quant import (
     _static_quant_kernel,
 )
 from aiter_lite.ops.triton.activation import act_launch_config
-from aiter_lite.ops.triton.quant.dtypes import QUANT_DTYPES, get_fp8_e4m3_dtype, quant_range
+from aiter_lite.ops.triton.quant.dtypes import QUANT_DTYPES, get_fp8_e4m3_dtype, min_scale, quant_range
 from aiter_lite.utils.checks import (
     TRITON_INTERPRET,
     check_row_input,
@@ -62,7 +63,6 @@ __all__ = [
     "per_token_launch_config",
 ]
 
-_MIN_SCALE_DIV = 512.0  # dynamic scales floor at 1 / (q_max * 512), as vLLM's fp8 kernels
 _MAX_GRID_Y = 65535
 _AMAX_PROGRAMS_PER_SM = 4
 
@@ -125,6 +125,15 @@ def _check_scale(op: str, name: str, scale, numel: int, x_in: torch.Tensor) -> N
         what = "one element (a per-tensor scale)" if numel == 1 else f"{numel} elements"
         raise ValueError(f"{op}: {name} must have {what}, got shape {tuple(scale.shape)}")
     check_same_device(op, name, scale, "x_in", x_in)
+
+
+def _check_group(op: str, group_size, eps) -> None:
+    if isinstance(group_size, bool) or not isinstance(group_size, int):
+        raise TypeError(f"{op}: group_size must be an int, got {type(group_size).__name__}")
+    if group_size <= 0 or group_size & (group_size - 1) or group_size > 8192:
+        raise ValueError(f"{op}: group_size must be a power of 2 from 1 to 8192, got {group_size}")
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
+        raise ValueError(f"{op}: eps must be a positive float, got {eps!r}")
 
 
 def _check_input(op: str, x_in) -> None:
@@ -193,7 +202,7 @@ def _run_dynamic_per_tensor(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Ten
                   _MAX_GRID_Y)
     work = torch.zeros(2, dtype=torch.int32, device=x2.device)
     _amax_scale_kernel[(col_blocks, stripes)](
-        x2, work, scale, x2.stride(0), n_rows, n_cols, q_max, 1.0 / (q_max * _MIN_SCALE_DIV),
+        x2, work, scale, x2.stride(0), n_rows, n_cols, q_max, min_scale(q2.dtype),
         EVEN=n_rows % block_m == 0 and n_cols % block_n == 0,
         INT64=(n_rows + block_m) * x2.stride(0) >= 2**31, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=8,
     )
@@ -211,7 +220,7 @@ def _launch_per_token(x2, q2, scale, scale_ub, config: QuantLaunchConfig | None 
     q_min, q_max = quant_range(q2.dtype)
     _per_token_quant_kernel[(cdiv(n_rows, cfg.BLOCK_M),)](
         x2, q2, scale, scale if scale_ub is None else scale_ub, x2.stride(0), q2.stride(0), scale.stride(0),
-        n_rows, n_cols, q_min, q_max, 1.0 / (q_max * _MIN_SCALE_DIV),
+        n_rows, n_cols, q_min, q_max, min_scale(q2.dtype),
         HAS_UB=scale_ub is not None, LOOPED=cfg.LOOPED, SOFT_ROUND=_soft_round(q2.dtype),
         EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
@@ -254,29 +263,34 @@ def dynamic_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor,
     if x_in.numel():
         _run_dynamic_per_tensor(*_rows(op, qx, x_in), _scale_vector(op, "scale_out", scale_out))
     else:  # no elements: the floor
-        scale_out.fill_(1.0 / (quant_range(qx.dtype)[1] * _MIN_SCALE_DIV))
+        scale_out.fill_(min_scale(qx.dtype))
     return qx, scale_out
 
 
 def dynamic_per_token_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor,
-                                   scale_ub: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                                   scale_ub: torch.Tensor | None = None, *,
+                                   config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A scale per row (every dim of x_in but the last) into ``scale_out`` (as many fp32
     elements as rows: (M,) or (M, 1)), ``max(min(amax, scale_ub) / q_max, 1 / (q_max * 512))``,
-    then each row quantized with its own. Returns ``(qx, scale_out)``."""
+    then each row quantized with its own. Returns ``(qx, scale_out)``. ``config`` pins a
+    launch (tests, tuning)."""
     op = "dynamic_per_token_quant_fp8_i8"
     _check_input(op, x_in)
     _check_q(op, qx, x_in)
-    n_rows = x_in.numel() // x_in.shape[-1] if x_in.shape[-1] else x_in.numel()
-    _check_scale(op, "scale_out", scale_out, n_rows if x_in.shape[-1] else scale_out.numel(), x_in)
+    _check_scale(op, "scale_out", scale_out, math.prod(x_in.shape[:-1]), x_in)
     if scale_ub is not None:
         _check_scale(op, "scale_ub", scale_ub, 1, x_in)
     if debug_on():
         log_call(op, qx=qx, x_in=x_in, scale_out=scale_out, scale_ub=scale_ub)
     if x_in.numel():
         ub = None if scale_ub is None else scale_ub.reshape(1)
-        _run_per_token(*_rows(op, qx, x_in), _scale_vector(op, "scale_out", scale_out), ub)
+        args = (*_rows(op, qx, x_in), _scale_vector(op, "scale_out", scale_out), ub)
+        if config is None:
+            _run_per_token(*args)
+        else:
+            _launch_per_token(*args, config)
     elif scale_out.numel():  # rows of no columns: the floor
-        scale_out.fill_(1.0 / (quant_range(qx.dtype)[1] * _MIN_SCALE_DIV))
+        scale_out.fill_(min_scale(qx.dtype))
     return qx, scale_out
 
 
@@ -298,12 +312,7 @@ def per_token_group_quant(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch
     op = "per_token_group_quant"
     _check_input(op, x_in)
     _check_q(op, qx, x_in)
-    if isinstance(group_size, bool) or not isinstance(group_size, int):
-        raise TypeError(f"{op}: group_size must be an int, got {type(group_size).__name__}")
-    if group_size <= 0 or group_size & (group_size - 1) or group_size > 8192:
-        raise ValueError(f"{op}: group_size must be a power of 2 from 1 to 8192, got {group_size}")
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
-        raise ValueError(f"{op}: eps must be a positive float, got {eps!r}")
+    _check_group(op, group_size, eps)
     n_groups = cdiv(x_in.shape[-1], group_size)
     want = (*x_in.shape[:-1], n_groups)
     if not isinstance(scale_out, torch.Tensor) or tuple(scale_out.shape) != want:
@@ -368,7 +377,8 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = 1e-
     _check_input(op, x)
     dtype = _quant_dtype(op, dtype)
     q = torch.empty(x.shape, dtype=dtype, device=x.device) if out_q is None else out_q
-    n_groups = cdiv(x.shape[-1], group_size) if isinstance(group_size, int) and group_size > 0 else 0
+    _check_group(op, group_size, eps)
+    n_groups = cdiv(x.shape[-1], group_size)
     if column_major_scales:
         if x.dim() != 2:
             raise ValueError(f"{op}: column_major_scales needs a 2-D x, got shape {tuple(x.shape)}")
