@@ -33,6 +33,9 @@ PATHS = {
     # 150 columns: 5 chunks of 32 over 3 segments, bound from 4-column groups, 16
     # candidates kept (random rows mostly fit; tie rows and NaN rows overflow them)
     "filter": (TopkLaunchConfig(1, 32, 8, False, 4, GROUP=4, CAP=16, SEGMENTS=3), 150, 7),
+    # the same in one launch (a GPU: programs wait for their row's bound; the
+    # interpreter runs it as the two launches), a chunk a segment
+    "filter_one_launch": (TopkLaunchConfig(1, 32, 8, False, 4, GROUP=8, CAP=16, SEGMENTS=5, ONE_LAUNCH=True), 150, 5),
     # k = 1: the first launch's last program writes the largest
     "filter_first": (TopkLaunchConfig(1, 32, 1, False, 4, GROUP=8, SEGMENTS=2), 100, 1),
     # coarse groups and 8 candidates over 4 segments: random rows fit, tie rows and

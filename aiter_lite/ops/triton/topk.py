@@ -45,9 +45,9 @@ from aiter_lite.ops.triton._triton_kernels.topk import (
     _topk_filter_kernel,
     _topk_kernel,
 )
-from aiter_lite.utils.checks import check_float_tensor, check_triton_device
+from aiter_lite.utils.checks import TRITON_INTERPRET, check_float_tensor, check_triton_device
 from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2
+from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2, num_sms
 from aiter_lite.utils.logger import debug_on, log_call
 
 __all__ = ["TopkLaunchConfig", "topk", "topk_launch_config"]
@@ -67,6 +67,7 @@ class TopkLaunchConfig:
     CAP: int = 0  # filter: candidates a row keeps (a power of 2 >= 2 * BLOCK_K; unused for k = 1)
     SEGMENTS: int = 1  # filter: programs a row
     filter_warps: int = 4  # filter: warps of the second launch, whose last program sorts CAP candidates
+    ONE_LAUNCH: bool = False  # filter: bound and filter in one launch, programs waiting for their row's bound
 
 
 # * _SELECT_MAX_K: one pass keeps up to 4 by k rounds of an integer max, larger k by
@@ -96,6 +97,7 @@ _MAX_GROUPS = 2048
 _MAX_BLOCK_K = 2048
 _SORT_BLOCK = 4096
 _TILE = 2048
+_ONE_LAUNCH_PROGRAMS = 2  # filter: one launch up to this many programs an SM
 _PASS_BLOCK = 1024  # pairs per bitonic pass program
 _MAX_WARPS = 16
 
@@ -128,8 +130,10 @@ def topk_launch_config(n_rows: int, n_cols: int, k: int, device: torch.device | 
     group = 1 << ((n_cols // target).bit_length() - 1)  # target to 2 * target groups
     chunk = max(_CHUNK, group)
     cap = max(2 * block_k, min(4 * block_k, 1024), 64)
-    return TopkLaunchConfig(1, chunk, block_k, False, 8, GROUP=group, CAP=cap, SEGMENTS=cdiv(n_cols, chunk),
-                            filter_warps=16 if cap >= 2048 else 8 if cap >= 512 else 4)
+    segments = cdiv(n_cols, chunk)
+    return TopkLaunchConfig(1, chunk, block_k, False, 8, GROUP=group, CAP=cap, SEGMENTS=segments,
+                            filter_warps=16 if cap >= 2048 else 8 if cap >= 512 else 4,
+                            ONE_LAUNCH=n_rows * segments <= _ONE_LAUNCH_PROGRAMS * want // 2)
 
 
 # ---------------------------------------------------------------------------
@@ -211,14 +215,16 @@ def topk_rows(x: torch.Tensor, x_strides: tuple, n: int, values: torch.Tensor, i
 
 
 def _filter_rows(x, x_strides, n, values, indices, out_strides, n_rows, inner, k, largest, int64, cfg) -> None:
-    """The filter path over ``cfg.SEGMENTS`` programs a row: the bound, then (k > 1) the filter."""
+    """The filter path over ``cfg.SEGMENTS`` programs a row: the bound, then (k > 1) the
+    filter, in one launch where ``cfg.ONE_LAUNCH`` (a GPU: the interpreter runs programs
+    one after another, none could wait) and a row's segments fit the GPU at once."""
     chunk = cfg.BLOCK_N
     n_chunks = cdiv(n, chunk)
     per_seg = cdiv(n_chunks, cfg.SEGMENTS)
     segs = cdiv(n_chunks, per_seg)
     n_groups = n_chunks * (chunk // cfg.GROUP)
     first = k == 1
-    work = torch.zeros(4 * n_rows, dtype=torch.int32, device=x.device)
+    work = torch.zeros(4 * n_rows + 1, dtype=torch.int32, device=x.device)
     scratch = torch.empty((n_rows, n_groups + (0 if first else cfg.CAP)), dtype=torch.int64, device=x.device)
     args = (x, work, scratch, scratch[:, n_groups:], values, indices, *x_strides, *out_strides, scratch.stride(0),
             n_rows, inner, n, n_chunks, per_seg, segs, k)
@@ -226,6 +232,9 @@ def _filter_rows(x, x_strides, n, values, indices, out_strides, n_rows, inner, k
                 GROUP=cfg.GROUP, BLOCK_G=next_power_of_2(n_groups), BLOCK_K=cfg.BLOCK_K, CAP=max(cfg.CAP, 1),
                 SUB=min(_SUB, chunk))
     grid = (n_rows * segs,)
+    if not first and cfg.ONE_LAUNCH and not TRITON_INTERPRET and segs <= num_sms(x.device):
+        _topk_filter_kernel[grid](*args, **meta, PHASE=0, num_warps=max(cfg.num_warps, cfg.filter_warps))
+        return
     _topk_filter_kernel[grid](*args, **meta, PHASE=1, num_warps=cfg.num_warps)
     if not first:
         _topk_filter_kernel[grid](*args, **meta, PHASE=2, num_warps=cfg.filter_warps)

@@ -284,7 +284,8 @@ def _bound_part(x_row, row, seg, work_ptr, gmax_ptr, values_ptr, indices_ptr, st
                 chunks_per_seg, n_segs, k, LARGEST: tl.constexpr, KEY_BITS: tl.constexpr, INT64: tl.constexpr,
                 FIRST: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr):
     """The bound: a segment's GROUP-column maxima, and the row's last program to arrive
-    takes the k-th largest of them (FIRST: writes the row's largest)."""
+    takes the k-th largest of them (FIRST: writes the row's largest). Whether this
+    program was the row's last."""
     groups = tl.arange(0, BLOCK_N // GROUP)
     tile = groups[:, None] * GROUP + tl.arange(0, GROUP)[None, :]  # a group a row
     gkey_ptr = gmax_ptr.to(tl.pointer_type(tl.int32)) + 2 * row * stride_g  # k > 1: int32 keys
@@ -308,7 +309,8 @@ def _bound_part(x_row, row, seg, work_ptr, gmax_ptr, values_ptr, indices_ptr, st
                 gval = tl.min(x.to(tl.float32), axis=1)
             tl.store(gkey_ptr + c * (BLOCK_N // GROUP) + groups, _float_keys(gval.to(x.dtype), LARGEST))
     tl.debug_barrier()  # every thread's stores before the one thread's release
-    if tl.atomic_add(work_ptr + row, 1, sem="acq_rel", scope="gpu") == n_segs - 1:
+    last = tl.atomic_add(work_ptr + row, 1, sem="acq_rel", scope="gpu") == n_segs - 1
+    if last:
         g = tl.arange(0, BLOCK_G)
         if FIRST:
             gmax = tl.load(gmax_ptr + row * stride_g + g, mask=g < n_chunks * (BLOCK_N // GROUP), other=PAD64,
@@ -320,6 +322,7 @@ def _bound_part(x_row, row, seg, work_ptr, gmax_ptr, values_ptr, indices_ptr, st
             valid = g * GROUP < n_cols  # groups holding a column of the row
             gkey = tl.load(gkey_ptr + g, mask=valid, other=0, cache_modifier=".cg")
             tl.store(work_ptr + 3 * n_rows + row, _kth_key(gkey, valid, k, KEY_BITS))
+    return last
 
 
 @triton.jit
@@ -382,8 +385,8 @@ def _filter_part(x_row, row, seg, work_ptr, cand_ptr, values_ptr, indices_ptr, s
 @triton.jit
 def _topk_filter_kernel(
     x_ptr,                        # the input, addressed as in _topk_kernel
-    work_ptr,                     # int32 (4, n_rows), zeroed: arrivals at the bound, arrivals at the filter,
-                                  # candidates, bound
+    work_ptr,                     # int32 (4 * n_rows + 1), zeroed: arrivals at the bound, arrivals at the
+                                  # filter, candidates, bound (a row each); PHASE 0's ticket
     gmax_ptr,                     # int64 (n_rows, stride_g): group maxima, int32 keys unless FIRST
     cand_ptr,                     # int64 (n_rows, stride_g): packed candidates
     values_ptr, indices_ptr,
@@ -401,20 +404,37 @@ def _topk_filter_kernel(
     BLOCK_K: tl.constexpr,        # power of 2 >= k
     CAP: tl.constexpr,            # candidates kept a row, a power of 2 >= 2 * BLOCK_K
     SUB: tl.constexpr,            # columns at a time of the exact path
-    PHASE: tl.constexpr,          # 1: the bound; 2: the filter (two launches, one after the other)
+    PHASE: tl.constexpr,          # 0: bound and filter, waiting between; 1: the bound; 2: the filter
 ):
     """Rows too long for one program, each cut into n_segs segments of whole chunks, a
-    program each: the bound (``_bound_part``, PHASE 1), then the candidates
-    (``_filter_part``, PHASE 2; k = 1 needs only the first)."""
-    pid = tl.program_id(0)
-    row = (pid // n_segs).to(tl.int64)
-    seg = pid % n_segs
-    x_row = x_ptr + _row_offsets(row, rows_inner, stride_x_r0, stride_x_r1)
-    if PHASE == 1:
-        _bound_part(x_row, row, seg, work_ptr, gmax_ptr, values_ptr, indices_ptr, stride_x_n,
-                    stride_o_r0, stride_o_r1, stride_o_k, stride_g, n_rows, rows_inner, n_cols, n_chunks,
-                    chunks_per_seg, n_segs, k, LARGEST, KEY_BITS, INT64, FIRST, BLOCK_N, GROUP, BLOCK_G)
+    program each: the bound (``_bound_part``), then the candidates (``_filter_part``).
+
+    PHASE 1 and 2 are two launches (k = 1 needs only the first). PHASE 0 is one:
+    programs take their (row, segment) in start order (a ticket after the work rows),
+    and after the bound each waits for its row's last program to publish it (the
+    arrival count raised past n_segs), so the siblings a program waits for have started
+    or start as earlier rows finish (n_segs programs must fit the GPU at once)."""
+    if PHASE == 0:
+        ticket = tl.atomic_add(work_ptr + 4 * n_rows, 1, sem="relaxed", scope="gpu").to(tl.int64)
+        row = ticket // n_segs
+        seg = ticket % n_segs
     else:
+        pid = tl.program_id(0)
+        row = (pid // n_segs).to(tl.int64)
+        seg = (pid % n_segs).to(tl.int64)
+    x_row = x_ptr + _row_offsets(row, rows_inner, stride_x_r0, stride_x_r1)
+    if PHASE != 2:
+        last = _bound_part(x_row, row, seg, work_ptr, gmax_ptr, values_ptr, indices_ptr, stride_x_n,
+                           stride_o_r0, stride_o_r1, stride_o_k, stride_g, n_rows, rows_inner, n_cols, n_chunks,
+                           chunks_per_seg, n_segs, k, LARGEST, KEY_BITS, INT64, FIRST, BLOCK_N, GROUP, BLOCK_G)
+        if PHASE == 0:
+            if last:  # the bound's store (every thread's) before the raise
+                tl.debug_barrier()
+                tl.atomic_add(work_ptr + row, 1, sem="release", scope="gpu")
+            else:
+                while tl.atomic_add(work_ptr + row, 0, sem="acquire", scope="gpu") < n_segs + 1:
+                    pass
+    if PHASE != 1:
         _filter_part(x_row, row, seg, work_ptr, cand_ptr, values_ptr, indices_ptr, stride_x_n,
                      stride_o_r0, stride_o_r1, stride_o_k, stride_g, n_rows, rows_inner, n_cols, n_chunks,
                      chunks_per_seg, n_segs, k, LARGEST, KEY_BITS, INT64, BLOCK_N, BLOCK_K, CAP, SUB)
