@@ -206,7 +206,8 @@ def run(
         print(f"{bench}: no GPU found; running a tiny case through the Triton interpreter. "
               "This is a smoke test: its timings mean nothing.")
         cases = tiny_cases
-    wanted = args.providers.split(",") if args.providers else list(ALL_PROVIDERS if ON_GPU else CPU_PROVIDERS)
+    wanted = (args.providers.split(",") if args.providers
+              else [p for p in (ALL_PROVIDERS if ON_GPU else CPU_PROVIDERS) if p in providers])
     unknown = [p for p in wanted if p not in providers]
     if unknown:
         raise SystemExit(f"--providers: unknown {unknown}; this bench has {', '.join(providers)}")

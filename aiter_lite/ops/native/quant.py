@@ -20,6 +20,12 @@ def quantize(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.
     return (y.round() if not dtype.is_floating_point else y).to(dtype)
 
 
+def _scale(amax: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``amax / q_max`` by an IEEE division (a Python-number divisor would make torch's
+    CUDA kernels multiply by its reciprocal, one ulp off vLLM's and this project's scales)."""
+    return amax / torch.full((), quant_range(dtype)[1], device=amax.device)
+
+
 def static_per_tensor_quant_fp8_i8(qx, x_in, scale_in):
     qx.copy_(quantize(x_in, scale_in.reshape(()), qx.dtype))
     return qx
@@ -27,7 +33,7 @@ def static_per_tensor_quant_fp8_i8(qx, x_in, scale_in):
 
 def dynamic_per_tensor_quant_fp8_i8(qx, x_in, scale_out):
     amax = x_in.float().abs().amax() if x_in.numel() else torch.zeros((), device=x_in.device)
-    scale = (amax / quant_range(qx.dtype)[1]).clamp(min=min_scale(qx.dtype))
+    scale = _scale(amax, qx.dtype).clamp(min=min_scale(qx.dtype))
     scale_out.copy_(scale.reshape(scale_out.shape))
     qx.copy_(quantize(x_in, scale, qx.dtype))
     return qx, scale_out
@@ -38,7 +44,7 @@ def dynamic_per_token_quant_fp8_i8(qx, x_in, scale_out, scale_ub=None):
     amax = x.abs().amax(-1, keepdim=True) if x.shape[-1] else x.new_zeros((*x.shape[:-1], 1))
     if scale_ub is not None:
         amax = amax.clamp(max=scale_ub.reshape(()))
-    scale = (amax / quant_range(qx.dtype)[1]).clamp(min=min_scale(qx.dtype))
+    scale = _scale(amax, qx.dtype).clamp(min=min_scale(qx.dtype))
     scale_out.copy_(scale.reshape(scale_out.shape))
     qx.copy_(quantize(x, scale, qx.dtype))
     return qx, scale_out
@@ -51,7 +57,7 @@ def per_token_group_quant(qx, x_in, scale_out, group_size, eps=1e-10):
     amax = x[..., :full].unflatten(-1, (full // group_size, group_size)).abs().amax(-1)
     if full < n:  # a partial last group
         amax = torch.cat([amax, x[..., full:].abs().amax(-1, keepdim=True)], -1)
-    scale = amax.clamp(min=eps) / quant_range(qx.dtype)[1]
+    scale = _scale(amax.clamp(min=eps), qx.dtype)
     scale_out.copy_(scale)
     qx.copy_(quantize(x, scale.repeat_interleave(group_size, -1)[..., :n], qx.dtype))
     return qx, scale_out

@@ -21,6 +21,32 @@ SHAPES = by_device(
     [(0, 64), (1, 1), (1, 7), (7, 1368), (33, 1076), (5, 127), (2, 20000), (1, 28672), (4096, 7168),
      (16384, 4096), (3, 65537), (8192, 18432)],
 )
+SUPPORTED = quant.supported_quant_dtypes(DEVICE)
+
+
+@pytest.fixture(autouse=True)
+def _storable(request):
+    """A case whose qdtype this device cannot store is skipped (test_unsupported_dtype checks the error)."""
+    callspec = getattr(request.node, "callspec", None)
+    qdtype = callspec.params.get("qdtype") if callspec else None
+    if qdtype is not None and qdtype not in SUPPORTED:
+        pytest.skip(f"{qdtype} cannot be stored on this device")
+
+
+def test_unsupported_dtype():
+    """Every quant dtype is either supported here or refused with a ValueError naming it."""
+    assert torch.int8 in SUPPORTED and torch.float8_e5m2 in SUPPORTED
+    assert (torch.float8_e4m3fn in SUPPORTED) != (torch.float8_e4m3fnuz in SUPPORTED) or not ON_GPU
+    x = make_rows(4, 64, torch.bfloat16)
+    for qdtype in Q_DTYPES:
+        q, scale = torch.empty(x.shape, dtype=qdtype, device=DEVICE), torch.ones(1, device=DEVICE)
+        if qdtype in SUPPORTED:
+            quant.static_per_tensor_quant_fp8_i8(q, x, scale)
+            continue
+        with pytest.raises(ValueError, match=str(qdtype)):
+            quant.static_per_tensor_quant_fp8_i8(q, x, scale)
+        with pytest.raises(ValueError, match=str(qdtype)):
+            quant.per_token_group_quant_fp8(x, 64, dtype=qdtype)
 
 
 def _codes(q: torch.Tensor) -> torch.Tensor:

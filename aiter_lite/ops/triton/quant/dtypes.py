@@ -28,6 +28,32 @@ def get_fp8_e4m3_dtype(device: torch.device | int | None = None) -> torch.dtype:
     return torch.float8_e4m3fnuz if arch.split(":")[0] in _FNUZ_ARCHS else torch.float8_e4m3fn
 
 
+@functools.lru_cache(maxsize=64)
+def supported_quant_dtypes(device: torch.device) -> tuple[torch.dtype, ...]:
+    """The quantized dtypes Triton can store on ``device``: int8 and e5m2 everywhere;
+    e4m3fn on NVIDIA sm_89+ and AMD gfx950 / RDNA4; e4m3fnuz on MI300-class AMD only.
+    Every dtype on the CPU (the interpreter converts in software)."""
+    if device.type != "cuda":
+        return QUANT_DTYPES
+    index = torch.cuda.current_device() if device.index is None else device.index
+    if torch.version.hip:
+        fnuz = _arch(index).split(":")[0] in _FNUZ_ARCHS
+        e4m3 = torch.float8_e4m3fnuz if fnuz else torch.float8_e4m3fn
+        return (e4m3, torch.float8_e5m2, torch.int8)
+    if torch.cuda.get_device_capability(index) >= (8, 9):
+        return (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)
+    return (torch.float8_e5m2, torch.int8)
+
+
+def check_quant_dtype_supported(op: str, name: str, dtype: torch.dtype, device: torch.device) -> None:
+    """A ValueError naming the dtypes ``device`` supports where ``dtype`` is not one."""
+    supported = supported_quant_dtypes(device)
+    if dtype not in supported:
+        names = ", ".join(str(d) for d in supported)
+        raise ValueError(f"{op}: {name} of dtype {dtype} cannot be written on {device} (this device supports "
+                         f"{names}; get_fp8_e4m3_dtype() picks its e4m3)")
+
+
 @functools.lru_cache(maxsize=16)
 def quant_range(dtype: torch.dtype) -> tuple[float, float]:
     """(min, max) a quantized dtype holds: (-448, 448) for e4m3fn, (-240, 240) for

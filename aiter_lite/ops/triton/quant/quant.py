@@ -39,7 +39,13 @@ from aiter_lite.ops.triton._triton_kernels.quant.quant import (
     _static_quant_kernel,
 )
 from aiter_lite.ops.triton.activation import act_launch_config
-from aiter_lite.ops.triton.quant.dtypes import QUANT_DTYPES, get_fp8_e4m3_dtype, min_scale, quant_range
+from aiter_lite.ops.triton.quant.dtypes import (
+    QUANT_DTYPES,
+    check_quant_dtype_supported,
+    get_fp8_e4m3_dtype,
+    min_scale,
+    quant_range,
+)
 from aiter_lite.utils.checks import (
     TRITON_INTERPRET,
     check_row_input,
@@ -110,6 +116,7 @@ def _check_q(op: str, qx, x_in: torch.Tensor) -> None:
     if qx.dtype not in QUANT_DTYPES:
         names = ", ".join(str(d) for d in QUANT_DTYPES)
         raise TypeError(f"{op}: qx must be one of {names}, got {qx.dtype}")
+    check_quant_dtype_supported(op, "qx", qx.dtype, qx.device)
     if qx.shape != x_in.shape:
         raise ValueError(f"{op}: qx must have x_in's shape {tuple(x_in.shape)}, got {tuple(qx.shape)}")
     check_same_device(op, "qx", qx, "x_in", x_in)
