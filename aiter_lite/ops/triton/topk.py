@@ -157,6 +157,8 @@ def _flat_stride(shape, stride) -> int | None:
 def _row_strides(t: torch.Tensor, dim: int) -> tuple[int, int, int] | None:
     """Strides of ``t`` as (dims before ``dim``, dims after, ``dim``): rows are
     (row // inner, row % inner); None where a group of dims has no single stride."""
+    if dim == t.dim() - 1 and t.is_contiguous():
+        return t.shape[dim], 0, 1
     shape, stride = t.shape, t.stride()
     before, after = _flat_stride(shape[:dim], stride[:dim]), _flat_stride(shape[dim + 1:], stride[dim + 1:])
     if before is None or after is None:
@@ -214,30 +216,38 @@ def topk_rows(x: torch.Tensor, x_strides: tuple, n: int, values: torch.Tensor, i
                from_x=True, final=True)
 
 
-def _filter_rows(x, x_strides, n, values, indices, out_strides, n_rows, inner, k, largest, int64, cfg) -> None:
-    """The filter path over ``cfg.SEGMENTS`` programs a row: the bound, then (k > 1) the
-    filter, in one launch where ``cfg.ONE_LAUNCH`` (a GPU: the interpreter runs programs
-    one after another, none could wait) and a row's segments fit the GPU at once."""
+@functools.lru_cache(maxsize=1024)
+def _filter_plan(n_rows: int, n: int, k: int, key_bits: int, largest: bool, int64: bool, cfg: TopkLaunchConfig,
+                 sms: int) -> tuple:
+    """What a filter-path call launches, by the call's shape: the scratch width, the
+    runtime sizes after n, the grid and each launch's meta-parameters and warps."""
     chunk = cfg.BLOCK_N
     n_chunks = cdiv(n, chunk)
     per_seg = cdiv(n_chunks, cfg.SEGMENTS)
     segs = cdiv(n_chunks, per_seg)
     n_groups = n_chunks * (chunk // cfg.GROUP)
     first = k == 1
+    meta = dict(LARGEST=largest, KEY_BITS=key_bits, INT64=int64, FIRST=first, BLOCK_N=chunk, GROUP=cfg.GROUP,
+                BLOCK_G=next_power_of_2(n_groups), BLOCK_K=cfg.BLOCK_K, CAP=max(cfg.CAP, 1), SUB=min(_SUB, chunk))
+    if not first and cfg.ONE_LAUNCH and not TRITON_INTERPRET and segs <= sms:
+        phases = ((0, max(cfg.num_warps, cfg.filter_warps)),)
+    else:
+        phases = ((1, cfg.num_warps),) + (() if first else ((2, cfg.filter_warps),))
+    launches = tuple((dict(meta, PHASE=phase, num_warps=warps)) for phase, warps in phases)
+    return n_groups + (0 if first else cfg.CAP), (n_chunks, per_seg, segs, k), (n_rows * segs,), launches
+
+
+def _filter_rows(x, x_strides, n, values, indices, out_strides, n_rows, inner, k, largest, int64, cfg) -> None:
+    """The filter path over ``cfg.SEGMENTS`` programs a row: the bound, then (k > 1) the
+    filter, in one launch where ``cfg.ONE_LAUNCH`` (a GPU: the interpreter runs programs
+    one after another, none could wait) and a row's segments fit the GPU at once."""
+    width, sizes, grid, launches = _filter_plan(n_rows, n, k, 8 * x.element_size(), largest, int64, cfg,
+                                                num_sms(x.device) if x.device.type == "cuda" else 1)
     work = torch.zeros(4 * n_rows + 1, dtype=torch.int32, device=x.device)
-    scratch = torch.empty((n_rows, n_groups + (0 if first else cfg.CAP)), dtype=torch.int64, device=x.device)
-    args = (x, work, scratch, scratch[:, n_groups:], values, indices, *x_strides, *out_strides, scratch.stride(0),
-            n_rows, inner, n, n_chunks, per_seg, segs, k)
-    meta = dict(LARGEST=largest, KEY_BITS=8 * x.element_size(), INT64=int64, FIRST=first, BLOCK_N=chunk,
-                GROUP=cfg.GROUP, BLOCK_G=next_power_of_2(n_groups), BLOCK_K=cfg.BLOCK_K, CAP=max(cfg.CAP, 1),
-                SUB=min(_SUB, chunk))
-    grid = (n_rows * segs,)
-    if not first and cfg.ONE_LAUNCH and not TRITON_INTERPRET and segs <= num_sms(x.device):
-        _topk_filter_kernel[grid](*args, **meta, PHASE=0, num_warps=max(cfg.num_warps, cfg.filter_warps))
-        return
-    _topk_filter_kernel[grid](*args, **meta, PHASE=1, num_warps=cfg.num_warps)
-    if not first:
-        _topk_filter_kernel[grid](*args, **meta, PHASE=2, num_warps=cfg.filter_warps)
+    scratch = torch.empty((n_rows, width), dtype=torch.int64, device=x.device)
+    for meta in launches:
+        _topk_filter_kernel[grid](x, work, scratch, values, indices, *x_strides, *out_strides, width, n_rows, inner,
+                                  n, *sizes, **meta)
 
 
 def _sort_rows(select, device, n_rows: int, n: int, k: int, cfg: TopkLaunchConfig) -> None:
@@ -286,6 +296,8 @@ def _launch_topk(x, values, indices, k, dim, largest, config=None) -> None:
 
 
 def _check_int(name: str, value) -> int:
+    if type(value) is int:
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"topk: {name} must be an int, got {type(value).__name__}")
     return int(value)

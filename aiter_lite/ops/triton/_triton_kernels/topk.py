@@ -387,8 +387,8 @@ def _topk_filter_kernel(
     x_ptr,                        # the input, addressed as in _topk_kernel
     work_ptr,                     # int32 (4 * n_rows + 1), zeroed: arrivals at the bound, arrivals at the
                                   # filter, candidates, bound (a row each); PHASE 0's ticket
-    gmax_ptr,                     # int64 (n_rows, stride_g): group maxima, int32 keys unless FIRST
-    cand_ptr,                     # int64 (n_rows, stride_g): packed candidates
+    gmax_ptr,                     # int64 (n_rows, stride_g): a row's n_chunks * BLOCK_N / GROUP group maxima
+                                  # (int32 keys unless FIRST), then its packed candidates
     values_ptr, indices_ptr,
     stride_x_r0, stride_x_r1, stride_x_n,
     stride_o_r0, stride_o_r1, stride_o_k,
@@ -435,6 +435,7 @@ def _topk_filter_kernel(
                 while tl.atomic_add(work_ptr + row, 0, sem="acquire", scope="gpu") < n_segs + 1:
                     pass
     if PHASE != 1:
+        cand_ptr = gmax_ptr + n_chunks * (BLOCK_N // GROUP)
         _filter_part(x_row, row, seg, work_ptr, cand_ptr, values_ptr, indices_ptr, stride_x_n,
                      stride_o_r0, stride_o_r1, stride_o_k, stride_g, n_rows, rows_inner, n_cols, n_chunks,
                      chunks_per_seg, n_segs, k, LARGEST, KEY_BITS, INT64, BLOCK_N, BLOCK_K, CAP, SUB)
