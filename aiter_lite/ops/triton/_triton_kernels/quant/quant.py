@@ -65,12 +65,13 @@ def _load_f32(ptr, mask, EVEN: tl.constexpr):
 @triton.jit
 def _tile(pid_m, pid_n, n_rows, n_cols, EVEN: tl.constexpr, INT64: tl.constexpr, BLOCK_M: tl.constexpr,
           BLOCK_N: tl.constexpr):
-    """Rows, columns and mask (None when EVEN) of one (BLOCK_M, BLOCK_N) tile."""
+    """Rows, columns and mask of one (BLOCK_M, BLOCK_N) tile (callers drop the mask when
+    EVEN: a helper returning None does not build on Triton 3.6)."""
     if INT64:
         pid_m = pid_m.to(tl.int64)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = None if EVEN else (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
     return rows, cols, mask
 
 
@@ -92,7 +93,7 @@ def _static_quant_kernel(
     inv_scale = tl.math.div_rn(1.0, tl.load(scale_ptr))
     x = _load_f32(x_ptr + rows[:, None] * stride_x_row + cols[None, :], mask, EVEN)
     q = _quantize(x, inv_scale, q_min, q_max, q_ptr.dtype.element_ty, SOFT_ROUND)
-    tl.store(q_ptr + rows[:, None] * stride_q_row + cols[None, :], q, mask=mask)
+    tl.store(q_ptr + rows[:, None] * stride_q_row + cols[None, :], q, mask=None if EVEN else mask)
 
 
 @triton.jit
