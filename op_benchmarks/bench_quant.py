@@ -4,6 +4,7 @@
     python op_benchmarks/bench_quant.py --sweep                    # N = 256..262144 at M * N = 2**26
     python op_benchmarks/bench_quant.py --shape 4096x7168 --op group_128 --qdtype int8
     python op_benchmarks/bench_quant.py -M 1 16 --cudagraph --model deepseek-v3
+    python op_benchmarks/bench_quant.py --op rms_dyn add_rms_dyn -M 1024 4096   # fused norm + quant
 
 Shapes are (M, N): M tokens, N the quantized width (a model's hidden size, "-mlp": its
 intermediate size). The quantized dtype (--qdtype: fp8 = the device's e4m3, e5m2, int8)
@@ -16,8 +17,19 @@ the quantized output 1 byte, scales fp32):
     dynamic_per_token    read x; write q, M scales             M * N * e + M * N + 4 * M
     group_128, group_64  read x; write q, M * ceil(N / G)      M * N * e + M * N + 4 * M * ceil(N / G)
                          scales (G = 128, 64)
+Fused norm + quant ops (bytes as above, plus a residual read and its sum written for
+the "add_" forms; the weight is not counted):
+    rms_dyn / ln_dyn     rmsnorm2d_fwd_with_dynamicquant / layernorm2d_fwd_with_dynamicquant
+    add_rms_dyn          rmsnorm2d_fwd_with_add_dynamicquant (residual_out written)
+    rms_static           rms_norm_static_fp8_quant
+    add_rms_static       fused_add_rms_norm_static_fp8_quant (the residual updated in place)
+Fused SwiGLU + quant ops (N is the output width: x is (M, 2N), read once):
+    silu_group_128       act_mul_and_fp8_group_quant(x, "silu", 128)
+    silu_dyn / silu_static  act_mul_and_fp8_quant(x, "silu") per token / with a static scale
 Providers: triton (aiter_lite), native (the eager fp32 PyTorch reference), compile
-(torch.compile of it). Liger has no quantization op.
+(torch.compile of it); for the fused ops also unfused (this project's norm, then its
+quantization, back to back: the fused op's target is 1.3x that). Liger has no
+quantization op. Results are compared dequantized: within a quantization step.
 """
 
 import functools
@@ -30,8 +42,14 @@ from op_benchmarks.utils import harness  # noqa: E402  (sets TRITON_INTERPRET on
 
 import torch  # noqa: E402
 
+from aiter_lite.ops.native import act_quant as native_act  # noqa: E402
+from aiter_lite.ops.native import norm_quant as native_nq  # noqa: E402
 from aiter_lite.ops.native import quant as native  # noqa: E402
 from aiter_lite.ops.triton import quant as tri  # noqa: E402
+from aiter_lite.ops.triton import activation as tri_act  # noqa: E402
+from aiter_lite.ops.triton.normalization import layernorm as tri_ln  # noqa: E402
+from aiter_lite.ops.triton.normalization import rmsnorm as tri_rms  # noqa: E402
+from aiter_lite.ops.triton.quant import norm_quant as tri_nq  # noqa: E402
 
 # op -> (function name in both backends, group size or None)
 OPS = {
@@ -41,6 +59,17 @@ OPS = {
     "group_128": ("per_token_group_quant", 128),
     "group_64": ("per_token_group_quant", 64),
 }
+# fused op -> (function name in both backends, residual, dynamic, is_rms)
+FUSED = {
+    "rms_dyn": ("rmsnorm2d_fwd_with_dynamicquant", False, True, True),
+    "add_rms_dyn": ("rmsnorm2d_fwd_with_add_dynamicquant", True, True, True),
+    "ln_dyn": ("layernorm2d_fwd_with_dynamicquant", False, True, False),
+    "rms_static": ("rms_norm_static_fp8_quant", False, False, True),
+    "add_rms_static": ("fused_add_rms_norm_static_fp8_quant", True, False, True),
+}
+EPS = 1e-6
+# fused SwiGLU op -> (mode, group size)
+ACT = {"silu_group_128": ("group", 128), "silu_dyn": ("per_token", None), "silu_static": ("static", None)}
 QDTYPES = {"fp8": tri.get_fp8_e4m3_dtype, "e5m2": lambda: torch.float8_e5m2, "int8": lambda: torch.int8}
 DEFAULT_MODELS = ["llama3-8B", "llama3-70B", "deepseek-v3"]
 DEFAULT_M = [1, 16, 256, 1024, 4096, 16384]
@@ -55,7 +84,61 @@ def _scale_shape(op, m, n):
     return (m, 1) if op == "dynamic_per_token" else (1,)
 
 
+def _dequant_agrees(result, reference) -> bool:
+    """(q, scale) pairs agree when dequantized within one step (fp8: 1/8 of the value at
+    most; int8: one scale) plus the input's rounding."""
+    (q, s), (q_ref, s_ref) = result[:2], reference[:2]
+    n = q.shape[-1]
+    if s.dim() == 2 and s.shape[-1] > 1:  # group scales: each over a power-of-2 group of columns
+        group = 1 << (-(-n // s.shape[-1]) - 1).bit_length()
+        s, s_ref = (t.repeat_interleave(group, -1)[..., :n] for t in (s, s_ref))
+    got, want = q.float() * s, q_ref.float() * s_ref
+    step = want.abs() / 8 if q_ref.dtype.is_floating_point else s_ref.expand_as(want)
+    return bool(((got - want).abs() <= step * 1.01 + 0.02 * want.abs().amax(-1, keepdim=True)).all())
+
+
+def _act_case(op, label, m, n, dtype, qdtype):
+    mode, group = ACT[op]
+    nbytes = 2 * m * n * dtype.itemsize + m * n + {"group": 4 * m * -(-n // (group or 1)), "per_token": 4 * m,
+                                                   "static": 0}[mode]
+
+    def make_inputs():
+        x = torch.randn(m, 2 * n, device=harness.DEVICE, dtype=dtype) * 3
+        return x, torch.tensor([STATIC_SCALE], device=harness.DEVICE), qdtype
+
+    return harness.Case(op=op, label=label, dims={"M": m, "N": n, "QDTYPE": str(qdtype).replace("torch.", "")},
+                        dtype=dtype, rows=m, nbytes=nbytes, make_inputs=make_inputs, agrees=_dequant_agrees)
+
+
+def _act_call(mod, case, inputs):
+    mode, group = ACT[case.op]
+    x, scale, qdtype = inputs
+    if mode == "group":
+        return lambda: mod.act_mul_and_fp8_group_quant(x, "silu", group, qdtype)
+    return lambda: mod.act_mul_and_fp8_quant(x, "silu", scale if mode == "static" else None, qdtype)
+
+
+def _act_unfused(case, inputs):
+    """This project's silu_and_mul, then its quantization."""
+    mode, group = ACT[case.op]
+    x, scale, qdtype = inputs
+    y = torch.empty(*x.shape[:-1], x.shape[-1] // 2, device=x.device, dtype=x.dtype)
+    q, s = torch.empty_like(y, dtype=qdtype), torch.empty(y.shape[0], 1, device=x.device)
+
+    def act():
+        return tri_act.silu_and_mul(y, x)
+    if mode == "group":
+        return lambda: tri.per_token_group_quant_fp8(act(), group, dtype=qdtype)
+    if mode == "per_token":
+        return lambda: tri.dynamic_per_token_quant_fp8_i8(q, act(), s)
+    return lambda: (tri.static_per_tensor_quant_fp8_i8(q, act(), scale), scale)
+
+
 def _case(op, label, m, n, dtype, qdtype):
+    if op in ACT:
+        return _act_case(op, label, m, n, dtype, qdtype)
+    if op in FUSED:
+        return _fused_case(op, label, m, n, dtype, qdtype)
     scale_shape = _scale_shape(op, m, n)
     nbytes = m * n * dtype.itemsize + m * n  # x read, q written (1 byte)
     if op != "static_per_tensor" and op != "dynamic_per_tensor":
@@ -72,8 +155,72 @@ def _case(op, label, m, n, dtype, qdtype):
 
     return harness.Case(
         op=op, label=label, dims={"M": m, "N": n, "QDTYPE": str(qdtype).replace("torch.", "")}, dtype=dtype,
-        rows=m, nbytes=nbytes, make_inputs=make_inputs,
+        rows=m, nbytes=nbytes, make_inputs=make_inputs, agrees=_dequant_agrees,
     )
+
+
+def _fused_case(op, label, m, n, dtype, qdtype):
+    _, residual, dynamic, _ = FUSED[op]
+    e = dtype.itemsize
+    nbytes = m * n * e + m * n + (4 * m if dynamic else 0) + (2 * m * n * e if residual else 0)
+
+    def make_inputs():
+        x = torch.randn(m, n, device=harness.DEVICE, dtype=dtype) * 3
+        r = torch.randn(m, n, device=harness.DEVICE, dtype=dtype) if residual else None
+        w = (torch.rand(n, device=harness.DEVICE) + 0.5).to(dtype)
+        b = torch.randn(n, device=harness.DEVICE, dtype=dtype)
+        scale = (torch.empty(m, 1, device=harness.DEVICE) if dynamic
+                 else torch.tensor([STATIC_SCALE], device=harness.DEVICE))
+        return x, r, w, b, torch.empty(m, n, device=harness.DEVICE, dtype=qdtype), scale
+
+    return harness.Case(op=op, label=label, dims={"M": m, "N": n, "QDTYPE": str(qdtype).replace("torch.", "")},
+                        dtype=dtype, rows=m, nbytes=nbytes, make_inputs=make_inputs, agrees=_dequant_agrees)
+
+
+def _fused_call(fn, case, inputs):
+    """The fused op on fresh outputs (a residual updated in place: a copy of its own)."""
+    _, residual, dynamic, is_rms = FUSED[case.op]
+    x, r, w, b, q, scale = inputs
+    q = torch.empty_like(q)
+    scale = torch.empty_like(scale) if dynamic else scale
+    if case.op == "add_rms_static":
+        r = r.clone()
+        return lambda: (fn(q, x, r, w, scale, EPS), (q, scale))[1]
+    if case.op == "rms_static":
+        return lambda: (fn(q, x, w, scale, EPS), (q, scale))[1]
+    norm_args = (w, EPS) if is_rms else (w, b, EPS)
+    if residual:
+        r_out = torch.empty_like(r)
+        return lambda: (fn(q, x, r, r_out, scale, *norm_args), (q, scale))[1]
+    return lambda: (fn(q, x, scale, *norm_args), (q, scale))[1]
+
+
+def _unfused(case, inputs):
+    """This project's norm (activation), then its quantization, back to back."""
+    if case.op in ACT:
+        return _act_unfused(case, inputs)
+    if case.op not in FUSED:
+        return None
+    _, residual, dynamic, is_rms = FUSED[case.op]
+    x, r, w, b, q, scale = inputs
+    q = torch.empty_like(q)
+    scale = torch.empty_like(scale) if dynamic else scale
+    y = torch.empty_like(x)
+    r = r.clone() if case.op == "add_rms_static" else r
+    r_out = r if case.op == "add_rms_static" else (torch.empty_like(r) if residual else None)
+    if residual:
+        def norm():
+            tri_rms.rmsnorm2d_fwd_with_add(y, x, r, r_out, w, EPS)
+            return y
+    elif is_rms:
+        def norm():
+            return tri_rms.rms_norm(x, w, EPS)
+    else:
+        def norm():
+            return tri_ln.layer_norm(x, w, b, EPS)
+    if dynamic:
+        return lambda: tri.dynamic_per_token_quant_fp8_i8(q, norm(), scale)
+    return lambda: (tri.static_per_tensor_quant_fp8_i8(q, norm(), scale), scale)
 
 
 def _outputs(case, inputs):
@@ -88,33 +235,58 @@ def _call(fn, case, x, qx, scale):
     group = OPS[case.op][1]
     if group:
         return lambda: fn(qx, x, scale, group)
+    if case.op == "static_per_tensor":  # returns qx alone
+        return lambda: (fn(qx, x, scale), (qx, scale))[1]
     return lambda: fn(qx, x, scale)
 
 
 def _triton(case, inputs):
+    if case.op in ACT:
+        return _act_call(tri, case, inputs)
+    if case.op in FUSED:
+        return _fused_call(getattr(tri_nq, FUSED[case.op][0]), case, inputs)
     return _call(getattr(tri, OPS[case.op][0]), case, *_outputs(case, inputs))
 
 
 def _native(case, inputs):
+    if case.op in ACT:
+        return _act_call(native_act, case, inputs)
+    if case.op in FUSED:
+        return _fused_call(getattr(native_nq, FUSED[case.op][0]), case, inputs)
     return _call(getattr(native, OPS[case.op][0]), case, *_outputs(case, inputs))
 
 
 _compiled = {}
 
 
+class _CompiledAct:
+    """torch.compile of the native SwiGLU + quant ops, under the names _act_call uses."""
+
+    def __init__(self):
+        self.act_mul_and_fp8_group_quant = harness.compile_static(native_act.act_mul_and_fp8_group_quant)
+        self.act_mul_and_fp8_quant = harness.compile_static(native_act.act_mul_and_fp8_quant)
+
+
 def _compile(case, inputs):
-    name = OPS[case.op][0]
+    if case.op in ACT:
+        if "act" not in _compiled:
+            _compiled["act"] = _CompiledAct()
+        return _act_call(_compiled["act"], case, inputs)
+    fused = case.op in FUSED
+    name = FUSED[case.op][0] if fused else OPS[case.op][0]
     if name not in _compiled:
-        _compiled[name] = harness.compile_static(getattr(native, name))
+        _compiled[name] = harness.compile_static(getattr(native_nq if fused else native, name))
+    if fused:
+        return _fused_call(_compiled[name], case, inputs)
     return _call(_compiled[name], case, *_outputs(case, inputs))
 
 
-PROVIDERS = {"triton": _triton, "native": _native, "compile": _compile}
+PROVIDERS = {"triton": _triton, "native": _native, "compile": _compile, "unfused": _unfused}
 
 
 def main(argv=None):
     p = harness.make_parser(__doc__.splitlines()[0], ("M", "N"))
-    p.add_argument("--op", nargs="+", default=list(OPS), choices=list(OPS))
+    p.add_argument("--op", nargs="+", default=list(OPS), choices=[*OPS, *FUSED, *ACT])
     p.add_argument("--qdtype", default="fp8", choices=list(QDTYPES),
                    help="quantized dtype: fp8 (e4m3: fnuz on MI300, fn elsewhere), e5m2 or int8")
     harness.add_sweep_args(p)

@@ -1,3 +1,13 @@
 """Plain-PyTorch references of every op (fp32 math), also the "native" backend."""
 
-from aiter_lite.ops.native import activation, moe_routing, normalization, quant, rope, softmax, topk  # noqa: F401
+from aiter_lite.ops.native import (  # noqa: F401
+    act_quant,
+    activation,
+    moe_routing,
+    norm_quant,
+    normalization,
+    quant,
+    rope,
+    softmax,
+    topk,
+)

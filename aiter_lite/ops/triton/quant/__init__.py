@@ -1,4 +1,5 @@
-"""fp8 / int8 activation quantization on the Triton backend."""
+"""fp8 / int8 activation quantization on the Triton backend, alone and fused with a norm or a gated
+activation."""
 
 from aiter_lite.ops.triton.quant.dtypes import (  # noqa: F401
     QUANT_DTYPES,
@@ -14,4 +15,22 @@ from aiter_lite.ops.triton.quant.quant import (  # noqa: F401
     per_token_group_quant_int8,
     scaled_fp8_quant,
     static_per_tensor_quant_fp8_i8,
+)
+from aiter_lite.ops.triton.quant.act_quant import (  # noqa: F401
+    act_mul_and_fp8_group_quant,
+    act_mul_and_fp8_quant,
+    silu_and_mul_quant,
+)
+from aiter_lite.ops.triton.quant.norm_quant import (  # noqa: F401
+    fused_add_rms_norm_static_fp8_quant,
+    layernorm2d_fwd_with_add_dynamicquant,
+    layernorm2d_fwd_with_add_smoothquant,
+    layernorm2d_fwd_with_dynamicquant,
+    layernorm2d_fwd_with_smoothquant,
+    rms_norm_dynamic_per_token_quant,
+    rms_norm_static_fp8_quant,
+    rmsnorm2d_fwd_with_add_dynamicquant,
+    rmsnorm2d_fwd_with_add_smoothquant,
+    rmsnorm2d_fwd_with_dynamicquant,
+    rmsnorm2d_fwd_with_smoothquant,
 )

@@ -110,20 +110,24 @@ def per_token_launch_config(n_rows: int, n_cols: int, device: torch.device | Non
 # checks
 
 
-def _check_q(op: str, qx, x_in: torch.Tensor) -> None:
+def _check_q(op: str, qx, x_in: torch.Tensor, names: tuple[str, str] = ("qx", "x_in"), shape=None) -> None:
+    """The quantized output ``qx``: a quant dtype this device stores, x_in's shape (or
+    ``shape``) and device, unit last stride; ``names`` are the caller's for both."""
+    q_name, x_name = names
     if not isinstance(qx, torch.Tensor):
-        raise TypeError(f"{op}: qx must be a torch.Tensor, got {type(qx).__name__}")
+        raise TypeError(f"{op}: {q_name} must be a torch.Tensor, got {type(qx).__name__}")
     if qx.dtype not in QUANT_DTYPES:
-        names = ", ".join(str(d) for d in QUANT_DTYPES)
-        raise TypeError(f"{op}: qx must be one of {names}, got {qx.dtype}")
-    check_quant_dtype_supported(op, "qx", qx.dtype, qx.device)
-    if qx.shape != x_in.shape:
-        raise ValueError(f"{op}: qx must have x_in's shape {tuple(x_in.shape)}, got {tuple(qx.shape)}")
-    check_same_device(op, "qx", qx, "x_in", x_in)
-    check_unit_last_stride(op, "qx", qx)
+        dtypes = ", ".join(str(d) for d in QUANT_DTYPES)
+        raise TypeError(f"{op}: {q_name} must be one of {dtypes}, got {qx.dtype}")
+    check_quant_dtype_supported(op, q_name, qx.dtype, qx.device)
+    want = tuple(x_in.shape) if shape is None else tuple(shape)
+    if tuple(qx.shape) != want:
+        raise ValueError(f"{op}: {q_name} must have shape {want}, got {tuple(qx.shape)}")
+    check_same_device(op, q_name, qx, x_name, x_in)
+    check_unit_last_stride(op, q_name, qx)
 
 
-def _check_scale(op: str, name: str, scale, numel: int, x_in: torch.Tensor) -> None:
+def _check_scale(op: str, name: str, scale, numel: int, x_in: torch.Tensor, x_name: str = "x_in") -> None:
     if not isinstance(scale, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(scale).__name__}")
     if scale.dtype != torch.float32:
@@ -131,7 +135,7 @@ def _check_scale(op: str, name: str, scale, numel: int, x_in: torch.Tensor) -> N
     if scale.numel() != numel:
         what = "one element (a per-tensor scale)" if numel == 1 else f"{numel} elements"
         raise ValueError(f"{op}: {name} must have {what}, got shape {tuple(scale.shape)}")
-    check_same_device(op, name, scale, "x_in", x_in)
+    check_same_device(op, name, scale, x_name, x_in)
 
 
 def _check_group(op: str, group_size, eps) -> None:

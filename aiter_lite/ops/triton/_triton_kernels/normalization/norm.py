@@ -87,6 +87,35 @@ def _accumulate(x, col_mask, shift, acc, acc_sq, IS_RMS: tl.constexpr):
 
 
 @triton.jit
+def _looped_shift(x_row, r_row, xb_ptr, IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+                  HAS_X_BIAS: tl.constexpr):
+    """A looped first pass's shift: 0 (RMSNorm), else the row's first input element, so a
+    large mean does not cancel the variance away (the shifted-data algorithm)."""
+    if IS_RMS:
+        shift = 0.0
+    else:
+        shift = tl.load(x_row).to(tl.float32)
+        if HAS_X_BIAS:
+            shift += tl.load(xb_ptr).to(tl.float32)
+        if HAS_RESIDUAL:
+            shift += tl.load(r_row).to(tl.float32)
+    return shift
+
+
+@triton.jit
+def _looped_stats(acc, acc_sq, shift, n_cols, eps, IS_RMS: tl.constexpr):
+    """The row's mean (0 for RMSNorm) and rstd from a looped first pass's per-lane sums."""
+    if IS_RMS:
+        mean = 0.0
+        var = tl.sum(acc_sq, axis=0) / n_cols
+    else:
+        mean_s = tl.sum(acc, axis=0) / n_cols
+        var = tl.maximum(tl.sum(acc_sq, axis=0) / n_cols - mean_s * mean_s, 0.0)
+        mean = shift + mean_s
+    return mean, tl.rsqrt(var + eps)
+
+
+@triton.jit
 def _normalize_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, y_row, cols, col_mask, mean, rstd, weight_offset,
                      HAS_RESIDUAL: tl.constexpr, HAS_X_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
                      HAS_BIAS: tl.constexpr):
@@ -154,17 +183,8 @@ def _norm_fwd_kernel(
         r_row = r_ptr + row * stride_r_row if HAS_RESIDUAL else r_ptr
         r_out_row = r_out_ptr + row * stride_r_out_row if HAS_RESIDUAL else r_out_ptr
         y_row = y_ptr + row * stride_y_row
-        # Pass 1: per-lane sums, reduced once at the end. LayerNorm sums x - shift
-        # with shift = the row's first element, so a large mean does not cancel
-        # the variance away (the shifted-data algorithm).
-        if IS_RMS:
-            shift = 0.0
-        else:
-            shift = tl.load(x_row).to(tl.float32)
-            if HAS_X_BIAS:
-                shift += tl.load(xb_ptr).to(tl.float32)
-            if HAS_RESIDUAL:
-                shift += tl.load(r_row).to(tl.float32)
+        # Pass 1: per-lane sums (LayerNorm: of x - shift), reduced once at the end.
+        shift = _looped_shift(x_row, r_row, xb_ptr, IS_RMS, HAS_RESIDUAL, HAS_X_BIAS)
         acc = tl.zeros([BLOCK_N], dtype=tl.float32)
         acc_sq = tl.zeros([BLOCK_N], dtype=tl.float32)
         if N_STATIC > 0:  # the width known at compile time: chunks unrolled, loads issued together
@@ -201,14 +221,7 @@ def _norm_fwd_kernel(
                     x = _load_row_input(x_row, r_row, r_out_row, xb_ptr, cols, cols, cols, cols, col_mask, col_mask,
                                         HAS_RESIDUAL, HAS_X_BIAS, "evict_last")
                 acc, acc_sq = _accumulate(x, col_mask, shift, acc, acc_sq, IS_RMS)
-        if IS_RMS:
-            mean = 0.0
-            var = tl.sum(acc_sq, axis=0) / n_cols
-        else:
-            mean_s = tl.sum(acc, axis=0) / n_cols
-            var = tl.maximum(tl.sum(acc_sq, axis=0) / n_cols - mean_s * mean_s, 0.0)
-            mean = shift + mean_s
-        rstd = tl.rsqrt(var + eps)
+        mean, rstd = _looped_stats(acc, acc_sq, shift, n_cols, eps, IS_RMS)
         # Pass 2: re-read (the stored sum, when there is a residual) and normalize.
         if N_STATIC > 0:
             for start in tl.static_range(0, N_STATIC, BLOCK_N):

@@ -1,0 +1,116 @@
+"""Gated activation fused with fp8 / int8 quantization: ``y = act(x[:, :n]) * x[:, n:]``
+quantized without a round trip through memory.
+
+``y`` is computed in fp32 and rounded to x's dtype, exactly as ``act_and_mul`` stores it,
+then quantized as the quant kernels quantize (``_quantize``, scales by ``_scale_of`` or
+``max(amax, eps) / q_max``): the fused result is bit for bit the unfused pair's.
+One kernel, three modes (``MODE``): a static per-tensor scale, a dynamic scale per row,
+a dynamic scale per group of GROUP columns of a row.
+"""
+
+import triton
+import triton.language as tl
+
+from aiter_lite.ops.triton._triton_kernels.activation import _apply_activation
+from aiter_lite.ops.triton._triton_kernels.quant.quant import _load_f32, _quantize, _scale_of
+
+
+@triton.jit
+def _act_mul(x_ptrs, n_cols, mask, ACTIVATION: tl.constexpr, x_dtype: tl.constexpr, EVEN: tl.constexpr):
+    """``act(gate) * up`` for the gates at ``x_ptrs`` (ups n_cols further on), rounded to
+    ``x_dtype`` and widened back to fp32. Masked lanes load 0 and give act(0) * 0 = 0,
+    so they never raise an amax."""
+    y = _apply_activation(_load_f32(x_ptrs, mask, EVEN), ACTIVATION) * _load_f32(x_ptrs + n_cols, mask, EVEN)
+    return y.to(x_dtype).to(tl.float32)
+
+
+@triton.jit
+def _act_quant_kernel(
+    x_ptr,                        # (n_rows, 2 * n_cols): gate, then up
+    q_ptr,                        # (n_rows, n_cols), the quantized dtype
+    scale_ptr,                    # fp32. static: one element, read. per_token: (n_rows,) at stride_s_row, written.
+                                  # group: (n_rows, cdiv(n_cols, GROUP)) at (stride_s_row, stride_s_group), written
+    ub_ptr,                       # fp32, one element: upper bound on a row's amax (HAS_UB)
+    stride_x_row, stride_q_row, stride_s_row, stride_s_group,
+    n_rows, n_cols,
+    eps,                          # group: amax floor (fp32), an all-zero group gets scale eps / q_max
+    q_min, q_max,                 # the output dtype's range (fp32)
+    min_scale,                    # per_token: the scale's floor
+    ACTIVATION: tl.constexpr,     # "silu" | "gelu" | "gelu_tanh"
+    MODE: tl.constexpr,           # "static" | "per_token" | "group"
+    HAS_UB: tl.constexpr,         # per_token: the amax capped at *ub_ptr
+    LOOPED: tl.constexpr,         # per_token: rows in BLOCK_N-wide chunks, computed twice (amax, then quantize)
+    EVEN: tl.constexpr,           # BLOCK_M divides n_rows and BLOCK_N divides n_cols: no masks
+    INT64: tl.constexpr,          # offsets can pass 2^31: rows indexed in int64
+    SOFT_ROUND: tl.constexpr,     # fp8 rounded in fp32 before the conversion (the interpreter)
+    BLOCK_M: tl.constexpr,        # rows per program
+    BLOCK_N: tl.constexpr,        # columns per program (static, group) or per step (per_token)
+    GROUP: tl.constexpr,          # group: columns a group, a power of 2 dividing BLOCK_N (else 1)
+):
+    """static and group: grid (column blocks, row blocks), columns fastest, as
+    ``act_and_mul``. per_token: grid (row blocks,), a program owns whole rows."""
+    x_dtype = x_ptr.dtype.element_ty
+    q_dtype = q_ptr.dtype.element_ty
+    if MODE == "per_token":
+        pid_m = tl.program_id(0)
+    else:
+        pid_m = tl.program_id(1)
+    if INT64:
+        pid_m = pid_m.to(tl.int64)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < n_rows
+
+    if MODE == "static":
+        cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = None if EVEN else row_mask[:, None] & (cols < n_cols)[None, :]
+        y = _act_mul(x_ptr + rows[:, None] * stride_x_row + cols[None, :], n_cols, mask, ACTIVATION, x_dtype, EVEN)
+        inv_scale = tl.math.div_rn(1.0, tl.load(scale_ptr))
+        q = _quantize(y, inv_scale, q_min, q_max, q_dtype, SOFT_ROUND)
+        tl.store(q_ptr + rows[:, None] * stride_q_row + cols[None, :], q, mask=mask)
+
+    elif MODE == "per_token":
+        x_rows = x_ptr + rows[:, None] * stride_x_row
+        q_rows = q_ptr + rows[:, None] * stride_q_row
+        cols = tl.arange(0, BLOCK_N)
+        if LOOPED:
+            amax = tl.zeros([BLOCK_M], tl.float32)
+            for start in range(0, n_cols, BLOCK_N):
+                mask = None if EVEN else row_mask[:, None] & (start + cols < n_cols)[None, :]
+                y = _act_mul(x_rows + start + cols[None, :], n_cols, mask, ACTIVATION, x_dtype, EVEN)
+                amax = tl.maximum(amax, tl.max(tl.abs(y), axis=1))
+        else:
+            mask = None if EVEN else row_mask[:, None] & (cols < n_cols)[None, :]
+            y = _act_mul(x_rows + cols[None, :], n_cols, mask, ACTIVATION, x_dtype, EVEN)
+            amax = tl.max(tl.abs(y), axis=1)
+        if HAS_UB:
+            amax = tl.minimum(amax, tl.load(ub_ptr))
+        scale = _scale_of(amax, q_max, min_scale)
+        tl.store(scale_ptr + rows * stride_s_row, scale, mask=row_mask)
+        inv_scale = tl.math.div_rn(1.0, scale)[:, None]
+        if LOOPED:
+            # The second pass recomputes y (its input mostly from L2) rather than keep it.
+            for start in range(0, n_cols, BLOCK_N):
+                mask = None if EVEN else row_mask[:, None] & (start + cols < n_cols)[None, :]
+                y = _act_mul(x_rows + start + cols[None, :], n_cols, mask, ACTIVATION, x_dtype, EVEN)
+                q = _quantize(y, inv_scale, q_min, q_max, q_dtype, SOFT_ROUND)
+                tl.store(q_rows + start + cols[None, :], q, mask=mask)
+        else:
+            tl.store(q_rows + cols[None, :], _quantize(y, inv_scale, q_min, q_max, q_dtype, SOFT_ROUND), mask=mask)
+
+    else:
+        tl.static_assert(MODE == "group")
+        # The tile as (BLOCK_M rows, BLOCK_N // GROUP groups, GROUP columns): a group's
+        # amax is a reduction over the last axis, no reshape.
+        pid_n = tl.program_id(0)
+        if INT64:  # a column-major scale's offset is group * n_rows
+            pid_n = pid_n.to(tl.int64)
+        grp = pid_n * (BLOCK_N // GROUP) + tl.arange(0, BLOCK_N // GROUP)
+        cols = grp[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
+        mask = None if EVEN else row_mask[:, None, None] & (cols < n_cols)[None, :, :]
+        y = _act_mul(x_ptr + rows[:, None, None] * stride_x_row + cols[None, :, :], n_cols, mask, ACTIVATION,
+                     x_dtype, EVEN)
+        scale = tl.math.div_rn(tl.maximum(tl.max(tl.abs(y), axis=2), eps), q_max)
+        s_mask = None if EVEN else row_mask[:, None] & (grp * GROUP < n_cols)[None, :]
+        tl.store(scale_ptr + rows[:, None] * stride_s_row + grp[None, :] * stride_s_group, scale, mask=s_mask)
+        q = _quantize(y, tl.math.div_rn(1.0, scale)[:, :, None], q_min, q_max, q_dtype, SOFT_ROUND)
+        tl.store(q_ptr + rows[:, None, None] * stride_q_row + cols[None, :, :], q, mask=mask)

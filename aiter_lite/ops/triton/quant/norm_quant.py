@@ -1,0 +1,269 @@
+"""RMSNorm / LayerNorm fused with fp8 / int8 quantization on the Triton backend.
+
+aiter's names and argument orders (``out`` is the quantized output; its dtype picks
+the format: float8_e4m3fn, float8_e4m3fnuz, float8_e5m2 or int8):
+
+* ``rmsnorm2d_fwd_with_dynamicquant(out, input, yscale, weight, epsilon, scale_ub=None,
+  clamp_out=False, dump_rms_norm=False)``: a scale per row into ``yscale``;
+* ``rmsnorm2d_fwd_with_smoothquant(out, input, xscale, yscale, weight, epsilon)``: the
+  normalized row times ``xscale`` (per column), then as the dynamic form;
+* ``rmsnorm2d_fwd_with_add_dynamicquant`` / ``_add_smoothquant(out, input, residual_in,
+  residual_out, [xscale,] yscale, weight, epsilon)``: ``residual_out = input +
+  residual_in`` first, normalized;
+* ``layernorm2d_fwd_with_dynamicquant`` / ``_smoothquant`` / ``_add_dynamicquant`` /
+  ``_add_smoothquant``: the same with LayerNorm's ``weight, bias, epsilon, x_bias``.
+
+And vLLM's static per-tensor forms: ``rms_norm_static_fp8_quant(out, input, weight,
+scale, epsilon)``, ``fused_add_rms_norm_static_fp8_quant(out, input, residual, weight,
+scale, epsilon)`` (``residual += input`` in place), and its dynamic per-token
+``rms_norm_dynamic_per_token_quant(out, input, weight, scales, epsilon, scale_ub=None,
+residual=None)``.
+
+Semantics: the normalized row is what this project's unfused norm stores (rounded to
+the input's dtype); it is quantized as the quant ops quantize (``aiter_lite.ops.triton.
+quant``): so each op equals its unfused sequence (norm, then quantization). Dynamic
+scales are ``max(min(amax, scale_ub) / q_max, 1 / (q_max * 512))``; values saturate to
+the output dtype's range (``clamp_out`` is accepted and always in effect). Inputs of
+any rank, rows may be strided (unit last stride); fp32 / fp16 / bf16; math in fp32.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+
+from aiter_lite.ops.triton._triton_kernels.quant.norm_quant import _norm_quant_kernel
+from aiter_lite.ops.triton.normalization.norm import _int64, check_input, check_like, check_scalar, check_vector
+from aiter_lite.ops.triton.quant.dtypes import min_scale, quant_range
+from aiter_lite.ops.triton.quant.quant import (
+    QuantLaunchConfig,
+    _check_q,
+    _check_scale,
+    _scale_vector,
+    _soft_round,
+)
+from aiter_lite.utils.checks import rows_view
+from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2
+from aiter_lite.utils.logger import debug_on, log_call
+
+__all__ = [
+    "rmsnorm2d_fwd_with_dynamicquant",
+    "rmsnorm2d_fwd_with_smoothquant",
+    "rmsnorm2d_fwd_with_add_dynamicquant",
+    "rmsnorm2d_fwd_with_add_smoothquant",
+    "layernorm2d_fwd_with_dynamicquant",
+    "layernorm2d_fwd_with_smoothquant",
+    "layernorm2d_fwd_with_add_dynamicquant",
+    "layernorm2d_fwd_with_add_smoothquant",
+    "rms_norm_static_fp8_quant",
+    "fused_add_rms_norm_static_fp8_quant",
+    "rms_norm_dynamic_per_token_quant",
+    "norm_quant_launch_config",
+]
+
+# Unmeasured starting points, as the per-token quant's: rows up to _MAX_ROW_IN_REGS in
+# registers, several to a program up to a _TILE-element tile, halved until the grid has
+# two programs per SM, 16 elements a lane (up to 16 warps: a row, its residual and its
+# normalized value held at once; sm_90 compiles: 8192 wide with a residual, 16 warps,
+# about 100 registers); wider rows looped in _LOOP_BLOCK chunks.
+_TILE = 2048
+_MAX_ROW_IN_REGS = 16384
+_LOOP_BLOCK = 4096
+_MAX_WARPS = 16
+
+
+def _warps(tile: int) -> int:
+    return min(max(tile // (16 * WARP_SIZE), 4), _MAX_WARPS)
+
+
+@functools.lru_cache(maxsize=1024)
+def norm_quant_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None) -> QuantLaunchConfig:
+    """Tile and warps of a fused norm + quant launch over (n_rows, n_cols)."""
+    row = next_power_of_2(max(n_cols, 1))
+    if row > _MAX_ROW_IN_REGS:
+        return QuantLaunchConfig(1, _LOOP_BLOCK, _warps(_LOOP_BLOCK), LOOPED=True)
+    block_m = min(max(_TILE // row, 1), next_power_of_2(max(n_rows, 1)))
+    want = 2 * grid_sms(device, 1)
+    while block_m > 1 and cdiv(n_rows, block_m) < want:
+        block_m //= 2
+    return QuantLaunchConfig(block_m, row, _warps(block_m * row))
+
+
+@launch_op("norm_quant", mutates_args=("q2", "scale", "r_out2", "y2"))
+def _run(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, r2: torch.Tensor | None,
+         r_out2: torch.Tensor | None, x_bias: torch.Tensor | None, weight: torch.Tensor | None,
+         bias: torch.Tensor | None, xscale: torch.Tensor | None, scale_ub: torch.Tensor | None,
+         y2: torch.Tensor | None, eps: float, weight_offset: float, is_rms: bool, dynamic: bool) -> None:
+    _launch(x2, q2, scale, r2, r_out2, x_bias, weight, bias, xscale, scale_ub, y2, eps, weight_offset, is_rms,
+            dynamic)
+
+
+def _launch(x2, q2, scale, r2, r_out2, x_bias, weight, bias, xscale, scale_ub, y2, eps, weight_offset, is_rms,
+            dynamic, config: QuantLaunchConfig | None = None) -> None:
+    n_rows, n_cols = x2.shape
+    cfg = config or norm_quant_launch_config(n_rows, n_cols, x2.device)
+    q_min, q_max = quant_range(q2.dtype)
+    has_res = r2 is not None
+    _norm_quant_kernel[(n_rows if cfg.LOOPED else cdiv(n_rows, cfg.BLOCK_M),)](
+        x2, r2, r_out2, x_bias, weight, bias, xscale, q2, scale, scale_ub, y2,
+        x2.stride(0), r2.stride(0) if has_res else 0, r_out2.stride(0) if has_res else 0, q2.stride(0),
+        y2.stride(0) if y2 is not None else 0, scale.stride(0) if dynamic else 0,
+        n_rows, n_cols, eps, weight_offset, q_min, q_max, min_scale(q2.dtype),
+        IS_RMS=is_rms, HAS_RESIDUAL=has_res, HAS_X_BIAS=x_bias is not None, HAS_WEIGHT=weight is not None,
+        HAS_BIAS=bias is not None, HAS_SMOOTH=xscale is not None, DYNAMIC=dynamic, HAS_UB=scale_ub is not None,
+        STORE_Y=y2 is not None, INT64=_int64(x2, q2, r2, r_out2, y2), SOFT_ROUND=_soft_round(q2.dtype),
+        LOOPED=cfg.LOOPED, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
+    )
+
+
+def norm_quant(op: str, out, input, weight, bias, epsilon, *, is_rms: bool, yscale=None, scale=None, xscale=None,
+               residual_in=None, residual_out=None, x_bias=None, scale_ub=None, dump: bool = False,
+               weight_offset: float = 0.0, names: tuple[str, str, str] = ("out", "residual_in", "residual_out"),
+               yscale_name: str = "yscale", config: QuantLaunchConfig | None = None) -> torch.Tensor | None:
+    """Checked fused norm + quant of ``input`` into ``out``: dynamic per row into ``yscale``,
+    or static by the one-element ``scale``; returns the normalized rows (input's dtype)
+    where ``dump``, else None. ``names``: the caller's names of out and the residuals.
+    ``config`` pins a launch (tests, tuning)."""
+    out_name, r_name, r_out_name = names
+    dynamic = scale is None
+    check_input(op, input)
+    _check_q(op, out, input, (out_name, "input"))
+    n = input.shape[-1]
+    n_rows = math.prod(input.shape[:-1])
+    if residual_in is not None:
+        check_like(op, r_name, residual_in, input)
+        check_like(op, r_out_name, residual_out, input)
+    for name, v in (("weight", weight), ("bias", bias), ("x_bias", x_bias), ("xscale", xscale)):
+        check_vector(op, name, v, n, input)
+    if dynamic:
+        _check_scale(op, yscale_name, yscale, n_rows, input, "input")
+    else:
+        _check_scale(op, "scale", scale, 1, input, "input")
+    if scale_ub is not None:
+        _check_scale(op, "scale_ub", scale_ub, 1, input, "input")
+    eps = check_scalar(op, "epsilon", epsilon)
+    if debug_on():
+        log_call(op, out=out, input=input, residual_in=residual_in, residual_out=residual_out, weight=weight,
+                 bias=bias, x_bias=x_bias, xscale=xscale, yscale=yscale, scale=scale, scale_ub=scale_ub,
+                 epsilon=eps)
+    y = torch.empty_like(input) if dump else None
+    if input.numel() == 0:
+        if dynamic and yscale.numel():  # rows of no columns: the floor
+            yscale.fill_(min_scale(out.dtype))
+        return y
+    rows = lambda name, t, w: None if t is None else rows_view(op, name, t, writable=w)  # noqa: E731
+    args = (rows("input", input, False), rows(out_name, out, True),
+            _scale_vector(op, yscale_name, yscale) if dynamic else scale.reshape(1),
+            rows(r_name, residual_in, False), rows(r_out_name, residual_out, True), x_bias, weight, bias, xscale,
+            None if scale_ub is None else scale_ub.reshape(1), rows("dump", y, True), eps, float(weight_offset),
+            is_rms, dynamic)
+    if config is None:
+        _run(*args)
+    else:
+        _launch(*args, config)
+    return y
+
+
+# ---------------------------------------------------------------------------
+# aiter's names: RMSNorm
+
+
+def rmsnorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, yscale: torch.Tensor,
+                                    weight: torch.Tensor | None, epsilon: float,
+                                    scale_ub: torch.Tensor | None = None, clamp_out: bool = False,
+                                    dump_rms_norm: bool = False) -> torch.Tensor | None:
+    """``out, yscale = dynamic_per_token_quant(rms_norm(input, weight, epsilon))``; returns the
+    normalized rows (input's dtype) where ``dump_rms_norm``, else None."""
+    return norm_quant("rmsnorm2d_fwd_with_dynamicquant", out, input, weight, None, epsilon, is_rms=True,
+                      yscale=yscale, scale_ub=scale_ub, dump=dump_rms_norm)
+
+
+def rmsnorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xscale: torch.Tensor,
+                                   yscale: torch.Tensor, weight: torch.Tensor | None, epsilon: float) -> None:
+    """``out, yscale = dynamic_per_token_quant(rms_norm(input, weight, epsilon) * xscale)``."""
+    norm_quant("rmsnorm2d_fwd_with_smoothquant", out, input, weight, None, epsilon, is_rms=True, yscale=yscale,
+               xscale=xscale)
+
+
+def rmsnorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
+                                        residual_out: torch.Tensor, yscale: torch.Tensor,
+                                        weight: torch.Tensor | None, epsilon: float) -> None:
+    """``residual_out = input + residual_in``; ``out, yscale`` its RMSNorm quantized per row."""
+    norm_quant("rmsnorm2d_fwd_with_add_dynamicquant", out, input, weight, None, epsilon, is_rms=True,
+               yscale=yscale, residual_in=residual_in, residual_out=residual_out)
+
+
+def rmsnorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
+                                       residual_out: torch.Tensor, xscale: torch.Tensor, yscale: torch.Tensor,
+                                       weight: torch.Tensor | None, epsilon: float) -> None:
+    """``residual_out = input + residual_in``; ``out, yscale`` its RMSNorm times xscale, per row."""
+    norm_quant("rmsnorm2d_fwd_with_add_smoothquant", out, input, weight, None, epsilon, is_rms=True,
+               yscale=yscale, xscale=xscale, residual_in=residual_in, residual_out=residual_out)
+
+
+# ---------------------------------------------------------------------------
+# aiter's names: LayerNorm
+
+
+def layernorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, yscale: torch.Tensor,
+                                      weight: torch.Tensor | None, bias: torch.Tensor | None,
+                                      epsilon: float = 1e-5, x_bias: torch.Tensor | None = None) -> None:
+    """``out, yscale = dynamic_per_token_quant(layer_norm(input + x_bias, weight, bias, epsilon))``."""
+    norm_quant("layernorm2d_fwd_with_dynamicquant", out, input, weight, bias, epsilon, is_rms=False,
+               yscale=yscale, x_bias=x_bias)
+
+
+def layernorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xscale: torch.Tensor,
+                                     yscale: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                                     epsilon: float = 1e-5, x_bias: torch.Tensor | None = None) -> None:
+    """``out, yscale = dynamic_per_token_quant(layer_norm(...) * xscale)``."""
+    norm_quant("layernorm2d_fwd_with_smoothquant", out, input, weight, bias, epsilon, is_rms=False,
+               yscale=yscale, xscale=xscale, x_bias=x_bias)
+
+
+def layernorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
+                                          residual_out: torch.Tensor, yscale: torch.Tensor,
+                                          weight: torch.Tensor | None, bias: torch.Tensor | None,
+                                          epsilon: float = 1e-5, x_bias: torch.Tensor | None = None) -> None:
+    """``residual_out = input + residual_in (+ x_bias)``; ``out, yscale`` its LayerNorm quantized per row."""
+    norm_quant("layernorm2d_fwd_with_add_dynamicquant", out, input, weight, bias, epsilon, is_rms=False,
+               yscale=yscale, residual_in=residual_in, residual_out=residual_out, x_bias=x_bias)
+
+
+def layernorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
+                                         residual_out: torch.Tensor, xscale: torch.Tensor, yscale: torch.Tensor,
+                                         weight: torch.Tensor | None, bias: torch.Tensor | None,
+                                         epsilon: float = 1e-5, x_bias: torch.Tensor | None = None) -> None:
+    """``residual_out = input + residual_in (+ x_bias)``; ``out, yscale`` its LayerNorm times xscale, per row."""
+    norm_quant("layernorm2d_fwd_with_add_smoothquant", out, input, weight, bias, epsilon, is_rms=False,
+               yscale=yscale, xscale=xscale, residual_in=residual_in, residual_out=residual_out, x_bias=x_bias)
+
+
+# ---------------------------------------------------------------------------
+# vLLM's names
+
+
+def rms_norm_static_fp8_quant(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None,
+                              scale: torch.Tensor, epsilon: float) -> None:
+    """``out = static_per_tensor_quant(rms_norm(input, weight, epsilon), scale)``."""
+    norm_quant("rms_norm_static_fp8_quant", out, input, weight, None, epsilon, is_rms=True, scale=scale)
+
+
+def fused_add_rms_norm_static_fp8_quant(out: torch.Tensor, input: torch.Tensor, residual: torch.Tensor,
+                                        weight: torch.Tensor | None, scale: torch.Tensor, epsilon: float) -> None:
+    """``residual += input`` (in place); ``out = static_per_tensor_quant(rms_norm(residual), scale)``."""
+    norm_quant("fused_add_rms_norm_static_fp8_quant", out, input, weight, None, epsilon, is_rms=True, scale=scale,
+               residual_in=residual, residual_out=residual, names=("out", "residual", "residual"))
+
+
+def rms_norm_dynamic_per_token_quant(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None,
+                                     scales: torch.Tensor, epsilon: float, scale_ub: torch.Tensor | None = None,
+                                     residual: torch.Tensor | None = None) -> None:
+    """vLLM's: with ``residual``, ``residual += input`` (in place) and the sum normalized;
+    ``out, scales = dynamic_per_token_quant(rms_norm(...), scale_ub)``."""
+    norm_quant("rms_norm_dynamic_per_token_quant", out, input, weight, None, epsilon, is_rms=True, yscale=scales,
+               scale_ub=scale_ub, residual_in=residual, residual_out=residual,
+               names=("out", "residual", "residual"), yscale_name="scales")

@@ -1,0 +1,212 @@
+"""RMSNorm / LayerNorm fused with quantization, against the native reference (the
+unfused sequence in fp32 PyTorch) and against this project's own unfused ops.
+
+The normalized row is rounded to the input's dtype before it is quantized, so the
+references differ from the kernel only where a normalized value's last bit differs (a
+row sum in another order, a looped pass re-reading the stored residual sum; the
+interpreter's float -> bf16 conversion truncates): a scale by a few of the input
+dtype's units in the last place, a dequantized value by one quantization step plus
+that rounding. Outputs start poisoned, so an unwritten element fails.
+"""
+
+import pytest
+import torch
+
+from aiter_lite.ops.native import norm_quant as native
+from aiter_lite.ops.triton import quant
+from aiter_lite.ops.triton.normalization import layernorm, rmsnorm
+from aiter_lite.ops.triton.quant import norm_quant as fused
+from aiter_lite.ops.triton.quant.quant import QuantLaunchConfig
+from op_tests.triton_tests.quant.test_quant import _assert_codes, _poisoned_q, _storable  # noqa: F401 (autouse)
+from op_tests.utils import DEVICE, DTYPES, assert_close, by_device, make_rows
+
+Q_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.int8)
+SHAPES = by_device([(0, 64), (1, 1), (5, 127), (9, 1076), (2, 20000)],
+                   [(0, 64), (1, 1), (1, 7), (5, 127), (33, 1076), (2, 20000), (1024, 8192), (4096, 7168),
+                    (3, 65537)])
+# The input dtype's rounding unit (relative), four of them: the scales' budget (the amax
+# of a rounded norm) and, times the row's amax, the dequantized values'.
+SCALE_RTOL = {torch.float32: 1e-5, torch.float16: 4 * 2**-11, torch.bfloat16: 4 * 2**-8}
+
+
+def _assert_scales_close(got, want, dtype, name):
+    assert torch.isfinite(got).all() and (got > 0).all(), f"{name}: a scale is not finite and positive"
+    assert_close(got, want, atol=0.0, rtol=SCALE_RTOL[dtype], name=name)
+
+
+def _case(m, n, dtype, strided=False, lead=()):
+    x = make_rows(m, n, dtype, strided=strided, scale=3.0, lead=lead)
+    if m > 2:
+        x[..., m // 2, :] = 0.5  # a constant row: LayerNorm's zero variance, all-zero output
+    w = (torch.rand(n, device=DEVICE) + 0.5).to(dtype)
+    b = torch.randn(n, device=DEVICE).to(dtype)
+    return x, w, b
+
+
+def _step(q: torch.Tensor) -> torch.Tensor:
+    """One quantization step at each of q's values (the gap to the next code out, or in at the top)."""
+    if not q.dtype.is_floating_point:
+        return torch.ones(q.shape, device=q.device)
+    bits = q.view(torch.uint8).to(torch.int32)
+    mag = bits & 0x7F
+
+    def value(m):
+        return m.clamp(0, 0x7F).to(torch.uint8).view(q.dtype).float()
+
+    up, here, down = value(mag + 1), value(mag), value(mag - 1)
+    return torch.where((mag < 0x7F) & torch.isfinite(up), up - here, here - down)
+
+
+def _assert_dequant(q, s, q_ref, s_ref, dtype, name):
+    """Dequantized values within one step of the reference's plus the input dtype's rounding."""
+    assert not q.float().isnan().any(), f"{name}: NaN in the output (an unwritten element?)"
+    got, want = q.float() * s, q_ref.float() * s_ref
+    row_amax = want.abs().amax(-1, keepdim=True) if want.numel() else want
+    allowed = s_ref * _step(q_ref) * 1.001 + SCALE_RTOL[dtype] * 2 * row_amax
+    bad = (got - want).abs() > allowed
+    if bad.any():
+        raise AssertionError(f"{name}: {int(bad.sum())} of {bad.numel()} dequantized values more than a step off: "
+                             f"got {got[bad][:6].tolist()}, expected {want[bad][:6].tolist()}")
+
+
+def _scales(shape):
+    return torch.full((*shape[:-1], 1), float("nan"), device=DEVICE)
+
+
+@pytest.mark.parametrize("variant", ["plain", "add", "smooth", "add_smooth"])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("qdtype", by_device([torch.float8_e4m3fn, torch.int8], Q_DTYPES), ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_dynamic(dtype, qdtype, shape, is_rms, variant):
+    m, n = shape
+    x, w, b = _case(m, n, dtype, strided=variant == "add")
+    name = ("rmsnorm2d" if is_rms else "layernorm2d") + "_fwd_with" + ("_add" if "add" in variant else "") + \
+        ("_smoothquant" if "smooth" in variant else "_dynamicquant")
+    args_of = {}
+    if "add" in variant:
+        r = make_rows(m, n, dtype)
+        args_of = lambda impl: (r, torch.full_like(r, float("nan")))  # noqa: E731
+    xs = (torch.rand(n, device=DEVICE) + 0.5) if "smooth" in variant else None
+    outs = {}
+    for impl in (fused, native):
+        q, s = _poisoned_q((m, n), qdtype), _scales((m, n))
+        res = args_of(impl) if args_of else ()
+        head = (q, x, *res) + ((xs,) if xs is not None else ()) + (s,)
+        tail = (w, 1e-6) if is_rms else (w, b, 1e-5)
+        getattr(impl, name)(*head, *tail)
+        outs[impl] = (q, s, res[1] if res else None)
+    (q, s, r_out), (q_ref, s_ref, r_out_ref) = outs[fused], outs[native]
+    _assert_scales_close(s, s_ref, dtype, f"{name} scale")
+    _assert_dequant(q, s, q_ref, s_ref, dtype, name)
+    if r_out is not None:
+        assert_close(r_out, r_out_ref, name=f"{name} residual_out")
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("qdtype", Q_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_static(dtype, qdtype, shape):
+    m, n = shape
+    x, w, _ = _case(m, n, dtype, strided=True)
+    scale = torch.tensor([0.02], device=DEVICE)
+    q, q_ref = _poisoned_q((m, n), qdtype), torch.empty((m, n), dtype=qdtype, device=DEVICE)
+    fused.rms_norm_static_fp8_quant(q, x, w, scale, 1e-6)
+    native.rms_norm_static_fp8_quant(q_ref, x, w, scale, 1e-6)
+    _assert_dequant(q, scale, q_ref, scale, dtype, "rms_norm_static_fp8_quant")
+    # in place residual, as vLLM's
+    res = make_rows(m, n, dtype)
+    res_ref = res.clone()
+    q = _poisoned_q((m, n), qdtype)
+    fused.fused_add_rms_norm_static_fp8_quant(q, x, res, w, scale, 1e-6)
+    native.fused_add_rms_norm_static_fp8_quant(q_ref, x, res_ref, w, scale, 1e-6)
+    assert_close(res, res_ref, name="residual")
+    _assert_dequant(q, scale, q_ref, scale, dtype, "fused_add_rms_norm_static_fp8_quant")
+
+
+@pytest.mark.parametrize("qdtype", [torch.float8_e4m3fn, torch.int8], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_against_unfused_ops(dtype, qdtype):
+    """Each fused op against this project's norm then its quantization."""
+    m, n = 9, 1000
+    x, w, b = _case(m, n, dtype)
+    r = make_rows(m, n, dtype)
+    q, s = _poisoned_q((m, n), qdtype), _scales((m, n))
+    r_out = torch.empty_like(r)
+    fused.rmsnorm2d_fwd_with_add_dynamicquant(q, x, r, r_out, s, w, 1e-6)
+    y, r_out_ref = torch.empty_like(x), torch.empty_like(r)
+    rmsnorm.rmsnorm2d_fwd_with_add(y, x, r, r_out_ref, w, 1e-6)
+    q_ref, s_ref = quant.dynamic_per_token_quant_fp8_i8(torch.empty_like(q), y, torch.empty_like(s))
+    assert torch.equal(r_out, r_out_ref)
+    _assert_scales_close(s, s_ref, dtype, "add + rmsnorm + quant scale")
+    _assert_codes(q, q_ref, "add + rmsnorm + quant")
+
+    q, s = _poisoned_q((m, n), qdtype), _scales((m, n))
+    fused.layernorm2d_fwd_with_dynamicquant(q, x, s, w, b, 1e-5)
+    y = layernorm.layer_norm(x, w, b, 1e-5)
+    q_ref, s_ref = quant.dynamic_per_token_quant_fp8_i8(torch.empty_like(q), y, torch.empty_like(s))
+    _assert_scales_close(s, s_ref, dtype, "layernorm + quant scale")
+    _assert_codes(q, q_ref, "layernorm + quant")
+
+    scale = torch.tensor([0.05], device=DEVICE)
+    q = _poisoned_q((m, n), qdtype)
+    fused.rms_norm_static_fp8_quant(q, x, w, scale, 1e-6)
+    q_ref = quant.static_per_tensor_quant_fp8_i8(torch.empty_like(q), rmsnorm.rms_norm(x, w, 1e-6), scale)
+    _assert_codes(q, q_ref, "rmsnorm + static quant")
+
+
+@pytest.mark.parametrize("looped", [False, True])
+def test_pinned_configs_and_extras(looped):
+    """The looped path (pinned), a 3-D input, scale_ub, dump_rms_norm, vLLM's per-token form."""
+    dtype, qdtype = torch.bfloat16, torch.float8_e4m3fn
+    x, w, b = _case(3, 300, dtype, lead=(2,))
+    cfg = QuantLaunchConfig(1, 128, 4, LOOPED=True) if looped else QuantLaunchConfig(2, 512, 4)
+    ub = torch.tensor([1.5], device=DEVICE)
+    for is_rms in (True, False):
+        q, s = _poisoned_q(x.shape, qdtype), _scales(x.shape)
+        y = fused.norm_quant("t", q, x, w, None if is_rms else b, 1e-6, is_rms=is_rms, yscale=s, scale_ub=ub,
+                             dump=True, config=cfg)
+        q_ref, s_ref = _poisoned_q(x.shape, qdtype), _scales(x.shape)
+        y_ref = native.norm_quant(q_ref, x, w, None if is_rms else b, 1e-6, is_rms=is_rms, yscale=s_ref,
+                                  scale_ub=ub, dump=True)
+        assert_close(y, y_ref, name="dump")
+        _assert_scales_close(s, s_ref, dtype, "scale_ub scale")
+        _assert_dequant(q, s, q_ref, s_ref, dtype, "scale_ub")
+        assert (s <= 1.5 / 448 * (1 + 1e-6)).all()
+    # vLLM's dynamic per-token form with an in-place residual
+    res, res_ref = make_rows(6, 300, dtype), None
+    res_ref = res.clone()
+    x2 = x.reshape(6, 300)
+    q, s, q_ref, s_ref = _poisoned_q(x2.shape, qdtype), _scales(x2.shape), _poisoned_q(x2.shape, qdtype), _scales(
+        x2.shape)
+    fused.rms_norm_dynamic_per_token_quant(q, x2, w, s, 1e-6, residual=res)
+    native.rms_norm_dynamic_per_token_quant(q_ref, x2, w, s_ref, 1e-6, residual=res_ref)
+    assert_close(res, res_ref, name="residual")
+    _assert_scales_close(s, s_ref, dtype, "vLLM per-token scale")
+    _assert_dequant(q, s, q_ref, s_ref, dtype, "vLLM per-token")
+
+
+def test_bad_inputs():
+    x, w, _ = _case(4, 64, torch.bfloat16)
+    q, s = torch.empty(4, 64, dtype=torch.float8_e4m3fn, device=DEVICE), torch.empty(4, 1, device=DEVICE)
+    op = fused.rmsnorm2d_fwd_with_dynamicquant
+    with pytest.raises(TypeError, match="out must be one of"):
+        op(torch.empty(4, 64, device=DEVICE), x, s, w, 1e-6)
+    with pytest.raises(ValueError, match="out must have shape"):
+        op(q[:, :32], x, s, w, 1e-6)
+    with pytest.raises(ValueError, match="yscale must have 4 elements"):
+        op(q, x, torch.empty(3, device=DEVICE), w, 1e-6)
+    with pytest.raises(TypeError, match="yscale must be float32"):
+        op(q, x, s.half(), w, 1e-6)
+    with pytest.raises(ValueError, match=r"weight must have shape \(64,\)"):
+        op(q, x, s, w[:32], 1e-6)
+    with pytest.raises(TypeError, match="epsilon must be a real number"):
+        op(q, x, s, w, "1e-6")
+    with pytest.raises(ValueError, match="scale must have one element"):
+        fused.rms_norm_static_fp8_quant(q, x, w, torch.ones(2, device=DEVICE), 1e-6)
+    with pytest.raises(ValueError, match="residual_in must have input's shape"):
+        fused.rmsnorm2d_fwd_with_add_dynamicquant(q, x, x[:2], x, s, w, 1e-6)
+    with pytest.raises(ValueError, match=r"xscale must have shape \(64,\)"):
+        fused.rmsnorm2d_fwd_with_smoothquant(q, x, torch.ones(3, device=DEVICE), s, w, 1e-6)
+    with pytest.raises(ValueError, match="scales must have 4 elements"):
+        fused.rms_norm_dynamic_per_token_quant(q, x, w, torch.empty(5, device=DEVICE), 1e-6)
