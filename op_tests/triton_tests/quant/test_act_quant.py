@@ -27,6 +27,7 @@ from op_tests.triton_tests.quant.test_quant import (  # noqa: F401  (_storable: 
     _poisoned_q,
     _storable,
 )
+from op_tests.triton_tests.quant.test_quant import _assert_dequant as _dequant_within
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device, make_rows
 
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
@@ -92,28 +93,8 @@ def _assert_scales_close(got, want, dtype, name):
     assert_close(got, want, atol=0.0, rtol=2 * Y_RTOL[dtype], name=name)
 
 
-def _step(q: torch.Tensor) -> torch.Tensor:
-    """The quantization step at each of q's values, an upper bound: 1 for int8, fp8's
-    relative step (subnormals' below the smallest normal)."""
-    if not q.dtype.is_floating_point:
-        return torch.ones(q.shape, device=q.device)
-    info = torch.finfo(q.dtype)
-    return q.float().abs().clamp(min=info.smallest_normal) * info.eps
-
-
 def _assert_dequant(q, s, q_ref, s_ref, dtype, name):
-    """q * s within one step of q_ref * s_ref (scales broadcast to q's shape), plus y's
-    budget at the row's amax; NaN only where the reference has NaN."""
-    got, want = q.float() * s, q_ref.float() * s_ref
-    assert torch.equal(got.isnan(), want.isnan()), f"{name}: NaN where the reference has none (or none where it has)"
-    if not want.numel():
-        return
-    row_amax = want.nan_to_num().abs().amax(-1, keepdim=True)
-    bad = (got - want).abs() > s_ref * _step(q_ref) * 1.001 + Y_RTOL[dtype] * row_amax
-    if bad.any():
-        where = bad.nonzero()[:6].tolist()
-        raise AssertionError(f"{name}: {int(bad.sum())} of {bad.numel()} dequantized values more than a step off, "
-                             f"first at {where}: got {got[bad][:6].tolist()}, expected {want[bad][:6].tolist()}")
+    _dequant_within(q, s, q_ref, s_ref, name, Y_RTOL[dtype])
 
 
 def _check_per_token(x, activation, qdtype, q, s, scale_ub=None):

@@ -18,6 +18,7 @@ from aiter_lite.ops.triton.normalization import layernorm, rmsnorm
 from aiter_lite.ops.triton.quant import norm_quant as fused
 from aiter_lite.ops.triton.quant.quant import QuantLaunchConfig
 from op_tests.triton_tests.quant.test_quant import _assert_codes, _poisoned_q, _storable  # noqa: F401 (autouse)
+from op_tests.triton_tests.quant.test_quant import _assert_dequant as _dequant_within
 from op_tests.utils import DEVICE, DTYPES, assert_close, by_device, make_rows
 
 Q_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.int8)
@@ -43,30 +44,8 @@ def _case(m, n, dtype, strided=False, lead=()):
     return x, w, b
 
 
-def _step(q: torch.Tensor) -> torch.Tensor:
-    """One quantization step at each of q's values (the gap to the next code out, or in at the top)."""
-    if not q.dtype.is_floating_point:
-        return torch.ones(q.shape, device=q.device)
-    bits = q.view(torch.uint8).to(torch.int32)
-    mag = bits & 0x7F
-
-    def value(m):
-        return m.clamp(0, 0x7F).to(torch.uint8).view(q.dtype).float()
-
-    up, here, down = value(mag + 1), value(mag), value(mag - 1)
-    return torch.where((mag < 0x7F) & torch.isfinite(up), up - here, here - down)
-
-
 def _assert_dequant(q, s, q_ref, s_ref, dtype, name):
-    """Dequantized values within one step of the reference's plus the input dtype's rounding."""
-    assert not q.float().isnan().any(), f"{name}: NaN in the output (an unwritten element?)"
-    got, want = q.float() * s, q_ref.float() * s_ref
-    row_amax = want.abs().amax(-1, keepdim=True) if want.numel() else want
-    allowed = s_ref * _step(q_ref) * 1.001 + SCALE_RTOL[dtype] * 2 * row_amax
-    bad = (got - want).abs() > allowed
-    if bad.any():
-        raise AssertionError(f"{name}: {int(bad.sum())} of {bad.numel()} dequantized values more than a step off: "
-                             f"got {got[bad][:6].tolist()}, expected {want[bad][:6].tolist()}")
+    _dequant_within(q, s, q_ref, s_ref, name, 2 * SCALE_RTOL[dtype])
 
 
 def _scales(shape):

@@ -77,6 +77,34 @@ def _assert_scales(got: torch.Tensor, want: torch.Tensor, name: str) -> None:
     assert torch.isfinite(got).all() and (got > 0).all(), f"{name}: a scale is not finite and positive"
 
 
+def _step(q: torch.Tensor) -> torch.Tensor:
+    """One quantization step at each of q's values (the gap to the next code out, or in at the top)."""
+    if not q.dtype.is_floating_point:
+        return torch.ones(q.shape, device=q.device)
+    mag = q.view(torch.uint8).to(torch.int32) & 0x7F
+
+    def value(m):
+        return m.clamp(0, 0x7F).to(torch.uint8).view(q.dtype).float()
+
+    up, here, down = value(mag + 1), value(mag), value(mag - 1)
+    return torch.where((mag < 0x7F) & torch.isfinite(up), up - here, here - down)
+
+
+def _assert_dequant(q, s, q_ref, s_ref, name, y_rtol):
+    """q * s within one step of q_ref * s_ref (scales broadcast to q's shape) plus ``y_rtol``
+    of the row's amax (the quantized value's own rounding); NaN only where the reference has NaN."""
+    got, want = q.float() * s, q_ref.float() * s_ref
+    assert torch.equal(got.isnan(), want.isnan()), f"{name}: NaN where the reference has none (or none where it has)"
+    if not want.numel():
+        return
+    row_amax = want.nan_to_num().abs().amax(-1, keepdim=True)
+    bad = (got - want).abs() > s_ref * _step(q_ref) * 1.001 + y_rtol * row_amax
+    if bad.any():
+        where = bad.nonzero()[:6].tolist()
+        raise AssertionError(f"{name}: {int(bad.sum())} of {bad.numel()} dequantized values more than a step off, "
+                             f"first at {where}: got {got[bad][:6].tolist()}, expected {want[bad][:6].tolist()}")
+
+
 def _poisoned_q(shape, dtype):
     q = torch.empty(shape, dtype=dtype, device=DEVICE)
     q.view(torch.uint8).fill_(0x7F if dtype.is_floating_point else 0x5A)  # fp8: NaN (e4m3fn) / a large code

@@ -38,11 +38,12 @@ from aiter_lite.ops.triton.quant.dtypes import (
 from aiter_lite.ops.triton.quant.quant import (
     QuantLaunchConfig,
     _check_group,
+    _check_q,
     _check_scale,
     _soft_round,
     per_token_launch_config,
 )
-from aiter_lite.utils.checks import check_row_input, check_same_device, check_unit_last_stride, rows_view
+from aiter_lite.utils.checks import check_row_input, rows_view
 from aiter_lite.utils.custom_ops import launch_op
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, row_warps
 from aiter_lite.utils.logger import debug_on, log_call
@@ -105,40 +106,12 @@ def _check_input(op: str, name: str, x, activation) -> int:
     return x.shape[-1] // 2
 
 
-def _check_storable(op: str, name: str, dtype: torch.dtype, device: torch.device) -> None:
-    # Eager calls only: while torch.compile traces, the device query behind the check
-    # (torch.cuda.get_device_capability) becomes a graph node rather than a constant. A
-    # compiled call with a dtype the device cannot store fails as its kernel compiles.
-    if not torch.compiler.is_compiling():
-        check_quant_dtype_supported(op, name, dtype, device)
-
-
 def _q_dtype(op: str, dtype_quant, x: torch.Tensor) -> torch.dtype:
     dtype = get_fp8_e4m3_dtype(x.device) if dtype_quant is None else dtype_quant
     if dtype not in QUANT_DTYPES:
         raise TypeError(f"{op}: dtype_quant must be one of {', '.join(str(d) for d in QUANT_DTYPES)}, got {dtype}")
-    _check_storable(op, "dtype_quant", dtype, x.device)
+    check_quant_dtype_supported(op, "dtype_quant", dtype, x.device)
     return dtype
-
-
-def _check_scalar(op: str, name: str, t, x_name: str, x: torch.Tensor) -> None:
-    """One fp32 element on x's device."""
-    if isinstance(t, torch.Tensor):
-        check_same_device(op, name, t, x_name, x)
-    _check_scale(op, name, t, 1, x)
-
-
-def _check_out(op: str, out, input: torch.Tensor, d: int) -> None:
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"{op}: out must be a torch.Tensor, got {type(out).__name__}")
-    if out.dtype not in QUANT_DTYPES:
-        raise TypeError(f"{op}: out must be one of {', '.join(str(t) for t in QUANT_DTYPES)}, got {out.dtype}")
-    _check_storable(op, "out", out.dtype, out.device)
-    expected = (*input.shape[:-1], d)
-    if tuple(out.shape) != expected:
-        raise ValueError(f"{op}: out must have shape {expected} for input {tuple(input.shape)}, got {tuple(out.shape)}")
-    check_same_device(op, "out", out, "input", input)
-    check_unit_last_stride(op, "out", out)
 
 
 # ---------------------------------------------------------------------------
@@ -267,11 +240,11 @@ def act_mul_and_fp8_quant(x: torch.Tensor, activation: Activation, scale: torch.
     d = _check_input(op, "x", x, activation)
     dtype = _q_dtype(op, dtype_quant, x)
     if scale is not None:
-        _check_scalar(op, "scale", scale, "x", x)
+        _check_scale(op, "scale", scale, 1, x, "x")
         if scale_ub is not None:
             raise ValueError(f"{op}: scale_ub bounds dynamic per-token scales; it cannot go with a static scale")
     elif scale_ub is not None:
-        _check_scalar(op, "scale_ub", scale_ub, "x", x)
+        _check_scale(op, "scale_ub", scale_ub, 1, x, "x")
     if debug_on():
         log_call(op, x=x, activation=activation, scale=scale, dtype_quant=dtype, scale_ub=scale_ub)
     q = torch.empty((*x.shape[:-1], d), dtype=dtype, device=x.device)
@@ -301,8 +274,8 @@ def silu_and_mul_quant(out: torch.Tensor, input: torch.Tensor, scale: torch.Tens
     quantized with ``scale`` (one fp32 element) to out's dtype. Returns ``out``."""
     op = "silu_and_mul_quant"
     d = _check_input(op, "input", input, "silu")
-    _check_out(op, out, input, d)
-    _check_scalar(op, "scale", scale, "input", input)
+    _check_q(op, out, input, ("out", "input"), shape=(*input.shape[:-1], d))
+    _check_scale(op, "scale", scale, 1, input, "input")
     if debug_on():
         log_call(op, out=out, input=input, scale=scale)
     if out.numel():

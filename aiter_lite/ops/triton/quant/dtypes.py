@@ -46,7 +46,12 @@ def supported_quant_dtypes(device: torch.device) -> tuple[torch.dtype, ...]:
 
 
 def check_quant_dtype_supported(op: str, name: str, dtype: torch.dtype, device: torch.device) -> None:
-    """A ValueError naming the dtypes ``device`` supports where ``dtype`` is not one."""
+    """A ValueError naming the dtypes ``device`` supports where ``dtype`` is not one.
+    Eager calls only: while torch.compile traces, the device query behind it becomes a
+    graph node rather than a constant (a compiled call with such a dtype fails as its
+    kernel compiles)."""
+    if torch.compiler.is_compiling():
+        return
     supported = supported_quant_dtypes(device)
     if dtype not in supported:
         names = ", ".join(str(d) for d in supported)

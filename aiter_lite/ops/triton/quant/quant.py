@@ -122,7 +122,8 @@ def _check_q(op: str, qx, x_in: torch.Tensor, names: tuple[str, str] = ("qx", "x
     check_quant_dtype_supported(op, q_name, qx.dtype, qx.device)
     want = tuple(x_in.shape) if shape is None else tuple(shape)
     if tuple(qx.shape) != want:
-        raise ValueError(f"{op}: {q_name} must have shape {want}, got {tuple(qx.shape)}")
+        raise ValueError(f"{op}: {q_name} must have shape {want} for {x_name} {tuple(x_in.shape)}, "
+                         f"got {tuple(qx.shape)}")
     check_same_device(op, q_name, qx, x_name, x_in)
     check_unit_last_stride(op, q_name, qx)
 

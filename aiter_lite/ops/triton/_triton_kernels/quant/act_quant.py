@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from aiter_lite.ops.triton._triton_kernels.activation import _apply_activation
-from aiter_lite.ops.triton._triton_kernels.quant.quant import _load_f32, _quantize, _scale_of
+from aiter_lite.ops.triton._triton_kernels.quant.quant import _load_f32, _quantize, _row_scale
 
 
 @triton.jit
@@ -82,9 +82,7 @@ def _act_quant_kernel(
             mask = None if EVEN else row_mask[:, None] & (cols < n_cols)[None, :]
             y = _act_mul(x_rows + cols[None, :], n_cols, mask, ACTIVATION, x_dtype, EVEN)
             amax = tl.max(tl.abs(y), axis=1)
-        if HAS_UB:
-            amax = tl.minimum(amax, tl.load(ub_ptr))
-        scale = _scale_of(amax, q_max, min_scale)
+        scale = _row_scale(amax, ub_ptr, q_max, min_scale, HAS_UB)
         tl.store(scale_ptr + rows * stride_s_row, scale, mask=row_mask)
         inv_scale = tl.math.div_rn(1.0, scale)[:, None]
         if LOOPED:

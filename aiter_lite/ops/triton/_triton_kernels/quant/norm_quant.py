@@ -25,7 +25,7 @@ from aiter_lite.ops.triton._triton_kernels.normalization.norm import (
     _looped_stats,
     _reload_row_input,
 )
-from aiter_lite.ops.triton._triton_kernels.quant.quant import _quantize, _scale_of
+from aiter_lite.ops.triton._triton_kernels.quant.quant import _quantize, _row_scale
 
 
 @triton.jit
@@ -45,14 +45,6 @@ def _normalized_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, col_
     y = _normalized(x - mean, rstd, w, b, weight_offset, round_ty, HAS_WEIGHT, HAS_BIAS)
     ys = y * tl.load(xs_ptr + cols, mask=col_mask, other=0.0).to(tl.float32) if HAS_SMOOTH else y
     return y, ys
-
-
-@triton.jit
-def _row_scale(amax, ub_ptr, q_max, min_scale, HAS_UB: tl.constexpr):
-    """A dynamic row scale: the amax capped at the upper bound (HAS_UB), over q_max, floored."""
-    if HAS_UB:
-        amax = tl.minimum(amax, tl.load(ub_ptr))
-    return _scale_of(amax, q_max, min_scale)
 
 
 @triton.jit

@@ -53,6 +53,14 @@ def _scale_of(amax, q_max, min_scale):
 
 
 @triton.jit
+def _row_scale(amax, ub_ptr, q_max, min_scale, HAS_UB: tl.constexpr):
+    """A dynamic row scale: the amax capped at the upper bound (HAS_UB), over q_max, floored."""
+    if HAS_UB:
+        amax = tl.minimum(amax, tl.load(ub_ptr))
+    return _scale_of(amax, q_max, min_scale)
+
+
+@triton.jit
 def _load_f32(ptr, mask, EVEN: tl.constexpr):
     """fp32 of x at ``ptr``, 0 where masked (EVEN: every lane, ``mask`` unused)."""
     if EVEN:
@@ -159,9 +167,7 @@ def _per_token_quant_kernel(
         mask = None if EVEN else row_mask[:, None] & (cols < n_cols)[None, :]
         x = _load_f32(x_rows + cols[None, :], mask, EVEN)
         amax = tl.max(tl.abs(x), axis=1)
-    if HAS_UB:
-        amax = tl.minimum(amax, tl.load(ub_ptr))
-    scale = _scale_of(amax, q_max, min_scale)
+    scale = _row_scale(amax, ub_ptr, q_max, min_scale, HAS_UB)
     tl.store(scale_ptr + rows * stride_s, scale, mask=row_mask)
     inv_scale = tl.math.div_rn(1.0, scale)[:, None]
     dtype = q_ptr.dtype.element_ty
