@@ -90,14 +90,16 @@ def _step(q: torch.Tensor) -> torch.Tensor:
     return torch.where((mag < 0x7F) & torch.isfinite(up), up - here, here - down)
 
 
-def _assert_dequant(q, s, q_ref, s_ref, name, y_rtol):
+def _assert_dequant(q, s, q_ref, s_ref, name, y_rtol, row_amax=None):
     """q * s within one step of q_ref * s_ref (scales broadcast to q's shape) plus ``y_rtol``
-    of the row's amax (the quantized value's own rounding); NaN only where the reference has NaN."""
+    of the row's amax (the quantized value's own rounding); NaN only where the reference has NaN.
+    ``row_amax`` is the unquantized input's, where saturation clips the dequantized one."""
     got, want = q.float() * s, q_ref.float() * s_ref
     assert torch.equal(got.isnan(), want.isnan()), f"{name}: NaN where the reference has none (or none where it has)"
     if not want.numel():
         return
-    row_amax = want.nan_to_num().abs().amax(-1, keepdim=True)
+    if row_amax is None:
+        row_amax = want.nan_to_num().abs().amax(-1, keepdim=True)
     bad = (got - want).abs() > s_ref * _step(q_ref) * 1.001 + y_rtol * row_amax
     if bad.any():
         where = bad.nonzero()[:6].tolist()
