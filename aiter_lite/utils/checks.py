@@ -61,6 +61,8 @@ def rows_view(op: str, name: str, t: torch.Tensor, *, writable: bool) -> torch.T
     Inputs whose leading dims cannot share one row stride are gathered by
     ``reshape`` (a copy); an output must be a view, or it would not be written.
     """
+    if t.dim() == 2:  # already rows (a view op costs a few us a call on a slow host)
+        return t
     n = t.shape[-1]
     try:
         return t.view(-1, n)

@@ -161,6 +161,41 @@ def test_per_tensor(dtype, qdtype, shape):
     _assert_codes(q, q_ref, "static per-tensor")
 
 
+@pytest.mark.parametrize("config", [QuantLaunchConfig(2, 64, 4), QuantLaunchConfig(1, 2048, 8),
+                                    QuantLaunchConfig(1, 0, 8, LOOPED=True)], ids=str)
+def test_per_tensor_paths(config):
+    """One launch with many small tiles, a single tile and the amax-then-static pair each
+    give the reference's scale and codes, call after call (their work words left zeroed)."""
+    x = _input(33, 1076, torch.bfloat16, strided=True)
+    x[3, 5] = -50.0  # the amax in one tile only
+    qdtype = SUPPORTED[0]
+    scale_ref = torch.empty(1, device=DEVICE)
+    q_ref, _ = native.dynamic_per_tensor_quant_fp8_i8(torch.empty(x.shape, dtype=qdtype, device=DEVICE), x, scale_ref)
+    if config.BLOCK_N == 2048:
+        x, q_ref = x[:1], None  # one row: one tile
+        native.dynamic_per_tensor_quant_fp8_i8(torch.empty(x.shape, dtype=qdtype, device=DEVICE), x, scale_ref)
+    for _ in range(3):
+        q, s = _poisoned_q(x.shape, qdtype), torch.full((1,), float("nan"), device=DEVICE)
+        quant.dynamic_per_tensor_quant_fp8_i8(q, x, s, config=config)
+        _assert_scales(s, scale_ref, f"per-tensor scale {config}")
+        if q_ref is not None:
+            _assert_codes(q, q_ref, f"dynamic per-tensor {config}")
+        else:
+            _assert_codes(q, quant.static_per_tensor_quant_fp8_i8(_poisoned_q(x.shape, qdtype), x, scale_ref),
+                          f"dynamic per-tensor {config}")
+
+
+def test_per_tensor_launch_config():
+    """Small tensors take one launch (tiles within two programs an SM), large ones two."""
+    from aiter_lite.ops.triton.quant.quant import dynamic_per_tensor_launch_config as cfg
+    assert not cfg(1, 4096).LOOPED and not cfg(1, 7).LOOPED
+    assert cfg(4096, 7168).LOOPED
+    if ON_GPU:
+        sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
+        c = cfg(256, 4096, torch.device(DEVICE))
+        assert not c.LOOPED and c.BLOCK_M * c.BLOCK_N <= 8192 and 256 * 4096 // (c.BLOCK_M * c.BLOCK_N) <= 2 * sms
+
+
 @pytest.mark.parametrize("qdtype", Q_DTYPES, ids=str)
 def test_saturation_and_nan(qdtype):
     lo, hi = quant.quant_range(qdtype)

@@ -72,6 +72,7 @@ _MAX_GRID_Y = 65535  # CUDA and HIP limit of grid axis 1
 # step in input elements (88-108 registers at 8 warps; 8192-output steps took 170-187).
 _OUTPUTS_PER_LANE = 32
 _LOOP_BLOCK = 4096
+_MAX_ROW_IN_REGS = 16384
 
 
 @functools.lru_cache(maxsize=1024)
@@ -81,7 +82,7 @@ def act_quant_launch_config(mode: str, n_rows: int, n_cols: int, device: torch.d
     "static", "per_token", "group" (tiles at least ``group_size`` wide)."""
     if mode == "per_token":
         cfg = per_token_launch_config(n_rows, n_cols, device)
-        if cfg.LOOPED:
+        if cfg.LOOPED or cfg.BLOCK_N > _MAX_ROW_IN_REGS:
             return QuantLaunchConfig(1, _LOOP_BLOCK, row_warps(_LOOP_BLOCK), LOOPED=True)
         warps = min(max(cfg.num_warps, cfg.BLOCK_M * cfg.BLOCK_N // (_OUTPUTS_PER_LANE * WARP_SIZE)), 16)
         return QuantLaunchConfig(cfg.BLOCK_M, cfg.BLOCK_N, warps)

@@ -107,7 +107,7 @@ def _static_quant_kernel(
 @triton.jit
 def _amax_scale_kernel(
     x_ptr,
-    work_ptr,                     # int32 (2,), zeroed: amax's bits (atomic max), arrivals
+    work_ptr,                     # int32 (3,), zero at entry, zero again at exit: amax's bits, arrivals
     scale_ptr,                    # fp32, one element: written by the last program
     stride_x_row,
     n_rows, n_cols,
@@ -121,8 +121,8 @@ def _amax_scale_kernel(
     takes every num_programs(1)-th row block of its column block, and its amax joins
     the tensor's by an integer atomic max (|x| >= 0, whose float bits order as integers:
     exact, so the same in any order); the last program to arrive writes
-    ``_scale_of(amax)``. The scale is written, never read first: the caller need not
-    zero it."""
+    ``_scale_of(amax)`` and zeroes the work words for the next call. The scale is
+    written, never read first: the caller need not zero it."""
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for pid_m in range(tl.program_id(1), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(1)):
         rows, cols, mask = _tile(pid_m, tl.program_id(0), n_rows, n_cols, EVEN, INT64, BLOCK_M, BLOCK_N)
@@ -131,8 +131,53 @@ def _amax_scale_kernel(
     tl.atomic_max(work_ptr, amax.to(tl.int32, bitcast=True), sem="relaxed", scope="gpu")
     n_programs = tl.num_programs(0) * tl.num_programs(1)
     if tl.atomic_add(work_ptr + 1, 1, sem="acq_rel", scope="gpu") == n_programs - 1:
-        amax = tl.atomic_max(work_ptr, 0, sem="relaxed", scope="gpu").to(tl.float32, bitcast=True)
+        amax = tl.atomic_xchg(work_ptr, 0, sem="relaxed", scope="gpu").to(tl.float32, bitcast=True)
+        tl.atomic_xchg(work_ptr + 1, 0, sem="relaxed", scope="gpu")
         tl.store(scale_ptr, _scale_of(amax, q_max, min_scale))
+
+
+@triton.jit
+def _dynamic_per_tensor_kernel(
+    x_ptr, q_ptr,
+    work_ptr,                     # int32 (3,), zero at entry, zero again at exit: amax's bits, arrivals, departures
+    scale_ptr,                    # fp32, one element: written by program 0
+    stride_x_row, stride_q_row,
+    n_rows, n_cols,
+    q_min, q_max, min_scale,
+    PHASE: tl.constexpr,          # 0: amax, wait, quantize; 1 / 2: the amax / the rest alone (interpreter)
+    EVEN: tl.constexpr,
+    INT64: tl.constexpr,
+    SOFT_ROUND: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """Dynamic per-tensor quantization in one launch, every program resident at once: a
+    program's tile stays in registers while the tensor's amax forms (an integer atomic
+    max, as ``_amax_scale_kernel``); each program raises the arrival count, waits for
+    all, then quantizes its tile with the one scale. The last program to leave zeroes
+    the work words for the next call."""
+    col_blocks = tl.cdiv(n_cols, BLOCK_N)
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    rows, cols, mask = _tile(pid // col_blocks, pid % col_blocks, n_rows, n_cols, EVEN, INT64, BLOCK_M, BLOCK_N)
+    x = _load_f32(x_ptr + rows[:, None] * stride_x_row + cols[None, :], mask, EVEN)
+    if PHASE != 2:
+        amax = tl.max(tl.max(tl.abs(x), axis=1), axis=0)
+        tl.atomic_max(work_ptr, amax.to(tl.int32, bitcast=True), sem="relaxed", scope="gpu")
+        tl.atomic_add(work_ptr + 1, 1, sem="release", scope="gpu")
+    if PHASE != 1:
+        while tl.atomic_add(work_ptr + 1, 0, sem="acquire", scope="gpu") < n_programs:
+            pass
+        amax = tl.atomic_add(work_ptr, 0, sem="relaxed", scope="gpu").to(tl.float32, bitcast=True)
+        scale = _scale_of(amax, q_max, min_scale)
+        if pid == 0:
+            tl.store(scale_ptr, scale)
+        q = _quantize(x, tl.math.div_rn(1.0, scale), q_min, q_max, q_ptr.dtype.element_ty, SOFT_ROUND)
+        tl.store(q_ptr + rows[:, None] * stride_q_row + cols[None, :], q, mask=None if EVEN else mask)
+        if tl.atomic_add(work_ptr + 2, 1, sem="acq_rel", scope="gpu") == n_programs - 1:
+            tl.atomic_xchg(work_ptr, 0, sem="relaxed", scope="gpu")
+            tl.atomic_xchg(work_ptr + 1, 0, sem="relaxed", scope="gpu")
+            tl.atomic_xchg(work_ptr + 2, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
