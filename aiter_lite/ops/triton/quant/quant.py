@@ -265,7 +265,7 @@ def dynamic_per_tensor_launch_config(n_rows: int, n_cols: int,
             block_n //= 2
     if tiles() > _ONE_LAUNCH_PER_SM * sms:
         return QuantLaunchConfig(1, 0, 8, LOOPED=True)
-    return QuantLaunchConfig(block_m, block_n, min(max(block_m * block_n // (32 * WARP_SIZE), 4), 8))
+    return QuantLaunchConfig(block_m, block_n, _lane_warps(block_m * block_n))
 
 
 _work_words: dict = {}
