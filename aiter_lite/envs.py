@@ -12,6 +12,7 @@ variable and the allowed values; an unset or empty variable takes its default.
 | AITER_ROPE_TRITON_BACKEND | 0, 1 | 0 (1 selects triton for rope) |
 | AITER_ROPE_NATIVE_BACKEND | 0, 1 | 0 (1 selects native for rope) |
 | AITER_ROPE_CHECK_POSITIONS | 0, 1 | 0 (1: RoPE checks positions / offsets / cu_seqlens against the table on the host) |
+| AITER_FAST_LAUNCH | 0, 1 | 1 (0: every eager call checks its arguments and launches through Triton) |
 
 ``<FAMILY>`` is one of :data:`OP_FAMILIES` in upper case, e.g. AITER_ACTIVATION_BACKEND.
 """
@@ -89,6 +90,13 @@ def rope_check_positions() -> bool:
     cu_seqlens against the table's rows before launching (a ValueError instead of NaN
     rows; the check waits for the GPU). Indices on the CPU are always checked."""
     return _read_flag("AITER_ROPE_CHECK_POSITIONS")
+
+
+def fast_launch() -> bool:
+    """AITER_FAST_LAUNCH (default 1): eager calls that repeat an earlier call's argument
+    shapes launch from a cached plan (``aiter_lite.utils.fast_launch``); 0 turns it off.
+    Read once, on the first launch."""
+    return _read_choice("AITER_FAST_LAUNCH", ("0", "1"), "1") == "1"
 
 
 def backend(family: str) -> str:

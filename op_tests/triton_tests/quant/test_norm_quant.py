@@ -16,7 +16,7 @@ from aiter_lite.ops.native import norm_quant as native
 from aiter_lite.ops.triton import quant
 from aiter_lite.ops.triton.normalization import layernorm, rmsnorm
 from aiter_lite.ops.triton.quant import norm_quant as fused
-from aiter_lite.ops.triton.quant.quant import QuantLaunchConfig
+from aiter_lite.ops.triton.quant.norm_quant import NormQuantLaunchConfig
 from op_tests.triton_tests.quant.test_quant import _assert_codes, _poisoned_q, _storable  # noqa: F401 (autouse)
 from op_tests.triton_tests.quant.test_quant import _assert_dequant as _dequant_within
 from op_tests.utils import DEVICE, DTYPES, assert_close, by_device, make_rows
@@ -139,7 +139,7 @@ def test_pinned_configs_and_extras(looped):
     """The looped path (pinned), a 3-D input, scale_ub, dump_rms_norm, vLLM's per-token form."""
     dtype, qdtype = torch.bfloat16, torch.float8_e4m3fn
     x, w, b = _case(3, 300, dtype, lead=(2,))
-    cfg = QuantLaunchConfig(1, 128, 4, LOOPED=True) if looped else QuantLaunchConfig(2, 512, 4)
+    cfg = NormQuantLaunchConfig(1, 128, 4, LOOPED=True) if looped else NormQuantLaunchConfig(2, 512, 4)
     ub = torch.tensor([1.5], device=DEVICE)
     for is_rms in (True, False):
         q, s = _poisoned_q(x.shape, qdtype), _scales(x.shape)
@@ -163,6 +163,52 @@ def test_pinned_configs_and_extras(looped):
     assert_close(res, res_ref, name="residual")
     _assert_scales_close(s, s_ref, dtype, "vLLM per-token scale")
     _assert_dequant(q, s, q_ref, s_ref, dtype, "vLLM per-token")
+
+
+# STATIC looped configs (the width compiled in, every pass unrolled): a width the chunk
+# does not divide (the last of 3 chunks partial) and one it does.
+STATIC_CASES = {
+    "partial": (NormQuantLaunchConfig(1, 1024, 4, LOOPED=True, STATIC=True), (3, 3000)),
+    "even": (NormQuantLaunchConfig(1, 512, 4, LOOPED=True, STATIC=True), (4, 2048)),
+}
+
+
+@pytest.mark.parametrize("variant", ["dynamic", "add", "smooth", "add_smooth", "static", "add_static"])
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+@pytest.mark.parametrize("case", STATIC_CASES)
+def test_static_looped(case, is_rms, variant):
+    """The STATIC looped path, pinned, against the native reference (LayerNorm with an
+    input bias; the normalized rows dumped as well)."""
+    cfg, (m, n) = STATIC_CASES[case]
+    dtype, qdtype = torch.bfloat16, torch.float8_e4m3fn
+    x, w, b = _case(m, n, dtype, strided="add" in variant)
+    r = make_rows(m, n, dtype) if "add" in variant else None
+    scale = torch.tensor([0.02], device=DEVICE) if "static" in variant else None
+    kw = {"is_rms": is_rms, "scale": scale, "dump": True,
+          "xscale": (torch.rand(n, device=DEVICE) + 0.5) if "smooth" in variant else None,
+          "x_bias": None if is_rms else torch.randn(n, device=DEVICE).to(dtype)}
+    bias = None if is_rms else b
+    outs = []
+    for impl, head, extra in ((fused, ("t",), {"config": cfg}), (native, (), {})):
+        q, s = _poisoned_q((m, n), qdtype), None if scale is not None else _scales((m, n))
+        r_out = None if r is None else torch.full_like(r, float("nan"))
+        y = impl.norm_quant(*head, q, x, w, bias, 1e-5, yscale=s, residual_in=r, residual_out=r_out, **kw, **extra)
+        outs.append((q, scale if s is None else s, r_out, y))
+    (q, s, r_out, y), (q_ref, s_ref, r_out_ref, y_ref) = outs
+    if scale is None:
+        _assert_scales_close(s, s_ref, dtype, "static-looped scale")
+    _assert_dequant(q, s, q_ref, s_ref, dtype, "static-looped")
+    if r is None:
+        assert_close(y, y_ref, name="static-looped dump")
+    else:  # normalized from the stored (rounded) sum: a few of its units apart
+        assert_close(y, y_ref, atol=SCALE_RTOL[dtype] * float(y_ref.abs().amax()), name="static-looped dump")
+        assert_close(r_out, r_out_ref, name="static-looped residual_out")
+
+
+def test_static_config_choice():
+    """Wide LayerNorm rows from one wave up take the STATIC loop, its chunk dividing the row."""
+    cfg = fused.norm_quant_launch_config(4096, 14336, None, False, False)
+    assert cfg.LOOPED and cfg.STATIC and 14336 % cfg.BLOCK_N == 0, cfg
 
 
 def test_bad_inputs():

@@ -45,6 +45,7 @@ from aiter_lite.ops.triton.quant.quant import (
 )
 from aiter_lite.utils.checks import check_row_input, rows_view
 from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.fast_launch import launch, planned
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, row_warps
 from aiter_lite.utils.logger import debug_on, log_call
 
@@ -158,7 +159,8 @@ def _launch_rows(x2, q2, scale, scale_ub, activation: str, mode: str, group_size
     s_group = scale.stride(1) if mode == "group" else 0
     row_blocks = cdiv(n_rows, cfg.BLOCK_M)
     per_token = mode == "per_token"
-    _act_quant_kernel[(row_blocks,) if per_token else (cdiv(n_cols, cfg.BLOCK_N), row_blocks)](
+    launch(
+        _act_quant_kernel, (row_blocks,) if per_token else (cdiv(n_cols, cfg.BLOCK_N), row_blocks),
         x2, q2, scale, scale if scale_ub is None else scale_ub,
         x2.stride(0), q2.stride(0), s_row, s_group,
         n_rows, n_cols, _GROUP_EPS, q_min, q_max, min_scale(q2.dtype) if per_token else 0.0,
@@ -194,6 +196,7 @@ def _rows(op: str, name: str, x: torch.Tensor, q: torch.Tensor) -> tuple[torch.T
 # public ops
 
 
+@planned
 def act_mul_and_fp8_group_quant(x: torch.Tensor, activation: Activation, group_size: int,
                                 dtype_quant: torch.dtype | None = None, *, column_major_scales: bool = False,
                                 config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -229,6 +232,7 @@ def act_mul_and_fp8_group_quant(x: torch.Tensor, activation: Activation, group_s
     return q, scales
 
 
+@planned
 def act_mul_and_fp8_quant(x: torch.Tensor, activation: Activation, scale: torch.Tensor | None = None,
                           dtype_quant: torch.dtype | None = None, *, scale_ub: torch.Tensor | None = None,
                           config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -270,6 +274,7 @@ def act_mul_and_fp8_quant(x: torch.Tensor, activation: Activation, scale: torch.
     return q, scales
 
 
+@planned
 def silu_and_mul_quant(out: torch.Tensor, input: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """vLLM's fused SwiGLU + static quantization: ``out = silu(input[..., :d]) * input[..., d:]``
     quantized with ``scale`` (one fp32 element) to out's dtype. Returns ``out``."""

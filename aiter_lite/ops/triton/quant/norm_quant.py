@@ -31,14 +31,21 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 
 from aiter_lite.ops.triton._triton_kernels.quant.norm_quant import _norm_quant_kernel
-from aiter_lite.ops.triton.normalization.norm import _int64, check_input, check_like, check_scalar, check_vector
+from aiter_lite.ops.triton.normalization.norm import (
+    _int64,
+    _static_chunks,
+    check_input,
+    check_like,
+    check_scalar,
+    check_vector,
+)
 from aiter_lite.ops.triton.quant.dtypes import min_scale, quant_range
 from aiter_lite.ops.triton.quant.quant import (
-    QuantLaunchConfig,
     _check_q,
     _check_scale,
     _scale_vector,
@@ -46,6 +53,7 @@ from aiter_lite.ops.triton.quant.quant import (
 )
 from aiter_lite.utils.checks import rows_view
 from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.fast_launch import launch, planned
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2
 from aiter_lite.utils.logger import debug_on, log_call
 
@@ -62,41 +70,74 @@ __all__ = [
     "fused_add_rms_norm_static_fp8_quant",
     "rms_norm_dynamic_per_token_quant",
     "norm_quant_launch_config",
+    "NormQuantLaunchConfig",
 ]
 
+
+@dataclass(frozen=True)
+class NormQuantLaunchConfig:
+    BLOCK_M: int  # rows per program (1 when LOOPED)
+    BLOCK_N: int  # columns per step: the whole row unless LOOPED
+    num_warps: int
+    LOOPED: bool = False  # one row per program in BLOCK_N chunks
+    STATIC: bool = False  # looped: the row width compiled in (every pass unrolled; one build per width)
+
+
 # Rows up to _MAX_ROW_IN_REGS in registers, several to a program up to a _TILE-element
-# tile, halved until the grid has two programs per SM, 16 elements a lane (up to 16
-# warps: a row, its residual and its normalized value held at once; sm_90 compiles: 8192
-# wide with a residual, 16 warps, about 100 registers); wider rows looped in _LOOP_BLOCK
-# chunks. H200 (bf16 to e4m3fn): without a residual, 16384 x 14336 RMSNorm takes 238-241
-# us at 8 or 16 warps in registers (72% of copy) against 321 looped; LayerNorm 440 / 450
-# us either way (39%). With a residual, 16384 x 14336 bf16 with a residual: the row, its residual and the normalized
-# value in registers spill at 16384 (128 registers + 40 B of stack at 16 warps); looped
-# in 4096-wide chunks at 8 warps it takes 460 us (86.8% of copy) against about 489.
+# tile, halved until the grid has two programs per SM, 32 elements a lane (4 to 16 warps);
+# wider rows (with a residual, from _MAX_ADD_ROW_IN_REGS: the row, its residual and its
+# normalized value in registers spill at 16384) looped in _LOOP_BLOCK chunks, or with the
+# width compiled in (_STATIC_LOOPS). Measured on an H200 (bf16 to e4m3fn, dynamic per
+# token, us): in registers 32 elements a lane against 16: RMSNorm 8192 x 8192 65.9 / 76.2,
+# LayerNorm 83.6 / 104.3, fused add + RMSNorm 118.1 / 127.5; RMSNorm 16384 x 14336 237 in
+# registers against 247 looped (STATIC) and 321 runtime-looped.
 _TILE = 2048
 _MAX_ROW_IN_REGS = 16384
 _MAX_ADD_ROW_IN_REGS = 8192
 _LOOP_BLOCK = 4096
 _MAX_WARPS = 16
 
+# Looped rows with the width compiled in (STATIC: every pass unrolled, its chunks' loads
+# issued together), from one wave of rows up (n_rows >= SMs), by (is_rms, residual,
+# power-of-2 width); the chunk narrowed to one dividing the row by norm.py's
+# _static_chunks. Measured (H200, dynamic per token, us): LayerNorm 16384 x 14336 325.6
+# in 2048-wide chunks with 8 warps against 434 in registers and 449 runtime-looped; 4096 x
+# 16384 101.5 against 107.8 for 4096-wide chunks; 2048 x 32768 111.0 (8192 / 32 warps
+# 130.2). RMSNorm 2048 x 32768 83.7. Fused add: LayerNorm 4096 x 16384 156.5 (8192 / 32
+# warps: 206.1), 2048 x 32768 171.8 against 178.8 runtime-looped; RMSNorm 4096 x 16384
+# 129.5, 2048 x 32768 135.8 against 176.1. LayerNorm at 8192 and RMSNorm at 16384 stay
+# in registers (83.6 against 101.5; 69.4 against 97.8 at 4096 x 16384).
+_STATIC_LOOPS = {
+    (False, False, 16384): NormQuantLaunchConfig(1, 2048, 8, LOOPED=True, STATIC=True),
+    (False, False, 32768): NormQuantLaunchConfig(1, 2048, 8, LOOPED=True, STATIC=True),
+    (True, False, 32768): NormQuantLaunchConfig(1, 8192, 32, LOOPED=True, STATIC=True),
+    (False, True, 16384): NormQuantLaunchConfig(1, 4096, 8, LOOPED=True, STATIC=True),
+    (False, True, 32768): NormQuantLaunchConfig(1, 4096, 32, LOOPED=True, STATIC=True),
+    (True, True, 16384): NormQuantLaunchConfig(1, 8192, 32, LOOPED=True, STATIC=True),
+    (True, True, 32768): NormQuantLaunchConfig(1, 8192, 32, LOOPED=True, STATIC=True),
+}
+
 
 def _warps(tile: int) -> int:
-    return min(max(tile // (16 * WARP_SIZE), 4), _MAX_WARPS)
+    return min(max(tile // (32 * WARP_SIZE), 4), _MAX_WARPS)
 
 
 @functools.lru_cache(maxsize=1024)
 def norm_quant_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None,
-                             residual: bool = False) -> QuantLaunchConfig:
+                             residual: bool = False, is_rms: bool = True) -> NormQuantLaunchConfig:
     """Tile and warps of a fused norm + quant launch over (n_rows, n_cols), ``residual``
-    for the fused-add forms."""
+    for the fused-add forms, ``is_rms`` for RMSNorm (else LayerNorm)."""
     row = next_power_of_2(max(n_cols, 1))
+    sms = grid_sms(device, 1)
+    static = _STATIC_LOOPS.get((is_rms, residual, row))
+    if static is not None and n_rows >= sms:
+        return _static_chunks(static, n_cols)
     if row > _MAX_ROW_IN_REGS or (residual and row > _MAX_ADD_ROW_IN_REGS):
-        return QuantLaunchConfig(1, _LOOP_BLOCK, _warps(_LOOP_BLOCK), LOOPED=True)
+        return NormQuantLaunchConfig(1, _LOOP_BLOCK, 8, LOOPED=True)
     block_m = min(max(_TILE // row, 1), next_power_of_2(max(n_rows, 1)))
-    want = 2 * grid_sms(device, 1)
-    while block_m > 1 and cdiv(n_rows, block_m) < want:
+    while block_m > 1 and cdiv(n_rows, block_m) < 2 * sms:
         block_m //= 2
-    return QuantLaunchConfig(block_m, row, _warps(block_m * row))
+    return NormQuantLaunchConfig(block_m, row, _warps(block_m * row))
 
 
 @launch_op("norm_quant", mutates_args=("q2", "scale", "r_out2", "y2"))
@@ -109,12 +150,13 @@ def _run(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, r2: torch.Tens
 
 
 def _launch(x2, q2, scale, r2, r_out2, x_bias, weight, bias, xscale, scale_ub, y2, eps, weight_offset, is_rms,
-            dynamic, config: QuantLaunchConfig | None = None) -> None:
+            dynamic, config: NormQuantLaunchConfig | None = None) -> None:
     n_rows, n_cols = x2.shape
-    cfg = config or norm_quant_launch_config(n_rows, n_cols, x2.device, r2 is not None)
+    cfg = config or norm_quant_launch_config(n_rows, n_cols, x2.device, r2 is not None, is_rms)
     q_min, q_max = quant_range(q2.dtype)
     has_res = r2 is not None
-    _norm_quant_kernel[(n_rows if cfg.LOOPED else cdiv(n_rows, cfg.BLOCK_M),)](
+    launch(
+        _norm_quant_kernel, (n_rows if cfg.LOOPED else cdiv(n_rows, cfg.BLOCK_M),),
         x2, r2, r_out2, x_bias, weight, bias, xscale, q2, scale, scale_ub, y2,
         x2.stride(0), r2.stride(0) if has_res else 0, r_out2.stride(0) if has_res else 0, q2.stride(0),
         y2.stride(0) if y2 is not None else 0, scale.stride(0) if dynamic else 0,
@@ -122,14 +164,15 @@ def _launch(x2, q2, scale, r2, r_out2, x_bias, weight, bias, xscale, scale_ub, y
         IS_RMS=is_rms, HAS_RESIDUAL=has_res, HAS_X_BIAS=x_bias is not None, HAS_WEIGHT=weight is not None,
         HAS_BIAS=bias is not None, HAS_SMOOTH=xscale is not None, DYNAMIC=dynamic, HAS_UB=scale_ub is not None,
         STORE_Y=y2 is not None, INT64=_int64(x2, q2, r2, r_out2, y2), SOFT_ROUND=_soft_round(q2.dtype),
-        LOOPED=cfg.LOOPED, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
+        N_STATIC=n_cols if cfg.LOOPED and cfg.STATIC else 0, LOOPED=cfg.LOOPED, BLOCK_M=cfg.BLOCK_M,
+        BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
     )
 
 
 def norm_quant(op: str, out, input, weight, bias, epsilon, *, is_rms: bool, yscale=None, scale=None, xscale=None,
                residual_in=None, residual_out=None, x_bias=None, scale_ub=None, dump: bool = False,
                weight_offset: float = 0.0, names: tuple[str, str, str] = ("out", "residual_in", "residual_out"),
-               yscale_name: str = "yscale", config: QuantLaunchConfig | None = None) -> torch.Tensor | None:
+               yscale_name: str = "yscale", config: NormQuantLaunchConfig | None = None) -> torch.Tensor | None:
     """Checked fused norm + quant of ``input`` into ``out``: dynamic per row into ``yscale``,
     or static by the one-element ``scale``; returns the normalized rows (input's dtype)
     where ``dump``, else None. ``names``: the caller's names of out and the residuals.
@@ -178,6 +221,7 @@ def norm_quant(op: str, out, input, weight, bias, epsilon, *, is_rms: bool, ysca
 # aiter's names: RMSNorm
 
 
+@planned
 def rmsnorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, yscale: torch.Tensor,
                                     weight: torch.Tensor | None, epsilon: float,
                                     scale_ub: torch.Tensor | None = None, clamp_out: bool = False,
@@ -188,6 +232,7 @@ def rmsnorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, ysca
                       yscale=yscale, scale_ub=scale_ub, dump=dump_rms_norm)
 
 
+@planned
 def rmsnorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xscale: torch.Tensor,
                                    yscale: torch.Tensor, weight: torch.Tensor | None, epsilon: float) -> None:
     """``out, yscale = dynamic_per_token_quant(rms_norm(input, weight, epsilon) * xscale)``."""
@@ -195,6 +240,7 @@ def rmsnorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xscal
                xscale=xscale)
 
 
+@planned
 def rmsnorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                                         residual_out: torch.Tensor, yscale: torch.Tensor,
                                         weight: torch.Tensor | None, epsilon: float) -> None:
@@ -203,6 +249,7 @@ def rmsnorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor, 
                yscale=yscale, residual_in=residual_in, residual_out=residual_out)
 
 
+@planned
 def rmsnorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                                        residual_out: torch.Tensor, xscale: torch.Tensor, yscale: torch.Tensor,
                                        weight: torch.Tensor | None, epsilon: float) -> None:
@@ -215,6 +262,7 @@ def rmsnorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor, r
 # aiter's names: LayerNorm
 
 
+@planned
 def layernorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, yscale: torch.Tensor,
                                       weight: torch.Tensor | None, bias: torch.Tensor | None,
                                       epsilon: float = 1e-5, x_bias: torch.Tensor | None = None) -> None:
@@ -223,6 +271,7 @@ def layernorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, ys
                yscale=yscale, x_bias=x_bias)
 
 
+@planned
 def layernorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xscale: torch.Tensor,
                                      yscale: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                                      epsilon: float = 1e-5, x_bias: torch.Tensor | None = None) -> None:
@@ -231,6 +280,7 @@ def layernorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xsc
                yscale=yscale, xscale=xscale, x_bias=x_bias)
 
 
+@planned
 def layernorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                                           residual_out: torch.Tensor, yscale: torch.Tensor,
                                           weight: torch.Tensor | None, bias: torch.Tensor | None,
@@ -240,6 +290,7 @@ def layernorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor
                yscale=yscale, residual_in=residual_in, residual_out=residual_out, x_bias=x_bias)
 
 
+@planned
 def layernorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                                          residual_out: torch.Tensor, xscale: torch.Tensor, yscale: torch.Tensor,
                                          weight: torch.Tensor | None, bias: torch.Tensor | None,
@@ -253,12 +304,14 @@ def layernorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor,
 # vLLM's names
 
 
+@planned
 def rms_norm_static_fp8_quant(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None,
                               scale: torch.Tensor, epsilon: float) -> None:
     """``out = static_per_tensor_quant(rms_norm(input, weight, epsilon), scale)``."""
     norm_quant("rms_norm_static_fp8_quant", out, input, weight, None, epsilon, is_rms=True, scale=scale)
 
 
+@planned
 def fused_add_rms_norm_static_fp8_quant(out: torch.Tensor, input: torch.Tensor, residual: torch.Tensor,
                                         weight: torch.Tensor | None, scale: torch.Tensor, epsilon: float) -> None:
     """``residual += input`` (in place); ``out = static_per_tensor_quant(rms_norm(residual), scale)``."""
@@ -266,6 +319,7 @@ def fused_add_rms_norm_static_fp8_quant(out: torch.Tensor, input: torch.Tensor, 
                residual_in=residual, residual_out=residual, names=("out", "residual", "residual"))
 
 
+@planned
 def rms_norm_dynamic_per_token_quant(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None,
                                      scales: torch.Tensor, epsilon: float, scale_ub: torch.Tensor | None = None,
                                      residual: torch.Tensor | None = None) -> None:

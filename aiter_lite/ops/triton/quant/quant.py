@@ -54,6 +54,7 @@ from aiter_lite.utils.checks import (
     rows_view,
 )
 from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.fast_launch import keep, launch, planned
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2, row_warps
 from aiter_lite.utils.logger import debug_on, log_call
 
@@ -234,7 +235,8 @@ def _launch_static(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor) -> N
             rows = slice(start * cfg.BLOCK_M, min((start + _MAX_GRID_Y) * cfg.BLOCK_M, n_rows))
             xs, qs = x2[rows], q2[rows]
             n = xs.shape[0]
-        _static_quant_kernel[(col_blocks, cdiv(n, cfg.BLOCK_M))](
+        launch(
+            _static_quant_kernel, (col_blocks, cdiv(n, cfg.BLOCK_M)),
             xs, qs, scale, xs.stride(0), qs.stride(0), n, n_cols, q_min, q_max,
             EVEN=n % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
             INT64=n * max(xs.stride(0), qs.stride(0)) + cfg.BLOCK_M * xs.stride(0) >= 2**31,
@@ -297,11 +299,13 @@ def _launch_dynamic_per_tensor(x2, q2, scale, config: QuantLaunchConfig | None =
     cfg = config or dynamic_per_tensor_launch_config(n_rows, n_cols, x2.device)
     q_min, q_max = quant_range(q2.dtype)
     work = _per_tensor_work(x2.device)
+    keep(work)
     if not cfg.LOOPED:
         tiles = cdiv(n_rows, cfg.BLOCK_M) * cdiv(n_cols, cfg.BLOCK_N)
         stride = max(x2.stride(0), q2.stride(0))
         for phase in (1, 2) if TRITON_INTERPRET else (0,):  # the interpreter runs programs one at a time
-            _dynamic_per_tensor_kernel[(tiles,)](
+            launch(
+                _dynamic_per_tensor_kernel, (tiles,),
                 x2, q2, work, scale, x2.stride(0), q2.stride(0), n_rows, n_cols, q_min, q_max, min_scale(q2.dtype),
                 PHASE=phase, EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
                 INT64=(n_rows + cfg.BLOCK_M) * stride >= 2**31, SOFT_ROUND=_soft_round(q2.dtype),
@@ -316,7 +320,8 @@ def _launch_dynamic_per_tensor(x2, q2, scale, config: QuantLaunchConfig | None =
     col_blocks = cdiv(n_cols, block_n)
     stripes = min(cdiv(n_rows, block_m), max(_AMAX_PROGRAMS_PER_SM * grid_sms(x2.device, 1) // col_blocks, 1),
                   _MAX_GRID_Y)
-    _amax_scale_kernel[(col_blocks, stripes)](
+    launch(
+        _amax_scale_kernel, (col_blocks, stripes),
         x2, work, scale, x2.stride(0), n_rows, n_cols, q_max, min_scale(q2.dtype),
         EVEN=n_rows % block_m == 0 and n_cols % block_n == 0,
         INT64=(n_rows + block_m) * x2.stride(0) >= 2**31, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
@@ -333,7 +338,8 @@ def _launch_per_token(x2, q2, scale, scale_ub, config: QuantLaunchConfig | None 
     n_rows, n_cols = x2.shape
     cfg = config or per_token_launch_config(n_rows, n_cols, x2.device)
     q_min, q_max = quant_range(q2.dtype)
-    _per_token_quant_kernel[(cdiv(n_rows, cfg.BLOCK_M),)](
+    launch(
+        _per_token_quant_kernel, (cdiv(n_rows, cfg.BLOCK_M),),
         x2, q2, scale, scale if scale_ub is None else scale_ub, x2.stride(0), q2.stride(0), scale.stride(0),
         n_rows, n_cols, q_min, q_max, min_scale(q2.dtype),
         HAS_UB=scale_ub is not None, LOOPED=cfg.LOOPED, SOFT_ROUND=_soft_round(q2.dtype),
@@ -349,7 +355,8 @@ def _run_group(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, group_si
     block_g = min(max(_GROUP_TILE // group_size, 1), next_power_of_2(n_rows * n_groups))
     warps = min(max(block_g * group_size // (_PER_LANE * WARP_SIZE), 1), _MAX_WARPS)
     q_min, q_max = quant_range(q2.dtype)
-    _group_quant_kernel[(cdiv(n_rows * n_groups, block_g),)](
+    launch(
+        _group_quant_kernel, (cdiv(n_rows * n_groups, block_g),),
         x2, q2, scale, x2.stride(0), q2.stride(0), scale.stride(0), scale.stride(1), n_rows, n_cols, n_groups,
         eps, q_min, q_max, EVEN=n_cols % group_size == 0 and (n_rows * n_groups) % block_g == 0,
         SOFT_ROUND=_soft_round(q2.dtype),
@@ -361,6 +368,7 @@ def _run_group(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, group_si
 # aiter's names
 
 
+@planned
 def static_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_in: torch.Tensor) -> torch.Tensor:
     """``qx = x_in / scale_in`` saturated to qx's dtype; ``scale_in`` one fp32 element. Returns ``qx``."""
     op = "static_per_tensor_quant_fp8_i8"
@@ -370,6 +378,7 @@ def static_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_i
     return qx
 
 
+@planned
 def dynamic_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor, *,
                                     config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The tensor's scale ``max(amax / q_max, 1 / (q_max * 512))`` written to ``scale_out``
@@ -388,6 +397,7 @@ def dynamic_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_
     return qx, scale_out
 
 
+@planned
 def dynamic_per_token_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor,
                                    scale_ub: torch.Tensor | None = None, *,
                                    config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -426,6 +436,7 @@ def _scale_vector(op: str, name: str, scale: torch.Tensor) -> torch.Tensor:
                          "cannot be viewed as one vector; pass a contiguous tensor") from None
 
 
+@planned
 def per_token_group_quant(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor, group_size: int,
                           eps: float = 1e-10) -> tuple[torch.Tensor, torch.Tensor]:
     """Each ``group_size`` columns of a row quantized with their own scale
@@ -468,6 +479,7 @@ def _quant_dtype(op: str, dtype: torch.dtype | None) -> torch.dtype:
     return dtype
 
 
+@planned
 def scaled_fp8_quant(input: torch.Tensor, scale: torch.Tensor | None = None, scale_ub: torch.Tensor | None = None,
                      use_per_token_if_dynamic: bool = False, output: torch.Tensor | None = None,
                      dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -491,6 +503,7 @@ def scaled_fp8_quant(input: torch.Tensor, scale: torch.Tensor | None = None, sca
     return dynamic_per_tensor_quant_fp8_i8(q, input, torch.empty(1, dtype=torch.float32, device=input.device))
 
 
+@planned
 def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = 1e-10, dtype: torch.dtype | None = None,
                               column_major_scales: bool = False,
                               out_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -511,6 +524,7 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = 1e-
     return per_token_group_quant(q, x, s, group_size, eps)
 
 
+@planned
 def per_token_group_quant_int8(x: torch.Tensor, group_size: int, eps: float = 1e-10,
                                dtype: torch.dtype = torch.int8) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM's ``per_token_group_quant_int8``: ``(q, scales)`` with int8 values."""

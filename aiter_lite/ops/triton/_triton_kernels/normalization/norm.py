@@ -39,12 +39,13 @@ def _load_row_input(x_ptr, r_ptr, r_out_ptr, xb_ptr, x_offs, r_offs, r_out_offs,
 
 @triton.jit
 def _reload_row_input(x_ptr, r_out_ptr, xb_ptr, x_offs, r_out_offs, cols, mask, col_mask,
-                      HAS_RESIDUAL: tl.constexpr, HAS_X_BIAS: tl.constexpr):
-    """The normalized input again, for a second pass: the stored sum with a residual, else x (+ x_bias)."""
+                      HAS_RESIDUAL: tl.constexpr, HAS_X_BIAS: tl.constexpr, EVICT: tl.constexpr):
+    """The normalized input again, for a later pass: the stored sum with a residual, else x (+ x_bias);
+    ``EVICT`` "evict_first" on the last pass over the row, "evict_last" where another follows."""
     if HAS_RESIDUAL:
-        x = tl.load(r_out_ptr + r_out_offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        x = tl.load(r_out_ptr + r_out_offs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
     else:
-        x = tl.load(x_ptr + x_offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        x = tl.load(x_ptr + x_offs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
         if HAS_X_BIAS:
             x += tl.load(xb_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
     return x
@@ -120,7 +121,8 @@ def _normalize_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, y_row, cols, col_ma
                      HAS_RESIDUAL: tl.constexpr, HAS_X_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
                      HAS_BIAS: tl.constexpr):
     """A looped second pass's chunk: re-read (the stored sum with a residual), normalize, store."""
-    x = _reload_row_input(x_row, r_out_row, xb_ptr, cols, cols, cols, col_mask, col_mask, HAS_RESIDUAL, HAS_X_BIAS)
+    x = _reload_row_input(x_row, r_out_row, xb_ptr, cols, cols, cols, col_mask, col_mask, HAS_RESIDUAL, HAS_X_BIAS,
+                          "evict_first")
     y = _scale_shift((x - mean) * rstd, w_ptr, b_ptr, cols, col_mask, weight_offset, HAS_WEIGHT, HAS_BIAS)
     tl.store(y_row + cols, y.to(y_row.dtype.element_ty), mask=col_mask)
 
@@ -317,7 +319,7 @@ def _norm_fwd_split_kernel(
     r_out_row = r_out_ptr + row * stride_r_out_row if HAS_RESIDUAL else r_out_ptr
     if PHASE == 2:
         x = _reload_row_input(x_row, r_out_row, xb_ptr, cols, cols, cols, col_mask, col_mask,
-                              HAS_RESIDUAL, HAS_X_BIAS)
+                              HAS_RESIDUAL, HAS_X_BIAS, "evict_first")
     else:
         x = _load_row_input(x_row, r_row, r_out_row, xb_ptr, cols, cols, cols, cols, col_mask, col_mask,
                             HAS_RESIDUAL, HAS_X_BIAS, EVICT)

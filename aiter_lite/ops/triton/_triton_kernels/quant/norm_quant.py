@@ -11,6 +11,8 @@ row's own scale from its amax (DYNAMIC, per token). Two regimes (``LOOPED``):
 * looped: one row per program in BLOCK_N-wide chunks: statistics, then (DYNAMIC)
   the amax of the normalized row, then normalize and quantize; the later passes
   re-read the row (the stored sum with a residual), from L2 when it is still there.
+  With ``N_STATIC`` the width is compiled in: every pass unrolled, its chunks' loads
+  issued together (as the norm kernel's STATIC loops).
 """
 
 import triton
@@ -38,13 +40,51 @@ def _normalized(xc, rstd, w, b, weight_offset, round_ty: tl.constexpr, HAS_WEIGH
 @triton.jit
 def _normalized_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, col_mask, mean, rstd, weight_offset,
                       round_ty: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_X_BIAS: tl.constexpr,
-                      HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SMOOTH: tl.constexpr):
-    """A looped pass's chunk re-read and normalized: (the normalized value, it smoothed)."""
-    x = _reload_row_input(x_row, r_out_row, xb_ptr, cols, cols, cols, col_mask, col_mask, HAS_RESIDUAL, HAS_X_BIAS)
+                      HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SMOOTH: tl.constexpr,
+                      EVICT: tl.constexpr):
+    """A looped pass's chunk re-read and normalized: (the normalized value, it smoothed); ``EVICT``
+    "evict_last" where another pass re-reads the row (the amax pass), else "evict_first"."""
+    x = _reload_row_input(x_row, r_out_row, xb_ptr, cols, cols, cols, col_mask, col_mask, HAS_RESIDUAL, HAS_X_BIAS,
+                          EVICT)
     w, b = _load_scale_shift(w_ptr, b_ptr, cols, col_mask, HAS_WEIGHT, HAS_BIAS)
     y = _normalized(x - mean, rstd, w, b, weight_offset, round_ty, HAS_WEIGHT, HAS_BIAS)
     ys = y * tl.load(xs_ptr + cols, mask=col_mask, other=0.0).to(tl.float32) if HAS_SMOOTH else y
     return y, ys
+
+
+@triton.jit
+def _stats_chunk(x_row, r_row, r_out_row, xb_ptr, cols, col_mask, shift, acc, acc_sq, IS_RMS: tl.constexpr,
+                 HAS_RESIDUAL: tl.constexpr, HAS_X_BIAS: tl.constexpr):
+    """The first pass's chunk: loaded (the sum stored with a residual), added to the per-lane sums."""
+    x = _load_row_input(x_row, r_row, r_out_row, xb_ptr, cols, cols, cols, cols, col_mask, col_mask, HAS_RESIDUAL,
+                        HAS_X_BIAS, "evict_last")
+    return _accumulate(x, col_mask, shift, acc, acc_sq, IS_RMS)
+
+
+@triton.jit
+def _amax_chunk(amax, x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, col_mask, mean, rstd, weight_offset,
+                round_ty: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_X_BIAS: tl.constexpr,
+                HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SMOOTH: tl.constexpr):
+    """The DYNAMIC pass's chunk: the per-lane amax of the normalized (smoothed) values."""
+    _, ys = _normalized_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, col_mask, mean, rstd,
+                              weight_offset, round_ty, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS, HAS_SMOOTH,
+                              "evict_last")
+    return tl.maximum(amax, tl.where(col_mask, tl.abs(ys), 0.0))
+
+
+@triton.jit
+def _quantize_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, y_row, q_row, cols, col_mask, mean, rstd,
+                    weight_offset, inv_scale, q_min, q_max, round_ty: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+                    HAS_X_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                    HAS_SMOOTH: tl.constexpr, STORE_Y: tl.constexpr, SOFT_ROUND: tl.constexpr):
+    """The last pass's chunk: normalized, stored (STORE_Y), quantized and stored."""
+    y, ys = _normalized_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, col_mask, mean, rstd,
+                              weight_offset, round_ty, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS, HAS_SMOOTH,
+                              "evict_first")
+    if STORE_Y:
+        tl.store(y_row + cols, y.to(y_row.dtype.element_ty), mask=col_mask)
+    q = _quantize(ys, inv_scale, q_min, q_max, q_row.dtype.element_ty, SOFT_ROUND)
+    tl.store(q_row + cols, q, mask=col_mask)
 
 
 @triton.jit
@@ -70,6 +110,7 @@ def _norm_quant_kernel(
     STORE_Y: tl.constexpr,
     INT64: tl.constexpr,          # row offsets can pass 2^31
     SOFT_ROUND: tl.constexpr,     # fp8 rounded in fp32 before the conversion (the interpreter)
+    N_STATIC: tl.constexpr,       # looped: n_cols as a compile-time value (0: a runtime loop)
     LOOPED: tl.constexpr,         # one row per program in BLOCK_N chunks
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -115,40 +156,55 @@ def _norm_quant_kernel(
         x_row = x_ptr + row * stride_x_row
         r_row = r_ptr + row * stride_r_row if HAS_RESIDUAL else r_ptr
         r_out_row = r_out_ptr + row * stride_r_out_row if HAS_RESIDUAL else r_out_ptr
+        y_row = y_ptr + row * stride_y_row if STORE_Y else y_ptr
+        q_row = q_ptr + row * stride_q_row
+        # Each pass is one chunk helper under two loops: unrolled over the compiled-in width
+        # (N_STATIC: every chunk's loads issued together) or a runtime loop.
         # Pass 1: statistics (LayerNorm about the row's first element, as the norm kernel).
         shift = _looped_shift(x_row, r_row, xb_ptr, IS_RMS, HAS_RESIDUAL, HAS_X_BIAS)
         acc = tl.zeros([BLOCK_N], dtype=tl.float32)
         acc_sq = tl.zeros([BLOCK_N], dtype=tl.float32)
-        for start in tl.range(0, n_cols, BLOCK_N):
-            cols = start + tl.arange(0, BLOCK_N)
-            col_mask = cols < n_cols
-            x = _load_row_input(x_row, r_row, r_out_row, xb_ptr, cols, cols, cols, cols, col_mask, col_mask,
-                                HAS_RESIDUAL, HAS_X_BIAS, "evict_last")
-            acc, acc_sq = _accumulate(x, col_mask, shift, acc, acc_sq, IS_RMS)
+        if N_STATIC > 0:
+            for start in tl.static_range(0, N_STATIC, BLOCK_N):
+                cols = start + tl.arange(0, BLOCK_N)
+                acc, acc_sq = _stats_chunk(x_row, r_row, r_out_row, xb_ptr, cols, cols < N_STATIC, shift, acc, acc_sq,
+                                           IS_RMS, HAS_RESIDUAL, HAS_X_BIAS)
+        else:
+            for start in tl.range(0, n_cols, BLOCK_N):
+                cols = start + tl.arange(0, BLOCK_N)
+                acc, acc_sq = _stats_chunk(x_row, r_row, r_out_row, xb_ptr, cols, cols < n_cols, shift, acc, acc_sq,
+                                           IS_RMS, HAS_RESIDUAL, HAS_X_BIAS)
         mean, rstd = _looped_stats(acc, acc_sq, shift, n_cols, eps, IS_RMS)
         # Pass 2 (DYNAMIC): the normalized row's amax.
         if DYNAMIC:
             amax = tl.zeros([BLOCK_N], dtype=tl.float32)
-            for start in tl.range(0, n_cols, BLOCK_N):
-                cols = start + tl.arange(0, BLOCK_N)
-                col_mask = cols < n_cols
-                _, ys = _normalized_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, col_mask, mean, rstd,
-                                          weight_offset, round_ty, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS,
-                                          HAS_SMOOTH)
-                amax = tl.maximum(amax, tl.where(col_mask, tl.abs(ys), 0.0))
+            if N_STATIC > 0:
+                for start in tl.static_range(0, N_STATIC, BLOCK_N):
+                    cols = start + tl.arange(0, BLOCK_N)
+                    amax = _amax_chunk(amax, x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, cols < N_STATIC,
+                                       mean, rstd, weight_offset, round_ty, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT,
+                                       HAS_BIAS, HAS_SMOOTH)
+            else:
+                for start in tl.range(0, n_cols, BLOCK_N):
+                    cols = start + tl.arange(0, BLOCK_N)
+                    amax = _amax_chunk(amax, x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, cols < n_cols,
+                                       mean, rstd, weight_offset, round_ty, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT,
+                                       HAS_BIAS, HAS_SMOOTH)
             scale = _row_scale(tl.max(amax, axis=0), ub_ptr, q_max, min_scale, HAS_UB)
             tl.store(scale_ptr + row * stride_s, scale)
         else:
             scale = tl.load(scale_ptr)
         inv_scale = tl.math.div_rn(1.0, scale)
         # Last pass: normalize and quantize.
-        for start in tl.range(0, n_cols, BLOCK_N):
-            cols = start + tl.arange(0, BLOCK_N)
-            col_mask = cols < n_cols
-            y, ys = _normalized_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, col_mask, mean, rstd,
-                                      weight_offset, round_ty, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS,
-                                      HAS_SMOOTH)
-            if STORE_Y:
-                tl.store(y_ptr + row * stride_y_row + cols, y.to(y_ptr.dtype.element_ty), mask=col_mask)
-            q = _quantize(ys, inv_scale, q_min, q_max, q_ty, SOFT_ROUND)
-            tl.store(q_ptr + row * stride_q_row + cols, q, mask=col_mask)
+        if N_STATIC > 0:
+            for start in tl.static_range(0, N_STATIC, BLOCK_N):
+                cols = start + tl.arange(0, BLOCK_N)
+                _quantize_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, y_row, q_row, cols, cols < N_STATIC,
+                                mean, rstd, weight_offset, inv_scale, q_min, q_max, round_ty, HAS_RESIDUAL,
+                                HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS, HAS_SMOOTH, STORE_Y, SOFT_ROUND)
+        else:
+            for start in tl.range(0, n_cols, BLOCK_N):
+                cols = start + tl.arange(0, BLOCK_N)
+                _quantize_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, y_row, q_row, cols, cols < n_cols,
+                                mean, rstd, weight_offset, inv_scale, q_min, q_max, round_ty, HAS_RESIDUAL,
+                                HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS, HAS_SMOOTH, STORE_Y, SOFT_ROUND)

@@ -1,0 +1,305 @@
+"""Eager launches with the host work of a repeated call done once.
+
+An op's wrapper checks its arguments, picks a launch config, makes 2-D views and
+launches through Triton's ``kernel[grid](...)``, which binds and specializes every
+argument and formats a cache key on each call: 40-60 us on a slow host for a kernel
+of 2-5 us at decode sizes. A serving loop calls each op with the same shapes step
+after step, so :func:`planned` keeps, per op, the launch a first call made, under a
+key of what all that host work depends on (each tensor's shape, strides, dtype,
+device and 16-byte alignment; every other argument's value; the current device and
+stream): the compiled kernel, its grid and every argument but the call's tensors. A
+later call with the same key launches it directly, as torch.compile's generated code
+does, allocating the outputs an allocating op returns.
+
+    @planned
+    def static_per_tensor_quant_fp8_i8(qx, x_in, scale_in):
+        ...checks, config, views, launch(kernel, grid, *args, **meta); return qx
+
+A plan is kept only when the recorded call made exactly one launch whose tensor
+arguments are the caller's tensors (or views of them: matched by data pointer), the
+tensors it returned, or buffers the op declared persistent (:func:`keep`); inputs
+sharing a data pointer are never planned. Nothing is cached under Triton's
+interpreter, while torch.compile traces, during CUDA-graph capture, with DEBUG
+logging or launch hooks (profilers) on, or with ``AITER_FAST_LAUNCH=0``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from contextlib import contextmanager
+
+import torch
+
+from aiter_lite import envs
+from aiter_lite.utils.checks import TRITON_INTERPRET
+from aiter_lite.utils.logger import debug_on
+
+try:
+    from triton import knobs as _knobs
+
+    _hooks = _knobs.runtime
+except ImportError:  # Triton before knobs: its hooks live on CompiledKernel
+    from triton.compiler import CompiledKernel as _hooks
+
+__all__ = ["planned", "launch", "keep", "fast_launch_enabled", "reset"]
+
+_MAX_PLANS = 4096
+_state = threading.local()
+_enabled: bool | None = None
+_all_plans: list[Plans] = []
+
+
+def fast_launch_enabled() -> bool:
+    """Whether plans are kept: a GPU, not the interpreter, AITER_FAST_LAUNCH not 0."""
+    global _enabled
+    if _enabled is None:
+        _enabled = not TRITON_INTERPRET and torch.cuda.is_available() and envs.fast_launch()
+    return _enabled
+
+
+def reset() -> None:
+    """Forget every plan and re-read AITER_FAST_LAUNCH (tests)."""
+    global _enabled
+    for plans in _all_plans:
+        plans.entries.clear()
+    _enabled = None
+
+
+def _quiet() -> bool:
+    """No plan use now: tracing, capturing, logging calls, or hooks watching launches."""
+    return (torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing() or debug_on()
+            or _hooked(_hooks.launch_enter_hook) or _hooked(_hooks.launch_exit_hook))
+
+
+def _hooked(hook) -> bool:
+    """A launch hook set: a function, or a HookChain (Triton's knobs) with calls in it."""
+    return bool(getattr(hook, "calls", hook))
+
+
+def _device_stream() -> tuple[int, int]:
+    """The current device and its current stream (the raw handle Triton launches on)."""
+    device = torch.cuda.current_device()
+    return device, torch._C._cuda_getCurrentRawStream(device)
+
+
+def _key(args: tuple) -> tuple:
+    key = [*_device_stream()]
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            key += (a.shape, a.stride(), a.dtype, a.device, a.data_ptr() & 15)
+        else:
+            key += (a.__class__, a)
+    return tuple(key)
+
+
+class _Plan:
+    """One recorded launch: every argument but the call's tensors fixed. ``subs``: (argument
+    position, source, index) with source 0 for the call's inputs, 1 for its new outputs,
+    allocated per call as ``allocs`` (size, stride, dtype, device) describe them;
+    ``result``: what the call returns, in the same terms (see ``_result_spec``)."""
+
+    __slots__ = ("run", "function", "packed", "grid", "template", "subs", "allocs", "result")
+
+    def __init__(self, compiled, grid, template: list, subs: tuple, allocs: tuple, result):
+        self.run = compiled.run
+        self.function = compiled.function
+        self.packed = compiled.packed_metadata
+        n = len(grid)
+        self.grid = (grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1)
+        self.template = template
+        self.subs = subs
+        self.allocs = allocs
+        self.result = result
+
+    def __call__(self, inputs: tuple, stream: int):
+        outs = [torch.empty_strided(*a[:2], dtype=a[2], device=a[3]) for a in self.allocs] if self.allocs else ()
+        args = self.template.copy()
+        for pos, source, i in self.subs:
+            args[pos] = outs[i] if source else inputs[i]
+        g0, g1, g2 = self.grid
+        self.run(g0, g1, g2, stream, self.function, self.packed, None, None, None, *args)
+        return _build(self.result, inputs, outs)
+
+
+def _build(spec, inputs: tuple, outs):
+    kind, value = spec
+    if kind == "in":
+        return inputs[value]
+    if kind == "out":
+        return outs[value]
+    if kind == "tuple":
+        return tuple(_build(item, inputs, outs) for item in value)
+    return value
+
+
+def _constexpr_values(kernel, n_args: int, meta: dict) -> list | None:
+    """The values of the parameters after the ``n_args`` positional ones, in signature
+    order (Triton's launcher takes every parameter, skipping the constexprs' slots), or
+    None where one of them is a runtime parameter or has no value."""
+    values = []
+    for param in kernel.params[n_args:]:
+        if not param.is_constexpr:
+            return None
+        if param.name in meta:
+            values.append(meta[param.name])
+        else:
+            default = kernel.signature.parameters[param.name].default
+            if default is inspect.Parameter.empty:
+                return None
+            values.append(default)
+    return values
+
+
+class _Refused(Exception):
+    """The recorded call cannot be replayed from a plan."""
+
+
+class _Recording:
+    __slots__ = ("launches", "persistent", "result")
+
+    def __init__(self):
+        self.launches = []
+        self.persistent = set()
+        self.result = None
+
+    def plan(self, inputs: tuple) -> _Plan | None:
+        try:
+            return self._plan(inputs)
+        except _Refused:
+            return None
+
+    def _plan(self, inputs: tuple) -> _Plan:
+        if len(self.launches) != 1:
+            raise _Refused
+        compiled, kernel, grid, args, meta = self.launches[0]
+        tail = _constexpr_values(kernel, len(args), meta)
+        if compiled is None or tail is None or not all(isinstance(g, int) for g in grid):
+            raise _Refused
+        by_ptr = {}
+        for i, t in enumerate(inputs):
+            if isinstance(t, torch.Tensor) and t.numel():
+                if by_ptr.setdefault(t.data_ptr(), i) != i:  # two inputs on one pointer: which is meant is unknown
+                    raise _Refused
+        allocs, out_ptr = [], {}
+        result = self._result_spec(self.result, by_ptr, allocs, out_ptr)
+        template, subs = list(args) + tail, []
+        for pos, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                ptr = a.data_ptr()
+                if ptr in by_ptr:
+                    subs.append((pos, 0, by_ptr[ptr]))
+                elif ptr in out_ptr:
+                    subs.append((pos, 1, out_ptr[ptr]))
+                elif ptr not in self.persistent:
+                    raise _Refused  # a buffer of this call's own, not returned: not to be reused
+                else:
+                    continue
+                template[pos] = None
+        return _Plan(compiled, grid, template, tuple(subs), tuple(allocs), result)
+
+    @staticmethod
+    def _result_spec(value, by_ptr: dict, allocs: list, out_ptr: dict):
+        """The returned value in terms of the call's inputs ("in", i), new outputs ("out", k),
+        constants and tuples of those."""
+        if isinstance(value, tuple):
+            return "tuple", tuple(_Recording._result_spec(v, by_ptr, allocs, out_ptr) for v in value)
+        if not isinstance(value, torch.Tensor):
+            if value is not None and not isinstance(value, (bool, int, float, str)):
+                raise _Refused
+            return "const", value
+        if not value.numel() or value.storage_offset():
+            raise _Refused
+        ptr = value.data_ptr()
+        if ptr in by_ptr:
+            return "in", by_ptr[ptr]
+        if ptr in out_ptr:
+            raise _Refused  # two outputs on one allocation
+        out_ptr[ptr] = len(allocs)
+        allocs.append((tuple(value.shape), value.stride(), value.dtype, value.device))
+        return "out", out_ptr[ptr]
+
+
+class Plans:
+    """Launch plans of one op, by the key of its call's arguments."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self):
+        self.entries: dict = {}
+        _all_plans.append(self)
+
+    def lookup(self, inputs: tuple):
+        """(the plan for these arguments or None, the key's stream)."""
+        if (not (_enabled if _enabled is not None else fast_launch_enabled()) or not self.entries
+                or getattr(_state, "recording", None) is not None or _quiet()):
+            return None, 0
+        key = _key(inputs)
+        try:
+            return self.entries.get(key), key[1]
+        except TypeError:  # an unhashable argument: the checked path says what is wrong with it
+            return None, 0
+
+    @contextmanager
+    def record(self, inputs: tuple):
+        """Run the checked path; keep its launch as the plan for these arguments. Inside
+        another recording (an op calling an op) the outer one records."""
+        if not fast_launch_enabled() or getattr(_state, "recording", None) is not None or _quiet():
+            yield None
+            return
+        key = _key(inputs)
+        rec = _state.recording = _Recording()
+        try:
+            yield rec
+        finally:
+            _state.recording = None
+        plan = rec.plan(inputs)
+        if plan is not None:
+            if len(self.entries) >= _MAX_PLANS:
+                self.entries.clear()
+            try:
+                self.entries[key] = plan
+            except TypeError:
+                pass
+
+
+def planned(fn):
+    """Decorate an op's public function with launch plans: a call whose arguments match
+    an earlier one's key launches that call's kernel directly and returns the same kind of
+    result (its own tensors, or new ones of the recorded shapes). The function's effects
+    on tensors must be its launches through :func:`launch` (a torch op on a tensor, an
+    allocation passed to a kernel and not returned, or two launches: no plan is kept)."""
+    plans = Plans()
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        inputs = (*args, *kwargs.keys(), *kwargs.values()) if kwargs else args
+        plan, stream = plans.lookup(inputs)
+        if plan is not None:
+            return plan(inputs, stream)
+        with plans.record(inputs) as rec:
+            result = fn(*args, **kwargs)
+            if rec is not None:
+                rec.result = result
+        return result
+
+    call.plans = plans
+    return call
+
+
+def keep(t: torch.Tensor) -> None:
+    """Declare ``t`` a buffer that outlives the call (reused by every launch on this
+    device and stream), so a plan may hold it."""
+    rec = getattr(_state, "recording", None)
+    if rec is not None:
+        rec.persistent.add(t.data_ptr())
+
+
+def launch(kernel, grid: tuple, *args, **meta) -> None:
+    """``kernel[grid](*args, **meta)``: runtime arguments positional, constexprs and
+    launch options by keyword; recorded for a plan when one is being made."""
+    compiled = kernel[grid](*args, **meta)
+    rec = getattr(_state, "recording", None)
+    if rec is not None:
+        rec.launches.append((compiled, kernel, grid, args, meta))

@@ -1,0 +1,276 @@
+"""Launch plans (aiter_lite.utils.fast_launch): what a plan keeps, when it refuses, and
+that ops launched from plans give the checked path's results.
+
+The recording logic runs everywhere against a stand-in kernel; the real ops' plans
+only exist on a GPU (Triton's interpreter has no compiled kernels to keep)."""
+
+import inspect
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from aiter_lite.utils import fast_launch as fl
+from op_tests.utils import DEVICE, ON_GPU
+
+
+class _Compiled:
+    def __init__(self, calls):
+        self.calls = calls
+        self.function = "fn"
+        self.packed_metadata = "meta"
+
+    def run(self, *args):
+        self.calls.append(args)
+
+
+class _Kernel:
+    """Parameters (a, b, n, eps, BLOCK: constexpr, EVEN: constexpr = True) like a @triton.jit kernel."""
+
+    def __init__(self):
+        def sig(a, b, n, eps, BLOCK, EVEN=True):
+            pass
+
+        self.signature = inspect.signature(sig)
+        self.params = [SimpleNamespace(name=name, is_constexpr=name.isupper()) for name in self.signature.parameters]
+        self.launches = []  # Triton's path
+        self.runs = []      # plans' direct launches
+
+    def __getitem__(self, grid):
+        def call(*args, **meta):
+            self.launches.append((grid, args, meta))
+            return _Compiled(self.runs)
+
+        return call
+
+
+@pytest.fixture
+def on(monkeypatch):
+    monkeypatch.setattr(fl, "_enabled", True)
+    monkeypatch.setattr(fl, "fast_launch_enabled", lambda: True)
+    monkeypatch.setattr(fl, "_quiet", lambda: False)
+    monkeypatch.setattr(fl, "_device_stream", lambda: (0, 7))
+
+
+def _op(kernel, launches=1, buffer=None, allocate=False):
+    """A planned op: launches ``kernel`` on (x's first row, y or ``buffer`` or a new
+    tensor, n, 0.5) and returns y (or the new tensor)."""
+
+    @fl.planned
+    def op(x, y, n=4):
+        out = torch.empty(3, 5, dtype=torch.float16) if allocate else y
+        for _ in range(launches):
+            fl.launch(kernel, (3,), x[0], out if buffer is None else buffer, n, 0.5, BLOCK=16)
+        return out
+
+    return op
+
+
+def test_plan_relaunches_with_the_new_tensors(on):
+    k = _Kernel()
+    op = _op(k)
+    x, y = torch.randn(2, 8), torch.randn(2, 8)
+    assert op(x, y) is y and len(k.launches) == 1 and not k.runs
+    x2, y2 = torch.randn(2, 8), torch.randn(2, 8)
+    assert op(x2, y2) is y2
+    assert len(k.launches) == 1
+    (run,) = k.runs
+    # grid padded to 3 dims, the stream, function, metadata, no hooks; then every parameter
+    assert run[:9] == (3, 1, 1, 7, "fn", "meta", None, None, None)
+    assert run[9] is x2 and run[10] is y2 and run[11:] == (4, 0.5, 16, True)
+
+
+def test_keywords_are_part_of_the_key(on):
+    k = _Kernel()
+    op = _op(k)
+    x, y = torch.randn(2, 8), torch.randn(2, 8)
+    op(x, y, n=5)
+    op(x, y, n=5)
+    assert len(k.launches) == 1 and k.runs[0][11] == 5
+    op(x, y, n=6)
+    assert len(k.launches) == 2
+
+
+def test_a_different_key_takes_the_checked_path(on):
+    k = _Kernel()
+    op = _op(k)
+    x, y = torch.randn(2, 8), torch.randn(2, 8)
+    op(x, y)
+    op(torch.randn(2, 9)[:, :8], y)                     # strides
+    op(torch.randn(2, 8, dtype=torch.float64), y)       # dtype
+    op(x, y, 5)                                         # a scalar's value
+    op(torch.randn(17)[1:].view(2, 8), y)               # 16-byte alignment
+    assert len(k.launches) == 5 and not k.runs
+
+
+@pytest.mark.parametrize("case", ["aliased", "own buffer", "two launches", "raised"])
+def test_no_plan_where_reuse_could_be_wrong(on, case):
+    k = _Kernel()
+    x, y = torch.randn(2, 8), torch.randn(2, 8)
+    if case == "aliased":
+        op = _op(k)
+        y = x.view(2, 8)
+    elif case == "own buffer":
+        op = _op(k, buffer=torch.empty(16))
+    elif case == "two launches":
+        op = _op(k, launches=2)
+    else:
+        @fl.planned
+        def op(x, y):
+            fl.launch(k, (3,), x, y, 4, 0.5, BLOCK=16)
+            raise ValueError("a check failed")
+
+    for _ in range(2):
+        try:
+            op(x, y)
+        except ValueError:
+            assert case == "raised"
+    assert not op.plans.entries and not k.runs
+
+
+def test_a_kept_buffer_stays_in_the_plan(on):
+    k = _Kernel()
+    work = torch.zeros(3)
+
+    @fl.planned
+    def op(x, y):
+        fl.keep(work)
+        fl.launch(k, (3,), x, work, 4, 0.5, BLOCK=16)
+
+    for _ in range(2):
+        assert op(torch.randn(2, 8), torch.randn(2, 8)) is None
+    assert k.runs[0][10] is work
+
+
+def test_an_allocating_op_gets_new_outputs(on):
+    k = _Kernel()
+    op = _op(k, allocate=True)
+    x, y = torch.randn(2, 8), torch.randn(2, 8)
+    first = op(x, y)
+    second = op(x, y)
+    assert second is not first and second.data_ptr() != first.data_ptr()
+    assert (second.shape, second.stride(), second.dtype) == (first.shape, first.stride(), first.dtype)
+    assert k.runs[0][10] is second
+
+
+def test_an_op_calling_an_op_is_planned_as_one(on):
+    k = _Kernel()
+    inner = _op(k)
+
+    @fl.planned
+    def outer(x, y):
+        return inner(x, y), 1.5
+
+    x, y = torch.randn(2, 8), torch.randn(2, 8)
+    outer(x, y)
+    assert not inner.plans.entries and len(outer.plans.entries) == 1
+    y2 = torch.randn(2, 8)
+    assert outer(x, y2) == (y2, 1.5) and k.runs[0][10] is y2
+
+
+def test_unhashable_argument_falls_through(on):
+    k = _Kernel()
+    op = _op(k)
+    x, y = torch.randn(2, 8), torch.randn(2, 8)
+    op(x, y)
+    op(x, y, [1])  # the checked path runs (and says what is wrong with a list, in a real op)
+    op(x, y, [1])
+    assert len(k.launches) == 3 and not k.runs
+
+
+def test_switched_off(monkeypatch):
+    monkeypatch.setenv("AITER_FAST_LAUNCH", "0")
+    fl.reset()
+    try:
+        assert not fl.fast_launch_enabled()
+    finally:
+        monkeypatch.delenv("AITER_FAST_LAUNCH")
+        fl.reset()
+
+
+@pytest.mark.skipif(not ON_GPU, reason="plans hold compiled GPU kernels; the interpreter has none")
+@pytest.mark.parametrize("rows", [1, 5, 300])
+def test_quant_ops_from_plans_match_the_reference(rows, monkeypatch):
+    from aiter_lite.ops.native import quant as nat
+    from aiter_lite.ops.triton import quant as tq
+    from aiter_lite.ops.triton.quant import quant as quant_mod
+
+    fl.reset()
+    checked = []  # launches through the checked path
+
+    def counted(*args, **meta):
+        checked.append(args[0])
+        fl.launch(*args, **meta)
+
+    monkeypatch.setattr(quant_mod, "launch", counted)
+    ops = [
+        ("static", tq.static_per_tensor_quant_fp8_i8, nat.static_per_tensor_quant_fp8_i8, (1,)),
+        ("dynamic", tq.dynamic_per_tensor_quant_fp8_i8, nat.dynamic_per_tensor_quant_fp8_i8, (1,)),
+        ("per token", tq.dynamic_per_token_quant_fp8_i8, nat.dynamic_per_token_quant_fp8_i8, (rows, 1)),
+        ("group", lambda q, x, s: tq.per_token_group_quant(q, x, s, 128),
+         lambda q, x, s: nat.per_token_group_quant(q, x, s, 128), (rows, 12)),
+    ]
+    for name, ours, ref, scale_shape in ops:
+        checked.clear()
+        for step in range(3):  # the first call records, the next two launch from the plan
+            x = torch.randn(rows, 1536, device=DEVICE, dtype=torch.bfloat16) * (step + 1)
+            q = torch.full((rows, 1536), float("nan"), device=DEVICE).to(torch.float8_e4m3fn)
+            q_ref = torch.empty_like(q)
+            if name == "static":
+                scale = torch.full(scale_shape, 0.01 * (step + 1), device=DEVICE)
+                scale_ref = scale
+            else:
+                scale = torch.full(scale_shape, float("nan"), device=DEVICE)
+                scale_ref = torch.empty_like(scale)
+            ours(q, x, scale)
+            ref(q_ref, x, scale_ref)
+            msg = f"{name}, call {step + 1}"
+            assert len(checked) == 1, f"{msg}: {len(checked)} launches through the checked path"
+            torch.testing.assert_close(scale, scale_ref, rtol=1e-6, atol=0, msg=msg)
+            torch.testing.assert_close(q.float(), q_ref.float(), rtol=0.13, atol=0, msg=msg)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="plans hold compiled GPU kernels; the interpreter has none")
+@pytest.mark.parametrize("rows", [1, 300])
+def test_fused_and_allocating_ops_from_plans_repeat_the_checked_call(rows, monkeypatch):
+    # The second call, from the plan, writes what the first, checked, call wrote; in-place
+    # residuals included; allocating ops return new tensors.
+    from aiter_lite.ops.triton.quant import act_quant, norm_quant
+    from aiter_lite.ops.triton.quant import quant as quant_mod
+
+    fl.reset()
+    checked = []
+    for module in (act_quant, norm_quant, quant_mod):
+        monkeypatch.setattr(module, "launch", lambda *a, **m: (checked.append(a[0]), fl.launch(*a, **m)))
+    f8, n = torch.float8_e4m3fn, 1536
+    x = torch.randn(rows, n, device=DEVICE, dtype=torch.bfloat16)
+    x2 = torch.randn(rows, 2 * n, device=DEVICE, dtype=torch.bfloat16)
+    res = torch.randn(rows, n, device=DEVICE, dtype=torch.bfloat16)
+    w = torch.randn(n, device=DEVICE, dtype=torch.bfloat16)
+    scale = torch.full((1,), 0.02, device=DEVICE)
+
+    def q():
+        return torch.full((rows, n), float("nan"), device=DEVICE).to(f8)
+
+    def nan(*shape):
+        return torch.full(shape, float("nan"), device=DEVICE)
+
+    calls = {
+        "add rms dynamic": lambda: (lambda o, r, s: (norm_quant.rmsnorm2d_fwd_with_add_dynamicquant(
+            o, x, res, r, s, w, 1e-6), o, r, s))(q(), torch.empty_like(res), nan(rows, 1)),
+        "add rms static, residual in place": lambda: (lambda o, r: (norm_quant.fused_add_rms_norm_static_fp8_quant(
+            o, x, r, w, scale, 1e-6), o, r))(q(), res.clone()),
+        "silu and mul static": lambda: (lambda o: (act_quant.silu_and_mul_quant(o, x2, scale), o))(q()),
+        "silu group 128 (allocating)": lambda: act_quant.act_mul_and_fp8_group_quant(x2, "silu", 128),
+        "scaled_fp8_quant per token (allocating)": lambda: quant_mod.scaled_fp8_quant(
+            x, use_per_token_if_dynamic=True),
+    }
+    for name, call in calls.items():
+        checked.clear()
+        first = [t for t in call() if isinstance(t, torch.Tensor)]
+        second = [t for t in call() if isinstance(t, torch.Tensor)]
+        assert len(checked) == 1, f"{name}: {len(checked)} launches through the checked path in two calls"
+        for a, b in zip(first, second):
+            assert a.data_ptr() != b.data_ptr(), name
+            assert torch.equal(a.view(torch.uint8) if a.element_size() == 1 else a,
+                               b.view(torch.uint8) if b.element_size() == 1 else b), name
