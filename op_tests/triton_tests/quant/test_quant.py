@@ -264,6 +264,34 @@ def test_per_token_looped_config():
     assert per_token_launch_config(4, 1 << 20, None).LOOPED
 
 
+@pytest.mark.parametrize("n", [256, 300, 1000], ids=lambda n: f"n{n}")
+def test_per_token_split_config(n):
+    """Rows split over programs that wait for each other (pinned on short rows: whole
+    segments, a partial last one, one with a single partial segment); scale_ub and a
+    zero row included."""
+    x = _input(6, n, torch.bfloat16)
+    x[2] = 0
+    ub = torch.tensor([0.5 * float(x.abs().amax())], device=DEVICE)
+    cfg = QuantLaunchConfig(1, 128, 4, SPLIT=True)
+    for bound in (None, ub):
+        q, s = _poisoned_q(x.shape, torch.float8_e4m3fn), torch.full((6, 1), float("nan"), device=DEVICE)
+        quant.dynamic_per_token_quant_fp8_i8(q, x, s, bound, config=cfg)
+        q_ref, s_ref = native.dynamic_per_token_quant_fp8_i8(torch.empty_like(q), x, torch.empty_like(s), bound)
+        _assert_scales(s, s_ref, f"per-token split, bound {bound}")
+        _assert_codes(q, q_ref, f"per-token split, bound {bound}")
+
+
+def test_per_token_split_choice(monkeypatch):
+    """Split from 131072 columns and one wave of rows, while a row's segments fit the GPU at once."""
+    from aiter_lite.ops.triton.quant import quant as quant_mod
+
+    monkeypatch.setattr(quant_mod, "grid_sms", lambda device, interpreter_sms=4: 132)
+    cfg = quant_mod.per_token_launch_config.__wrapped__
+    assert cfg(512, 131072).SPLIT and cfg(256, 151936).SPLIT
+    assert cfg(64, 131072).LOOPED and cfg(1024, 65536).LOOPED and cfg(256, 132 * 8192 + 1).LOOPED
+    assert not cfg(4096, 16384).SPLIT
+
+
 def test_zero_tensor():
     x = torch.zeros(4, 100, device=DEVICE, dtype=torch.bfloat16)
     for qdtype in SUPPORTED:

@@ -37,6 +37,7 @@ from aiter_lite.ops.triton._triton_kernels.quant.quant import (
     _dynamic_per_tensor_kernel,
     _group_quant_kernel,
     _per_token_quant_kernel,
+    _per_token_split_kernel,
     _static_quant_kernel,
 )
 from aiter_lite.ops.triton.quant.dtypes import (
@@ -55,7 +56,7 @@ from aiter_lite.utils.checks import (
 )
 from aiter_lite.utils.custom_ops import launch_op
 from aiter_lite.utils.fast_launch import keep, launch, planned
-from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2, row_warps
+from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2, row_warps, split_row_slots
 from aiter_lite.utils.logger import debug_on, log_call
 
 __all__ = [
@@ -87,6 +88,7 @@ class QuantLaunchConfig:
     BLOCK_N: int  # columns per step: the whole row unless LOOPED
     num_warps: int
     LOOPED: bool = False
+    SPLIT: bool = False  # per token: a row over programs of BLOCK_N columns each, waiting for each other
 
 
 # Measured on an H200 (bf16 to e4m3fn, 2^26 elements; % of a bf16 copy):
@@ -95,6 +97,11 @@ class QuantLaunchConfig:
 #   looped); wider rows looped in _LOOP_BLOCK chunks, 1024 lanes (1024 x 65536: 73.8%
 #   against 56% for 8192-wide chunks at 8 warps), read twice (amax, then quantize) - the
 #   second read mostly from L2. Short rows several to a program up to a _TILE-element tile.
+#   Rows wider than _MAX_SPLIT_FROM, from one wave of rows up, split over _SPLIT_SEG-wide
+#   programs that exchange their amax and wait for each other (read once): 512 x 131072
+#   69.0 us (70.7%) against 86.6 looped, 256 x 262144 72.5 (67.3%) against 87.4, 4096 x
+#   151936 572 (79.1%) against 724; 16384-wide segments lose (37-62%: fewer programs
+#   resident), and so do 64 rows (38 against 20 us); at 65536 the split only ties.
 # * static: tiles of _STATIC_TILE elements, 16 a lane, at most 2048 wide (2 x 2048 with 8
 #   warps: 92.9% at 8192 x 8192, 93.3% at 2048 x 32768; 4 x 1024: 90.4% at 65536 x 1024,
 #   against 86-87% for the activation kernels' 2048-element tiles).
@@ -103,6 +110,8 @@ class QuantLaunchConfig:
 _TILE = 4096
 _MAX_ROW_IN_REGS = 32768
 _LOOP_BLOCK = 16384
+_MAX_SPLIT_FROM = 65536
+_SPLIT_SEG = 8192
 _PER_LANE = 32
 _MAX_WARPS = 1024 // WARP_SIZE
 _STATIC_TILE = 4096
@@ -123,13 +132,16 @@ def _lane_warps(tile: int) -> int:
 def per_token_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None) -> QuantLaunchConfig:
     """Tile and warps of a per-token launch over (n_rows, n_cols): a row (several short
     ones) per program, halved until the grid has two programs per SM; rows wider than
-    ``_MAX_ROW_IN_REGS`` looped."""
+    ``_MAX_ROW_IN_REGS`` looped, or (wider than ``_MAX_SPLIT_FROM``, a wave of rows or
+    more, every segment of a row resident at once) split."""
     row = next_power_of_2(max(n_cols, 1))
+    sms = grid_sms(device, 1)
+    if row > _MAX_SPLIT_FROM and n_rows >= sms and cdiv(n_cols, _SPLIT_SEG) <= sms:
+        return QuantLaunchConfig(1, _SPLIT_SEG, _lane_warps(_SPLIT_SEG), SPLIT=True)
     if row > _MAX_ROW_IN_REGS:
         return QuantLaunchConfig(1, _LOOP_BLOCK, _MAX_WARPS, LOOPED=True)
     block_m = min(max(_TILE // row, 1), next_power_of_2(max(n_rows, 1)))
-    want = 2 * grid_sms(device, 1)
-    while block_m > 1 and cdiv(n_rows, block_m) < want:
+    while block_m > 1 and cdiv(n_rows, block_m) < 2 * sms:
         block_m //= 2
     return QuantLaunchConfig(block_m, row, max(row_warps(block_m * row), _lane_warps(block_m * row)))
 
@@ -338,6 +350,19 @@ def _launch_per_token(x2, q2, scale, scale_ub, config: QuantLaunchConfig | None 
     n_rows, n_cols = x2.shape
     cfg = config or per_token_launch_config(n_rows, n_cols, x2.device)
     q_min, q_max = quant_range(q2.dtype)
+    if cfg.SPLIT:
+        n_segs, slots, phases = split_row_slots("dynamic_per_token_quant_fp8_i8", n_rows, n_cols, cfg.BLOCK_N,
+                                                x2.device)
+        for phase in phases:
+            launch(
+                _per_token_split_kernel, (n_rows * n_segs,),
+                x2, q2, scale, scale if scale_ub is None else scale_ub, slots, x2.stride(0), q2.stride(0),
+                scale.stride(0), n_rows, n_cols, n_segs, q_min, q_max, min_scale(q2.dtype),
+                HAS_UB=scale_ub is not None, PHASE=phase, EVEN=n_cols % cfg.BLOCK_N == 0,
+                SOFT_ROUND=_soft_round(q2.dtype), BLOCK_N=cfg.BLOCK_N, BLOCK_S=next_power_of_2(n_segs),
+                num_warps=cfg.num_warps,
+            )
+        return
     launch(
         _per_token_quant_kernel, (cdiv(n_rows, cfg.BLOCK_M),),
         x2, q2, scale, scale if scale_ub is None else scale_ub, x2.stride(0), q2.stride(0), scale.stride(0),

@@ -11,6 +11,8 @@ are ``amax / q_max`` by an IEEE division, so a scale equals the reference's bit 
 import triton
 import triton.language as tl
 
+from aiter_lite.ops.triton._triton_kernels.split_rows import _segment_ticket
+
 
 @triton.jit
 def _rint(y):
@@ -223,6 +225,56 @@ def _per_token_quant_kernel(
             tl.store(q_rows + start + cols[None, :], _quantize(x, inv_scale, q_min, q_max, dtype, SOFT_ROUND), mask=mask)
     else:
         tl.store(q_rows + cols[None, :], _quantize(x, inv_scale, q_min, q_max, dtype, SOFT_ROUND), mask=mask)
+
+
+@triton.jit
+def _per_token_split_kernel(
+    x_ptr, q_ptr,
+    scale_ptr,                    # fp32 (n_rows,) at stride_s: written by each row's first segment
+    ub_ptr,                       # fp32, one element: upper bound on the amax (HAS_UB)
+    slot_ptr,                     # int64 (n_rows * n_segs + 1,), zeroed: published segment amaxes, a ticket
+    stride_x_row, stride_q_row, stride_s,
+    n_rows, n_cols, n_segs,
+    q_min, q_max, min_scale,
+    HAS_UB: tl.constexpr,
+    PHASE: tl.constexpr,          # 0 all at once; 1 / 2 publish / finish (the interpreter)
+    EVEN: tl.constexpr,           # BLOCK_N divides n_cols: no masks held across the wait
+    SOFT_ROUND: tl.constexpr,
+    BLOCK_N: tl.constexpr,        # the segment: one tile, held in registers
+    BLOCK_S: tl.constexpr,        # next power of 2 >= n_segs
+):
+    """Dynamic per-token quantization of rows wider than a program holds: a row split into
+    BLOCK_N-wide segments, one program each, read once. Each program publishes its
+    segment's amax, waits for its siblings', takes the row's (the same max of the same
+    words in every sibling, so the same scale) and quantizes what it holds; the first
+    segment writes the scale. Programs take their (row, segment) in start order (a
+    ticket), so the siblings a program waits for have started or start as earlier rows
+    finish; every offset is 64-bit (the ticket is int64)."""
+    row, seg = _segment_ticket(slot_ptr, n_rows, n_segs, PHASE)
+    cols = seg * BLOCK_N + tl.arange(0, BLOCK_N)
+    x = _load_f32(x_ptr + row * stride_x_row + cols, cols < n_cols, EVEN)
+    slot_row = slot_ptr + row * n_segs
+    if PHASE != 2:  # publish: the amax's bits, with bit 32 set (an unpublished slot is 0)
+        amax = tl.max(tl.abs(x), axis=0)
+        word = amax.to(tl.uint32, bitcast=True).to(tl.int64) | (1 << 32)
+        tl.atomic_xchg(slot_row + seg, word, sem="relaxed", scope="gpu")
+    if PHASE != 1:
+        g = tl.arange(0, BLOCK_S)
+        g_mask = g < n_segs
+        zero = tl.zeros([BLOCK_S], dtype=tl.int64)
+        v = tl.where(g_mask, tl.atomic_add(slot_row + g, zero, mask=g_mask, sem="relaxed", scope="gpu"), 1 << 32)
+        while tl.sum((v == 0).to(tl.int32), axis=0) > 0:
+            v = tl.where(g_mask, tl.atomic_add(slot_row + g, zero, mask=g_mask, sem="relaxed", scope="gpu"), 1 << 32)
+        amax = tl.max((v & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True), axis=0)
+        scale = _row_scale(amax, ub_ptr, q_max, min_scale, HAS_UB)
+        if seg == 0:
+            tl.store(scale_ptr + row * stride_s, scale)
+        q = _quantize(x, tl.math.div_rn(1.0, scale), q_min, q_max, q_ptr.dtype.element_ty, SOFT_ROUND)
+        q_seg = q_ptr + row * stride_q_row + cols
+        if EVEN:
+            tl.store(q_seg, q)
+        else:
+            tl.store(q_seg, q, mask=cols < n_cols)
 
 
 @triton.jit
