@@ -128,6 +128,15 @@ def test_no_plan_where_reuse_could_be_wrong(on, case):
     assert not op.plans.entries and not k.runs
 
 
+def test_a_refused_key_is_not_recorded_again(on):
+    k = _Kernel()
+    op = _op(k, launches=2)
+    x, y = torch.randn(2, 8), torch.randn(2, 8)
+    for _ in range(3):
+        op(x, y)
+    assert len(op.plans.refused) == 1 and not op.plans.entries and len(k.launches) == 6
+
+
 def test_a_kept_buffer_stays_in_the_plan(on):
     k = _Kernel()
     work = torch.zeros(3)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-from contextlib import contextmanager
 
 import torch
 
@@ -64,6 +63,7 @@ def reset() -> None:
     global _enabled
     for plans in _all_plans:
         plans.entries.clear()
+        plans.refused.clear()
     _enabled = None
 
 
@@ -153,7 +153,11 @@ def _constexpr_values(kernel, n_args: int, meta: dict) -> list | None:
 
 
 class _Refused(Exception):
-    """The recorded call cannot be replayed from a plan."""
+    """The recorded call cannot be replayed from a plan: its tensors alias each other."""
+
+
+class _Lasting(_Refused):
+    """No call with the recorded call's key can be replayed from a plan."""
 
 
 class _Recording:
@@ -165,18 +169,20 @@ class _Recording:
         self.result = None
 
     def plan(self, inputs: tuple) -> _Plan | None:
+        """The plan of the recorded call; None where calls with its key never have one.
+        Raises _Refused where only these tensors stand in the way (inputs sharing a pointer)."""
         try:
             return self._plan(inputs)
-        except _Refused:
+        except _Lasting:
             return None
 
     def _plan(self, inputs: tuple) -> _Plan:
         if len(self.launches) != 1:
-            raise _Refused
+            raise _Lasting
         compiled, kernel, grid, args, meta = self.launches[0]
         tail = _constexpr_values(kernel, len(args), meta)
         if compiled is None or tail is None or not all(isinstance(g, int) for g in grid):
-            raise _Refused
+            raise _Lasting
         by_ptr = {}
         for i, t in enumerate(inputs):
             if isinstance(t, torch.Tensor) and t.numel():
@@ -193,7 +199,7 @@ class _Recording:
                 elif ptr in out_ptr:
                     subs.append((pos, 1, out_ptr[ptr]))
                 elif ptr not in self.persistent:
-                    raise _Refused  # a buffer of this call's own, not returned: not to be reused
+                    raise _Lasting  # a buffer of this call's own, not returned: not to be reused
                 else:
                     continue
                 template[pos] = None
@@ -207,61 +213,58 @@ class _Recording:
             return "tuple", tuple(_Recording._result_spec(v, by_ptr, allocs, out_ptr) for v in value)
         if not isinstance(value, torch.Tensor):
             if value is not None and not isinstance(value, (bool, int, float, str)):
-                raise _Refused
+                raise _Lasting
             return "const", value
         if not value.numel() or value.storage_offset():
-            raise _Refused
+            raise _Lasting
         ptr = value.data_ptr()
         if ptr in by_ptr:
             return "in", by_ptr[ptr]
         if ptr in out_ptr:
-            raise _Refused  # two outputs on one allocation
+            raise _Lasting  # two outputs on one allocation
         out_ptr[ptr] = len(allocs)
         allocs.append((tuple(value.shape), value.stride(), value.dtype, value.device))
         return "out", out_ptr[ptr]
 
 
 class Plans:
-    """Launch plans of one op, by the key of its call's arguments."""
+    """Launch plans of one op, by the key of its call's arguments; ``refused``: the keys
+    whose calls cannot be replayed (two launches, a buffer of the call's own), which run
+    the checked path without recording it again."""
 
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "refused")
 
     def __init__(self):
         self.entries: dict = {}
+        self.refused: set = set()
         _all_plans.append(self)
 
-    def lookup(self, inputs: tuple):
-        """(the plan for these arguments or None, the key's stream)."""
-        if (not (_enabled if _enabled is not None else fast_launch_enabled()) or not self.entries
+    def key(self, inputs: tuple) -> tuple | None:
+        """The plans' key of these arguments, or None where no plan is used or made now
+        (plans off, inside another op's recording, quiet, an unhashable argument)."""
+        if (not (_enabled if _enabled is not None else fast_launch_enabled())
                 or getattr(_state, "recording", None) is not None or _quiet()):
-            return None, 0
+            return None
         key = _key(inputs)
         try:
-            return self.entries.get(key), key[1]
-        except TypeError:  # an unhashable argument: the checked path says what is wrong with it
-            return None, 0
+            hash(key)
+        except TypeError:  # the checked path says what is wrong with the argument
+            return None
+        return key
 
-    @contextmanager
-    def record(self, inputs: tuple):
-        """Run the checked path; keep its launch as the plan for these arguments. Inside
-        another recording (an op calling an op) the outer one records."""
-        if not fast_launch_enabled() or getattr(_state, "recording", None) is not None or _quiet():
-            yield None
-            return
-        key = _key(inputs)
-        rec = _state.recording = _Recording()
+    def keep(self, key: tuple, rec: _Recording, inputs: tuple) -> None:
+        """Keep the recorded call's plan under ``key``, or the key as refused."""
         try:
-            yield rec
-        finally:
-            _state.recording = None
-        plan = rec.plan(inputs)
-        if plan is not None:
-            if len(self.entries) >= _MAX_PLANS:
-                self.entries.clear()
-            try:
-                self.entries[key] = plan
-            except TypeError:
-                pass
+            plan = rec.plan(inputs)
+        except _Refused:  # refused for these tensors only (aliased inputs): ask again next call
+            return
+        if len(self.entries) + len(self.refused) >= _MAX_PLANS:
+            self.entries.clear()
+            self.refused.clear()
+        if plan is None:
+            self.refused.add(key)
+        else:
+            self.entries[key] = plan
 
 
 def planned(fn):
@@ -275,14 +278,19 @@ def planned(fn):
     @functools.wraps(fn)
     def call(*args, **kwargs):
         inputs = (*args, *kwargs.keys(), *kwargs.values()) if kwargs else args
-        plan, stream = plans.lookup(inputs)
+        key = plans.key(inputs)
+        if key is None or key in plans.refused:
+            return fn(*args, **kwargs)
+        plan = plans.entries.get(key)
         if plan is not None:
-            return plan(inputs, stream)
-        with plans.record(inputs) as rec:
-            result = fn(*args, **kwargs)
-            if rec is not None:
-                rec.result = result
-        return result
+            return plan(inputs, key[1])
+        rec = _state.recording = _Recording()
+        try:
+            rec.result = fn(*args, **kwargs)
+        finally:
+            _state.recording = None
+        plans.keep(key, rec, inputs)
+        return rec.result
 
     call.plans = plans
     return call
