@@ -104,15 +104,15 @@ _STATIC_LOOPS = {
 _MIN_STATIC_CHUNK = 2048
 
 
-def _static_chunks(cfg: NormLaunchConfig, n_cols: int) -> NormLaunchConfig:
-    """A STATIC config's chunks narrowed (halved, down to 2048) to the widest that
-    divides the row, if one does, warps halved to keep at least 8 elements a lane: a
+def _static_chunks(cfg: NormLaunchConfig, n_cols: int, min_chunk: int = _MIN_STATIC_CHUNK) -> NormLaunchConfig:
+    """A STATIC config's chunks narrowed (halved, down to ``min_chunk``) to the widest
+    that divides the row, if one does, warps halved to keep at least 8 elements a lane: a
     partial last chunk costs more than narrower whole ones (LayerNorm + residual 4096 x
     12288: 153.8 us in 8192-wide chunks with 32 warps, 102.4 in 4096-wide with 16)."""
     if not cfg.STATIC:
         return cfg
     block, warps = cfg.BLOCK_N, cfg.num_warps
-    while n_cols % block and block > _MIN_STATIC_CHUNK:
+    while n_cols % block and block > min_chunk:
         block //= 2
     if n_cols % block:  # no chunk divides the row: the widest, with a partial last one
         return cfg

@@ -38,6 +38,7 @@ import torch
 from aiter_lite.ops.triton._triton_kernels.quant.norm_quant import _norm_quant_kernel
 from aiter_lite.ops.triton.normalization.norm import (
     _int64,
+    _MIN_STATIC_CHUNK,
     _static_chunks,
     check_input,
     check_like,
@@ -106,16 +107,21 @@ _MAX_WARPS = 16
 # 130.2). RMSNorm 2048 x 32768 83.7. Fused add: LayerNorm 4096 x 16384 156.5 (8192 / 32
 # warps: 206.1), 2048 x 32768 171.8 against 178.8 runtime-looped; RMSNorm 4096 x 16384
 # 129.5, 2048 x 32768 135.8 against 176.1. LayerNorm at 8192 and RMSNorm at 16384 stay
-# in registers (83.6 against 101.5; 69.4 against 97.8 at 4096 x 16384).
+# in registers (83.6 against 101.5; 69.4 against 97.8 at 4096 x 16384). Fused add +
+# RMSNorm at 14336 keeps a partial last 8192-wide chunk (_MIN_CHUNK): 16384 / 4096 / 1024
+# rows 440.3 / 120.9 / 39.0 against 462.8 / 128.6 / 40.5 in 2048-wide whole chunks; at
+# 16384 wide 8 warps match 32 (130.8 against 129.1 at 4096 rows).
 _STATIC_LOOPS = {
     (False, False, 16384): NormQuantLaunchConfig(1, 2048, 8, LOOPED=True, STATIC=True),
     (False, False, 32768): NormQuantLaunchConfig(1, 2048, 8, LOOPED=True, STATIC=True),
     (True, False, 32768): NormQuantLaunchConfig(1, 8192, 32, LOOPED=True, STATIC=True),
     (False, True, 16384): NormQuantLaunchConfig(1, 4096, 8, LOOPED=True, STATIC=True),
     (False, True, 32768): NormQuantLaunchConfig(1, 4096, 32, LOOPED=True, STATIC=True),
-    (True, True, 16384): NormQuantLaunchConfig(1, 8192, 32, LOOPED=True, STATIC=True),
+    (True, True, 16384): NormQuantLaunchConfig(1, 8192, 8, LOOPED=True, STATIC=True),
     (True, True, 32768): NormQuantLaunchConfig(1, 8192, 32, LOOPED=True, STATIC=True),
 }
+# The narrowest chunk _static_chunks may take for a table entry (default 2048).
+_MIN_CHUNK = {(True, True, 16384): 4096}
 
 
 def _warps(tile: int) -> int:
@@ -129,9 +135,10 @@ def norm_quant_launch_config(n_rows: int, n_cols: int, device: torch.device | No
     for the fused-add forms, ``is_rms`` for RMSNorm (else LayerNorm)."""
     row = next_power_of_2(max(n_cols, 1))
     sms = grid_sms(device, 1)
-    static = _STATIC_LOOPS.get((is_rms, residual, row))
+    key = (is_rms, residual, row)
+    static = _STATIC_LOOPS.get(key)
     if static is not None and n_rows >= sms:
-        return _static_chunks(static, n_cols)
+        return _static_chunks(static, n_cols, _MIN_CHUNK.get(key, _MIN_STATIC_CHUNK))
     if row > _MAX_ROW_IN_REGS or (residual and row > _MAX_ADD_ROW_IN_REGS):
         return NormQuantLaunchConfig(1, _LOOP_BLOCK, 8, LOOPED=True)
     block_m = min(max(_TILE // row, 1), next_power_of_2(max(n_rows, 1)))

@@ -65,11 +65,27 @@ def _stats_chunk(x_row, r_row, r_out_row, xb_ptr, cols, col_mask, shift, acc, ac
 def _amax_chunk(amax, x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, col_mask, mean, rstd, weight_offset,
                 round_ty: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_X_BIAS: tl.constexpr,
                 HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SMOOTH: tl.constexpr):
-    """The DYNAMIC pass's chunk: the per-lane amax of the normalized (smoothed) values."""
-    _, ys = _normalized_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, col_mask, mean, rstd,
-                              weight_offset, round_ty, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS, HAS_SMOOTH,
-                              "evict_last")
+    """The DYNAMIC pass's chunk: the per-lane amax of the normalized (smoothed) values. Without
+    smoothing the values are not rounded to ``round_ty`` here: rounding to nearest is monotone
+    and odd, so the amax of the rounded values is the rounded amax (``_rounded_amax``)."""
+    if HAS_SMOOTH:
+        _, ys = _normalized_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, col_mask, mean, rstd,
+                                  weight_offset, round_ty, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS, HAS_SMOOTH,
+                                  "evict_last")
+    else:
+        x = _reload_row_input(x_row, r_out_row, xb_ptr, cols, cols, cols, col_mask, col_mask, HAS_RESIDUAL,
+                              HAS_X_BIAS, "evict_last")
+        w, b = _load_scale_shift(w_ptr, b_ptr, cols, col_mask, HAS_WEIGHT, HAS_BIAS)
+        ys = _apply_scale_shift((x - mean) * rstd, w, b, weight_offset, HAS_WEIGHT, HAS_BIAS)
     return tl.maximum(amax, tl.where(col_mask, tl.abs(ys), 0.0))
+
+
+@triton.jit
+def _rounded_amax(amax, round_ty: tl.constexpr, HAS_SMOOTH: tl.constexpr):
+    """The row's amax from ``_amax_chunk``'s per-lane values: rounded to ``round_ty`` once
+    (each value was, with smoothing)."""
+    amax = tl.max(amax, axis=0)
+    return amax if HAS_SMOOTH else amax.to(round_ty).to(tl.float32)
 
 
 @triton.jit
@@ -190,7 +206,7 @@ def _norm_quant_kernel(
                     amax = _amax_chunk(amax, x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, cols < n_cols,
                                        mean, rstd, weight_offset, round_ty, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT,
                                        HAS_BIAS, HAS_SMOOTH)
-            scale = _row_scale(tl.max(amax, axis=0), ub_ptr, q_max, min_scale, HAS_UB)
+            scale = _row_scale(_rounded_amax(amax, round_ty, HAS_SMOOTH), ub_ptr, q_max, min_scale, HAS_UB)
             tl.store(scale_ptr + row * stride_s, scale)
         else:
             scale = tl.load(scale_ptr)
