@@ -12,6 +12,7 @@ variable and the allowed values; an unset or empty variable takes its default.
 | AITER_ROPE_TRITON_BACKEND | 0, 1 | 0 (1 selects triton for rope) |
 | AITER_ROPE_NATIVE_BACKEND | 0, 1 | 0 (1 selects native for rope) |
 | AITER_ROPE_CHECK_POSITIONS | 0, 1 | 0 (1: RoPE checks positions / offsets / cu_seqlens against the table on the host) |
+| AITER_KV_CACHE_CHECK_SLOTS | 0, 1 | 0 (1: the KV-cache ops check GPU slot_mapping against the cache on the host) |
 | AITER_FAST_LAUNCH | 0, 1 | 1 (0: every eager call checks its arguments and launches through Triton) |
 
 ``<FAMILY>`` is one of :data:`OP_FAMILIES` in upper case, e.g. AITER_ACTIVATION_BACKEND.
@@ -90,6 +91,13 @@ def rope_check_positions() -> bool:
     cu_seqlens against the table's rows before launching (a ValueError instead of NaN
     rows; the check waits for the GPU). Indices on the CPU are always checked."""
     return _read_flag("AITER_ROPE_CHECK_POSITIONS")
+
+
+def kv_cache_check_slots() -> bool:
+    """AITER_KV_CACHE_CHECK_SLOTS=1: the Triton KV-cache ops check a GPU slot_mapping against
+    the cache's slots before launching (a ValueError for a slot past the cache, instead of
+    the kernel skipping it; the check waits for the GPU). A CPU slot_mapping is always checked."""
+    return _read_flag("AITER_KV_CACHE_CHECK_SLOTS")
 
 
 def fast_launch() -> bool:

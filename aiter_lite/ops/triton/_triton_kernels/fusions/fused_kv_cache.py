@@ -1,0 +1,196 @@
+"""RoPE fused with the paged KV-cache write, and MLA's latent-cache write.
+
+A program takes BLOCK_T tokens and BLOCK_H heads of Q (rotated into q_out, zeros_out
+zeroed) or of K and V (K rotated into k_out; rotated K and V written at the token's
+slot of the caches); the grid runs over Q's head blocks, then the KV heads' blocks, for
+each token block in turn. Cache entries are addressed by (block, offset, head, channel)
+with strides, a channel ``c`` at ``(c // X) * stride_cx + (c % X) * stride_c``: X = 1 for
+the flash layout and the classic value cache, X = x for the classic key cache's
+16-byte-chunked head dim. A token writes the caches only when its slot is in
+[0, cache slots): padding (slot < 0, or past the end of slot_mapping) writes nothing and
+a slot past the cache is never an out-of-bounds write.
+
+Values bound for a cache are multiplied by ``inv_scale`` (1 unscaled) in fp32 and, for
+fp8, saturated and rounded as the quant kernels do (``_quantize``).
+"""
+
+import triton
+import triton.language as tl
+
+from aiter_lite.ops.triton._triton_kernels.quant.quant import _quantize
+from aiter_lite.ops.triton._triton_kernels.rope.rope import _load_part, _tables, _token_rows, _turn
+
+
+@triton.jit
+def _cast(x, inv_scale, q_min, q_max, dtype: tl.constexpr, IS_FP8: tl.constexpr, SOFT_ROUND: tl.constexpr):
+    """fp32 ``x * inv_scale`` in ``dtype``: fp8 saturated to [q_min, q_max] (as the quant ops)."""
+    if IS_FP8:
+        return _quantize(x, inv_scale, q_min, q_max, dtype, SOFT_ROUND)
+    return (x * inv_scale).to(dtype)
+
+
+@triton.jit
+def _rounded(o1, o2, dtype: tl.constexpr):
+    """Rotated pairs rounded to the input's dtype (the value the RoPE ops store), in fp32."""
+    return o1.to(dtype).to(tl.float32), o2.to(dtype).to(tl.float32)
+
+
+@triton.jit
+def _chan_off(c, X: tl.constexpr, stride_cx, stride_c):
+    """Offset of channel ``c`` in a cache entry (the classic key cache splits it into x-wide chunks)."""
+    if X == 1:
+        return c * stride_cx
+    return (c // X) * stride_cx + (c % X) * stride_c
+
+
+@triton.jit
+def _store_pairs(base, lo, o1, o2, mask, X: tl.constexpr, stride_cx, stride_c,
+                 HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, IS_NEOX: tl.constexpr):
+    """The rotated pairs (o1, o2: (BLOCK_T, BLOCK_H, BLOCK_HALF), already in the destination's
+    dtype) at channels lo .. lo + 2 HALF of the (BLOCK_T, BLOCK_H) entries at ``base``."""
+    j = tl.arange(0, BLOCK_HALF)
+    if IS_NEOX:
+        m = mask[:, :, None] & (j < HALF)[None, None, :]
+        tl.store(base[:, :, None] + _chan_off(lo + j, X, stride_cx, stride_c)[None, None, :], o1, mask=m)
+        tl.store(base[:, :, None] + _chan_off(lo + HALF + j, X, stride_cx, stride_c)[None, None, :], o2, mask=m)
+    else:
+        r = tl.arange(0, 2 * BLOCK_HALF)
+        m = mask[:, :, None] & (r < 2 * HALF)[None, None, :]
+        oo = tl.reshape(tl.join(o1, o2), (o1.shape[0], o1.shape[1], 2 * BLOCK_HALF))
+        tl.store(base[:, :, None] + _chan_off(lo + r, X, stride_cx, stride_c)[None, None, :], oo, mask=m)
+
+
+@triton.jit
+def _store_chans(base, c, vals, mask, X: tl.constexpr, stride_cx, stride_c):
+    """``vals`` (BLOCK_T, BLOCK_H, len(c)) at channels ``c`` of the entries at ``base``."""
+    tl.store(base[:, :, None] + _chan_off(c, X, stride_cx, stride_c)[None, None, :], vals, mask=mask)
+
+
+@triton.jit
+def _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size):
+    """Each token's (block, offset) in the cache, int64, and whether it writes: tok <
+    n_slot_tokens and 0 <= slot < n_cache_slots (else block 0, offset 0, no write)."""
+    slot = tl.load(slot_ptr + tok, mask=t_mask & (tok < n_slot_tokens), other=-1).to(tl.int64)
+    writes = t_mask & (slot >= 0) & (slot < n_cache_slots)
+    slot = tl.where(writes, slot, 0)
+    return slot // block_size, slot % block_size, writes
+
+
+@triton.jit
+def _rotated_heads(x_ptr, sxt, sxh, sxd, tok, t_mask, heads, th_mask, pos_ptr, off_ptr, stride_p, cos_ptr, sin_ptr,
+                   n_rows, stride_t_r, stride_t_f, LO, HAS_OFFSETS: tl.constexpr, IS_NEOX: tl.constexpr,
+                   REUSE: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_T: tl.constexpr):
+    """The rotary pairs (o1, o2) of a (BLOCK_T, BLOCK_H) block of heads, fp32: channels
+    LO .. LO + 2 HALF turned by the tables' rows at the tokens' positions (+ offsets);
+    NaN where a row falls outside the table."""
+    xh = (x_ptr + tok * sxt)[:, None] + heads[None, :] * sxh
+    x1, x2 = _load_part(xh, LO, sxd, th_mask, HALF, BLOCK_HALF, IS_NEOX)
+    row, _, valid = _token_rows(tok, t_mask, 1, pos_ptr, off_ptr, pos_ptr, stride_p, 0, 0, 1, 1, 1,
+                                HAS_OFFSETS, BLOCK_T)
+    c1, c2, s1, s2 = _tables(cos_ptr, sin_ptr, row, n_rows, stride_t_r, stride_t_f, valid,
+                             HALF, BLOCK_HALF, IS_NEOX, REUSE, False)
+    return _turn(x1, x2, c1, c2, s1, s2, valid[:, None, None], False)
+
+
+@triton.jit(do_not_specialize=["n_tokens", "n_slot_tokens", "n_cache_slots", "n_rows"])
+def _rope_cache_kernel(
+    q_ptr, k_ptr, v_ptr, q_out_ptr, k_out_ptr, zeros_ptr,
+    kc_ptr, vc_ptr,               # key / value caches
+    slot_ptr, pos_ptr, off_ptr,   # (n_slot_tokens,) slots; (n_tokens,) positions (+ offsets), unit stride
+    cos_ptr, sin_ptr,             # (n_rows, F) tables
+    k_scale_ptr, v_scale_ptr,     # fp32, one element each (HAS_K_SCALE / HAS_V_SCALE)
+    sq_t, sq_h, sq_d, sk_t, sk_h, sk_d, sv_t, sv_h, sv_d,
+    sqo_t, sqo_h, sqo_d, sko_t, sko_h, sko_d, sz_t, sz_h, sz_d,
+    skc_blk, skc_off, skc_h, skc_cx, skc_c,   # key cache: block, offset, head, channel (x-chunk), in-chunk
+    svc_blk, svc_off, svc_h, svc_cx,          # value cache
+    stride_t_r, stride_t_f,
+    n_tokens, n_slot_tokens, n_cache_slots, block_size, n_rows,
+    n_q_heads, n_kv_heads, head_dim,
+    qo_min, qo_max, ko_min, ko_max, c_min, c_max,  # fp8 ranges (fp32) of q_out, k_out, the caches
+    HAS_OFFSETS: tl.constexpr,
+    IS_NEOX: tl.constexpr,
+    REUSE: tl.constexpr,          # a HALF-wide table serves both members of a pair
+    HAS_K_SCALE: tl.constexpr,
+    HAS_V_SCALE: tl.constexpr,
+    Q_FP8: tl.constexpr, K_FP8: tl.constexpr, KC_FP8: tl.constexpr, VC_FP8: tl.constexpr,
+    SOFT_ROUND: tl.constexpr,     # fp8 rounded in fp32 before the conversion (the interpreter)
+    ZEROS: tl.constexpr,          # zero zeros_out (Q's shape)
+    KC_X: tl.constexpr,           # the key cache's chunk width (1: flash layout)
+    HALF: tl.constexpr,           # R / 2: channels 0 .. R rotate, R .. head_dim pass through
+    BLOCK_HALF: tl.constexpr,
+    BLOCK_REST: tl.constexpr,     # >= head_dim - R (0: none), power of 2
+    BLOCK_D: tl.constexpr,        # >= head_dim, power of 2
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    INT64: tl.constexpr,
+):
+    n_q_blocks = tl.cdiv(n_q_heads, BLOCK_H)
+    n_blocks = n_q_blocks + tl.cdiv(n_kv_heads, BLOCK_H)
+    pid = tl.program_id(0)
+    pid_t = pid // n_blocks
+    pid_h = pid % n_blocks
+    tok = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    if INT64:
+        tok = tok.to(tl.int64)
+    t_mask = tok < n_tokens
+    R: tl.constexpr = 2 * HALF
+    if pid_h < n_q_blocks:
+        heads = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+        th_mask = t_mask[:, None] & (heads < n_q_heads)[None, :]
+        o1, o2 = _rotated_heads(q_ptr, sq_t, sq_h, sq_d, tok, t_mask, heads, th_mask, pos_ptr, off_ptr, 1,
+                                cos_ptr, sin_ptr, n_rows, stride_t_r, stride_t_f, 0, HAS_OFFSETS, IS_NEOX, REUSE,
+                                HALF, BLOCK_HALF, BLOCK_T)
+        o1, o2 = _rounded(o1, o2, q_ptr.dtype.element_ty)
+        qo = (q_out_ptr + tok * sqo_t)[:, None] + heads[None, :] * sqo_h
+        q_ty = q_out_ptr.dtype.element_ty
+        _store_pairs(qo, 0, _cast(o1, 1.0, qo_min, qo_max, q_ty, Q_FP8, SOFT_ROUND),
+                     _cast(o2, 1.0, qo_min, qo_max, q_ty, Q_FP8, SOFT_ROUND), th_mask, 1, sqo_d, 0,
+                     HALF, BLOCK_HALF, IS_NEOX)
+        if BLOCK_REST > 0:
+            c = R + tl.arange(0, BLOCK_REST)
+            m = th_mask[:, :, None] & (c < head_dim)[None, None, :]
+            qh = (q_ptr + tok * sq_t)[:, None] + heads[None, :] * sq_h
+            rest = tl.load(qh[:, :, None] + c[None, None, :] * sq_d, mask=m, other=0.0).to(tl.float32)
+            _store_chans(qo, c, _cast(rest, 1.0, qo_min, qo_max, q_ty, Q_FP8, SOFT_ROUND), m, 1, sqo_d, 0)
+        if ZEROS:
+            c = tl.arange(0, BLOCK_D)
+            m = th_mask[:, :, None] & (c < head_dim)[None, None, :]
+            z = (zeros_ptr + tok * sz_t)[:, None] + heads[None, :] * sz_h
+            _store_chans(z, c, tl.zeros([BLOCK_T, BLOCK_H, BLOCK_D], zeros_ptr.dtype.element_ty), m, 1, sz_d, 0)
+    else:
+        heads = (pid_h - n_q_blocks) * BLOCK_H + tl.arange(0, BLOCK_H)
+        th_mask = t_mask[:, None] & (heads < n_kv_heads)[None, :]
+        o1, o2 = _rotated_heads(k_ptr, sk_t, sk_h, sk_d, tok, t_mask, heads, th_mask, pos_ptr, off_ptr, 1,
+                                cos_ptr, sin_ptr, n_rows, stride_t_r, stride_t_f, 0, HAS_OFFSETS, IS_NEOX, REUSE,
+                                HALF, BLOCK_HALF, BLOCK_T)
+        ko = (k_out_ptr + tok * sko_t)[:, None] + heads[None, :] * sko_h
+        # Rounded to K's dtype: k_out holds it unscaled, the cache scaled.
+        o1, o2 = _rounded(o1, o2, k_ptr.dtype.element_ty)
+        k_ty = k_out_ptr.dtype.element_ty
+        _store_pairs(ko, 0, _cast(o1, 1.0, ko_min, ko_max, k_ty, K_FP8, SOFT_ROUND),
+                     _cast(o2, 1.0, ko_min, ko_max, k_ty, K_FP8, SOFT_ROUND), th_mask, 1, sko_d, 0,
+                     HALF, BLOCK_HALF, IS_NEOX)
+        blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size)
+        w_mask = writes[:, None] & th_mask
+        kc = (kc_ptr + blk * skc_blk + off * skc_off)[:, None] + heads[None, :] * skc_h
+        k_inv = tl.math.div_rn(1.0, tl.load(k_scale_ptr)) if HAS_K_SCALE else 1.0
+        kc_ty = kc_ptr.dtype.element_ty
+        _store_pairs(kc, 0, _cast(o1, k_inv, c_min, c_max, kc_ty, KC_FP8, SOFT_ROUND),
+                     _cast(o2, k_inv, c_min, c_max, kc_ty, KC_FP8, SOFT_ROUND), w_mask,
+                     KC_X, skc_cx, skc_c, HALF, BLOCK_HALF, IS_NEOX)
+        if BLOCK_REST > 0:
+            c = R + tl.arange(0, BLOCK_REST)
+            m = th_mask[:, :, None] & (c < head_dim)[None, None, :]
+            kh = (k_ptr + tok * sk_t)[:, None] + heads[None, :] * sk_h
+            rest = tl.load(kh[:, :, None] + c[None, None, :] * sk_d, mask=m, other=0.0).to(tl.float32)
+            _store_chans(ko, c, _cast(rest, 1.0, ko_min, ko_max, k_ty, K_FP8, SOFT_ROUND), m, 1, sko_d, 0)
+            _store_chans(kc, c, _cast(rest, k_inv, c_min, c_max, kc_ty, KC_FP8, SOFT_ROUND),
+                         m & writes[:, None, None], KC_X, skc_cx, skc_c)
+        c = tl.arange(0, BLOCK_D)
+        m = th_mask[:, :, None] & (c < head_dim)[None, None, :]
+        vh = (v_ptr + tok * sv_t)[:, None] + heads[None, :] * sv_h
+        v = tl.load(vh[:, :, None] + c[None, None, :] * sv_d, mask=m & writes[:, None, None], other=0.0)
+        v_inv = tl.math.div_rn(1.0, tl.load(v_scale_ptr)) if HAS_V_SCALE else 1.0
+        vc = (vc_ptr + blk * svc_blk + off * svc_off)[:, None] + heads[None, :] * svc_h
+        _store_chans(vc, c, _cast(v.to(tl.float32), v_inv, c_min, c_max, vc_ptr.dtype.element_ty, VC_FP8,
+                                  SOFT_ROUND), m & writes[:, None, None], 1, svc_cx, 0)

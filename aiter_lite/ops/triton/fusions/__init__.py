@@ -1,0 +1,9 @@
+"""Attention-block fusions on the Triton backend (aiter's names): QKV split + RoPE, RoPE +
+paged KV-cache write, Q/K concatenation for MLA, MLA's latent-cache write."""
+
+from aiter_lite.ops.triton.fusions.fused_kv_cache import cat_and_cache_mla, fused_qk_rope_reshape_and_cache
+from aiter_lite.ops.triton.fusions.fused_qk_concat import fused_qk_cat, fused_qk_rope_cat
+from aiter_lite.ops.triton.fusions.fused_qkv_split_qk_rope import fused_qkv_split_qk_rope
+
+__all__ = ["fused_qkv_split_qk_rope", "fused_qk_rope_reshape_and_cache", "fused_qk_cat", "fused_qk_rope_cat",
+           "cat_and_cache_mla"]

@@ -1,0 +1,239 @@
+"""RoPE fused with the paged KV-cache write, and MLA's latent-cache write (aiter's names
+and argument orders). Semantics are ``aiter_lite.ops.native.fusions``'s; where aiter is
+limited this does more, and checks it:
+
+* any head dim and block size (aiter: powers of two); a partial rotary part (a table
+  narrower than head_dim / 2); fp16 and fp32 caches as well as bf16 and fp8;
+* ``slot_mapping`` may be shorter than the tokens (CUDA-graph padding: the tail writes
+  no cache entry); ``k_out`` is written for every token, padding included;
+* fp8 caches saturate (vLLM's convert; never inf), scaled by ``x * (1 / scale)`` as the
+  quant ops; a slot past the cache is never written (a ValueError on the host where
+  ``slot_mapping`` is there, or with ``AITER_KV_CACHE_CHECK_SLOTS=1``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from aiter_lite.ops.triton._triton_kernels.fusions.fused_kv_cache import _rope_cache_kernel
+from aiter_lite.ops.triton._triton_kernels.fusions.fused_qk_concat import _cat_kernel
+from aiter_lite.ops.triton.fusions._common import (
+    CACHE_DTYPES,
+    check_flag,
+    check_heads,
+    check_out,
+    check_out_dtype,
+    check_positions,
+    check_scale,
+    check_slots,
+    fp8_range,
+    max_offset,
+    rope_tables,
+    soft_round,
+)
+from aiter_lite.ops.triton.rope.rope import rope_launch_config
+from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.launch import cdiv, next_power_of_2
+from aiter_lite.utils.logger import debug_on, log_call
+
+__all__ = ["fused_qk_rope_reshape_and_cache", "cat_and_cache_mla"]
+
+
+def _check_caches(op: str, key_cache, value_cache, flash_layout: bool, n_kv_heads: int, head_dim: int,
+                  q: torch.Tensor) -> tuple[int, int, int]:
+    """The caches' (num_blocks, block_size, x) for vLLM's layouts; x = 1 for the flash layout."""
+    for name, c in (("key_cache", key_cache), ("value_cache", value_cache)):
+        if not isinstance(c, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(c).__name__}")
+        check_out_dtype(op, name, c.dtype, c.device)
+        if c.device != q.device:
+            raise ValueError(f"{op}: {name} must be on q's device {q.device}, got {c.device}")
+    if value_cache.dtype != key_cache.dtype:
+        raise TypeError(f"{op}: value_cache must have key_cache's dtype {key_cache.dtype}, got {value_cache.dtype}")
+    kshape, vshape = tuple(key_cache.shape), tuple(value_cache.shape)
+    if flash_layout:
+        if len(kshape) != 4 or kshape[2:] != (n_kv_heads, head_dim):
+            raise ValueError(f"{op}: key_cache must be (num_blocks, block_size, {n_kv_heads}, {head_dim}) with "
+                             f"flash_layout=True, got {kshape}")
+        if vshape != kshape:
+            raise ValueError(f"{op}: value_cache must have key_cache's shape {kshape} with flash_layout=True, "
+                             f"got {vshape}")
+        return kshape[0], kshape[1], 1
+    if len(kshape) != 5 or kshape[1] != n_kv_heads or kshape[2] * kshape[4] != head_dim:
+        raise ValueError(f"{op}: key_cache must be (num_blocks, {n_kv_heads}, head_dim // x, block_size, x) with "
+                         f"x * (head_dim // x) = {head_dim} and flash_layout=False, got {kshape}")
+    if vshape != (kshape[0], n_kv_heads, head_dim, kshape[3]):
+        raise ValueError(f"{op}: value_cache must be (num_blocks, kv heads, head_dim, block_size) = "
+                         f"{(kshape[0], n_kv_heads, head_dim, kshape[3])} with flash_layout=False, got {vshape}")
+    return kshape[0], kshape[3], kshape[4]
+
+
+def _cache_strides(key_cache: torch.Tensor, value_cache: torch.Tensor, flash_layout: bool) -> tuple:
+    """(block, offset, head, chunk, in-chunk) of the key cache, (block, offset, head, channel) of the value cache."""
+    k, v = key_cache.stride(), value_cache.stride()
+    if flash_layout:
+        return (k[0], k[1], k[2], k[3], 0), (v[0], v[1], v[2], v[3])
+    return (k[0], k[3], k[1], k[2], k[4]), (v[0], v[3], v[1], v[2])
+
+
+@launch_op("fused_qk_rope_reshape_and_cache",
+           mutates_args=("q_out", "k_out", "zeros_out", "key_cache", "value_cache"))
+def _launch_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_out: torch.Tensor, k_out: torch.Tensor,
+                       zeros_out: torch.Tensor | None, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                       slot_mapping: torch.Tensor, pos: torch.Tensor, offs: torch.Tensor | None,
+                       cos: torch.Tensor, sin: torch.Tensor, k_scale: torch.Tensor | None,
+                       v_scale: torch.Tensor | None, geometry: list[int], flags: list[bool]) -> None:
+    n_rows, stride_r, stride_f, half, n_cache_slots, block_size, x = geometry
+    is_neox, reuse, flash_layout = flags
+    n_tokens, n_q_heads, d = q.shape
+    n_kv_heads = k.shape[1]
+    if n_tokens == 0:
+        return
+    cfg = rope_launch_config(n_tokens, n_q_heads, n_kv_heads, d, q.device)
+    rest = d - 2 * half
+    kc_strides, vc_strides = _cache_strides(key_cache, value_cache, flash_layout)
+    z = q_out if zeros_out is None else zeros_out
+    grid = (cdiv(n_tokens, cfg.BLOCK_T) * (cdiv(n_q_heads, cfg.BLOCK_H) + cdiv(n_kv_heads, cfg.BLOCK_H)),)
+    _rope_cache_kernel[grid](
+        q, k, v, q_out, k_out, z, key_cache, value_cache, slot_mapping, pos, pos if offs is None else offs,
+        cos, sin, key_cache if k_scale is None else k_scale, key_cache if v_scale is None else v_scale,
+        *q.stride(), *k.stride(), *v.stride(), *q_out.stride(), *k_out.stride(), *z.stride(),
+        *kc_strides, *vc_strides, stride_r, stride_f,
+        n_tokens, slot_mapping.shape[0], n_cache_slots, block_size, n_rows, n_q_heads, n_kv_heads, d,
+        *fp8_range(q_out.dtype), *fp8_range(k_out.dtype), *fp8_range(key_cache.dtype),
+        HAS_OFFSETS=offs is not None, IS_NEOX=is_neox, REUSE=reuse,
+        HAS_K_SCALE=k_scale is not None, HAS_V_SCALE=v_scale is not None,
+        Q_FP8=q_out.dtype.itemsize == 1, K_FP8=k_out.dtype.itemsize == 1, KC_FP8=key_cache.dtype.itemsize == 1,
+        VC_FP8=value_cache.dtype.itemsize == 1,
+        SOFT_ROUND=soft_round(q_out.dtype, k_out.dtype, key_cache.dtype), ZEROS=zeros_out is not None, KC_X=x,
+        HALF=half, BLOCK_HALF=next_power_of_2(half), BLOCK_REST=next_power_of_2(rest) if rest else 0,
+        BLOCK_D=next_power_of_2(d), BLOCK_T=cfg.BLOCK_T, BLOCK_H=cfg.BLOCK_H,
+        INT64=max_offset(q, k, v, q_out, k_out, zeros_out) >= 2**31, num_warps=cfg.num_warps,
+    )
+
+
+def fused_qk_rope_reshape_and_cache(q, k, v, key_cache, value_cache, slot_mapping, pos, cos, sin, k_scale, v_scale,
+                                    is_neox, flash_layout, apply_scale=True, offs=None, q_out=None, k_out=None,
+                                    output_zeros=True, zeros_out=None):
+    """Rotate q and k (q [T, QH, d], k and v [T, KH, d]) and write k and v into the paged
+    caches at ``slot_mapping``, in one launch. Returns (q_out, k_out, key_cache,
+    value_cache), and ``zeros_out`` (q's shape and dtype, zeroed) last with
+    ``output_zeros`` or a ``zeros_out`` given. ``q_out=q`` / ``k_out=k`` rotate in place."""
+    op = "fused_qk_rope_reshape_and_cache"
+    check_heads(op, "q", q)
+    check_heads(op, "k", k, "q", q)
+    check_heads(op, "v", v, "q", q)
+    n_tokens, n_q_heads, d = q.shape
+    n_kv_heads = k.shape[1]
+    if tuple(k.shape) != (n_tokens, n_kv_heads, d) or k.shape[1] == 0:
+        raise ValueError(f"{op}: k must be (tokens, kv heads >= 1, head_dim) = ({n_tokens}, KH, {d}) for q of shape "
+                         f"{tuple(q.shape)}, got {tuple(k.shape)}")
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError(f"{op}: v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+    if n_q_heads % n_kv_heads:
+        raise ValueError(f"{op}: q's {n_q_heads} heads must be a multiple of k's {n_kv_heads}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{op}: {name} must have q's dtype {q.dtype}, got {t.dtype}")
+    is_neox = check_flag(op, "is_neox", is_neox)
+    flash_layout = check_flag(op, "flash_layout", flash_layout)
+    apply_scale = check_flag(op, "apply_scale", apply_scale)
+    output_zeros = check_flag(op, "output_zeros", output_zeros)
+    tab, reuse, half = rope_tables(op, cos, sin, q, d)
+    pos, offs = check_positions(op, "pos", pos, n_tokens, q, tab.rows, offs, "offs")
+    n_blocks, block_size, x = _check_caches(op, key_cache, value_cache, flash_layout, n_kv_heads, d, q)
+    slot_mapping = check_slots(op, slot_mapping, n_tokens, n_blocks * block_size, q)
+    check_scale(op, "k_scale", k_scale, q)
+    check_scale(op, "v_scale", v_scale, q)
+    q_out = check_out(op, "q_out", q_out, q.shape, q)
+    k_out = check_out(op, "k_out", k_out, k.shape, k)
+    if zeros_out is not None or output_zeros:
+        zeros_out = check_out(op, "zeros_out", zeros_out, q.shape, q)
+    if debug_on():
+        log_call(op, q=q, k=k, v=v, key_cache=key_cache, value_cache=value_cache, slot_mapping=slot_mapping,
+                 pos=pos, cos=tab.cos, sin=tab.sin, k_scale=k_scale, v_scale=v_scale, is_neox=is_neox,
+                 flash_layout=flash_layout, apply_scale=apply_scale, offs=offs, q_out=q_out, k_out=k_out,
+                 zeros_out=zeros_out)
+    geometry = [tab.rows, tab.stride_r, tab.stride_f, half, n_blocks * block_size, block_size, x]
+    _launch_rope_cache(q, k, v, q_out, k_out, zeros_out, key_cache, value_cache, slot_mapping, pos, offs,
+                       tab.cos, tab.sin, k_scale if apply_scale else None, v_scale if apply_scale else None,
+                       geometry, [is_neox, reuse, flash_layout])
+    out = (q_out, k_out, key_cache, value_cache)
+    return out if zeros_out is None else (*out, zeros_out)
+
+
+def _mla_part(op: str, name: str, t, ref: torch.Tensor | None) -> torch.Tensor:
+    """[B, heads, d] or [B, d] (one head) as 3-D."""
+    if isinstance(t, torch.Tensor) and t.dim() == 2:
+        t = t[:, None, :]
+    check_heads(op, name, t, "k_nope", ref, dims="(tokens, heads, d) or (tokens, d)")
+    return t
+
+
+@launch_op("cat_and_cache_mla", mutates_args=("kv_cache",))
+def _launch_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                k_scale: torch.Tensor | None, geometry: list[int]) -> None:
+    n_cache_slots, block_size, s_blk, s_off, s_h, s_d = geometry
+    n_tokens, n_heads, d1 = k_nope.shape
+    d2 = k_pe.shape[2]
+    if n_tokens == 0:
+        return
+    block_t = max(1, min(next_power_of_2(n_tokens), 4096 // next_power_of_2(d1 + d2)))
+    block_h = min(next_power_of_2(n_heads), 16)
+    sb = k_pe.stride()
+    sb = (sb[0], 0 if k_pe.shape[1] == 1 else sb[1], sb[2])
+    grid = (cdiv(n_tokens, block_t) * cdiv(n_heads, block_h),)
+    _cat_kernel[grid](
+        k_nope, k_pe, kv_cache, k_nope, k_pe, kv_cache, slot_mapping, slot_mapping, kv_cache, kv_cache,
+        kv_cache if k_scale is None else k_scale,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, *k_nope.stride(), *sb, s_blk, s_off, s_h, s_d, 0, 0,
+        n_tokens, slot_mapping.shape[0], n_cache_slots, block_size, 1, 0, n_heads, d1, d2,
+        *fp8_range(kv_cache.dtype),
+        ROPE=False, IS_NEOX=True, REUSE=False, DEST_SLOTS=True, HAS_SCALE=k_scale is not None,
+        O1_FP8=False, O2_FP8=kv_cache.dtype.itemsize == 1, SOFT_ROUND=soft_round(kv_cache.dtype),
+        HALF=1, BLOCK_HALF=1, BLOCK_D1=next_power_of_2(d1), BLOCK_D2=next_power_of_2(d2),
+        BLOCK_T=block_t, BLOCK_H=block_h, INT64=max_offset(k_nope, k_pe) >= 2**31,
+        num_warps=4 if block_t * block_h * (d1 + d2) >= 2048 else 2,
+    )
+
+
+def cat_and_cache_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale, apply_scale=True):
+    """Write cat(k_nope, k_pe) of each token (k_nope [B, KH, D1] or [B, D1]; k_pe of KH
+    heads or one, shared) into ``kv_cache`` ([slots, KH, D1 + D2] or [num_blocks,
+    block_size, KH, D1 + D2]) at ``slot_mapping``; scaled by ``1 / k_scale`` when given and
+    ``apply_scale``, saturated for an fp8 cache. Returns None (kv_cache is written)."""
+    op = "cat_and_cache_mla"
+    k_nope = _mla_part(op, "k_nope", k_nope, None)
+    k_pe = _mla_part(op, "k_pe", k_pe, k_nope)
+    n_tokens, n_heads, d1 = k_nope.shape
+    if k_pe.shape[0] != n_tokens or k_pe.shape[1] not in (1, n_heads):
+        raise ValueError(f"{op}: k_pe must have k_nope's {n_tokens} tokens and {n_heads} heads (or one, shared), "
+                         f"got shape {tuple(k_pe.shape)}")
+    if k_pe.dtype != k_nope.dtype:
+        raise TypeError(f"{op}: k_pe must have k_nope's dtype {k_nope.dtype}, got {k_pe.dtype}")
+    apply_scale = check_flag(op, "apply_scale", apply_scale)
+    if not isinstance(kv_cache, torch.Tensor):
+        raise TypeError(f"{op}: kv_cache must be a torch.Tensor, got {type(kv_cache).__name__}")
+    check_out_dtype(op, "kv_cache", kv_cache.dtype, kv_cache.device, CACHE_DTYPES)
+    if kv_cache.device != k_nope.device:
+        raise ValueError(f"{op}: kv_cache must be on k_nope's device {k_nope.device}, got {kv_cache.device}")
+    d = d1 + k_pe.shape[2]
+    shape = tuple(kv_cache.shape)
+    if kv_cache.dim() == 3 and shape[1:] == (n_heads, d):
+        block_size, s = 1, kv_cache.stride()
+        strides = (s[0], 0, s[1], s[2])
+    elif kv_cache.dim() == 4 and shape[2:] == (n_heads, d):
+        block_size, s = shape[1], kv_cache.stride()
+        strides = s
+    else:
+        raise ValueError(f"{op}: kv_cache must be (slots, {n_heads}, {d}) or (num_blocks, block_size, {n_heads}, "
+                         f"{d}) for k_nope {tuple(k_nope.shape)} and k_pe {tuple(k_pe.shape)}, got {shape}")
+    n_cache_slots = shape[0] * block_size
+    slot_mapping = check_slots(op, slot_mapping, n_tokens, n_cache_slots, k_nope, "k_nope")
+    check_scale(op, "k_scale", k_scale, k_nope)
+    if debug_on():
+        log_call(op, k_nope=k_nope, k_pe=k_pe, kv_cache=kv_cache, slot_mapping=slot_mapping, k_scale=k_scale,
+                 apply_scale=apply_scale)
+    _launch_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale if apply_scale else None,
+                [n_cache_slots, block_size, *strides])
+    return None

@@ -1,0 +1,84 @@
+"""A fused QKV projection split into Q, K and V with Q and K rotated, in one launch
+(aiter's name and argument order). Any even head dim and any even rotary width up to it
+(aiter: powers of two, a rotary part of head_dim or head_dim / 2)."""
+
+from __future__ import annotations
+
+import torch
+
+from aiter_lite.ops.native.rope.rope import rotary_width
+from aiter_lite.ops.triton._triton_kernels.fusions.fused_qkv_split_qk_rope import _qkv_split_rope_kernel
+from aiter_lite.ops.triton.fusions._common import check_flag, check_positions, max_offset
+from aiter_lite.ops.triton.rope.rope import _table, rope_launch_config
+from aiter_lite.utils.checks import check_float_tensor, check_triton_device, check_unit_last_stride
+from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.launch import cdiv, next_power_of_2
+from aiter_lite.utils.logger import debug_on, log_call
+
+__all__ = ["fused_qkv_split_qk_rope"]
+
+
+def _count(op: str, name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{op}: {name} must be a positive int, got {value!r}")
+    return value
+
+
+@launch_op("fused_qkv_split_qk_rope", mutates_args=("q", "k", "v"))
+def _launch(qkv: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
+            sin: torch.Tensor, pos: torch.Tensor, off: torch.Tensor | None, geometry: list[int],
+            flags: list[bool]) -> None:
+    n_rows, stride_r, stride_f, half = geometry
+    is_neox, reuse, nope_first = flags
+    n_tokens, qh, d = q.shape
+    kvh = k.shape[1]
+    if n_tokens == 0:
+        return
+    cfg = rope_launch_config(n_tokens, qh, kvh, d, q.device)
+    rest = d - 2 * half
+    grid = (cdiv(n_tokens, cfg.BLOCK_T) * (cdiv(qh, cfg.BLOCK_H) + 2 * cdiv(kvh, cfg.BLOCK_H)),)
+    _qkv_split_rope_kernel[grid](
+        qkv, q, k, v, cos, sin, pos, pos if off is None else off, qkv.stride(0), stride_r, stride_f,
+        n_tokens, n_rows, qh, kvh, d,
+        HAS_OFFSETS=off is not None, IS_NEOX=is_neox, REUSE=reuse, NOPE_FIRST=nope_first, COPY_REST=rest > 0,
+        HALF=half, BLOCK_HALF=next_power_of_2(half), BLOCK_REST=next_power_of_2(max(rest, 1)),
+        BLOCK_D=next_power_of_2(d), BLOCK_T=cfg.BLOCK_T, BLOCK_H=cfg.BLOCK_H,
+        INT64=max_offset(qkv, q, k, v) >= 2**31, num_warps=cfg.num_warps,
+    )
+
+
+def fused_qkv_split_qk_rope(qkv, cos, sin, positions, qh, kvh, head_dim, is_neox=True, offsets=None,
+                            reuse_freqs_front_part=True, nope_first=False):
+    """(q [T, qh, head_dim], k [T, kvh, head_dim], v [T, kvh, head_dim]) from ``qkv``
+    [T, (qh + 2 kvh) * head_dim] (rows ``[q heads | k heads | v heads]``), q and k rotated
+    at ``positions`` (+ ``offsets``): R = F * (2 if reuse_freqs_front_part else 1) channels,
+    the first R or (nope_first) the last; the rest and v copied."""
+    op = "fused_qkv_split_qk_rope"
+    check_float_tensor(op, "qkv", qkv)
+    qh, kvh, head_dim = _count(op, "qh", qh), _count(op, "kvh", kvh), _count(op, "head_dim", head_dim)
+    if qh % kvh:
+        raise ValueError(f"{op}: qh ({qh}) must be a multiple of kvh ({kvh})")
+    if head_dim % 2:
+        raise ValueError(f"{op}: head_dim must be even, got {head_dim}")
+    width = (qh + 2 * kvh) * head_dim
+    if qkv.dim() != 2 or qkv.shape[1] != width:
+        raise ValueError(f"{op}: qkv must be 2-D (tokens, (qh + 2 * kvh) * head_dim) = (T, {width}), "
+                         f"got shape {tuple(qkv.shape)}")
+    check_unit_last_stride(op, "qkv", qkv)
+    check_triton_device(op, "qkv", qkv)
+    is_neox = check_flag(op, "is_neox", is_neox)
+    reuse = check_flag(op, "reuse_freqs_front_part", reuse_freqs_front_part)
+    nope_first = check_flag(op, "nope_first", nope_first)
+    tab = _table(op, ("cos", "sin"), cos, sin, qkv)
+    r = rotary_width(op, head_dim, tab.width, reuse)
+    n_tokens = qkv.shape[0]
+    pos, off = check_positions(op, "positions", positions, n_tokens, qkv, tab.rows, offsets)
+    if debug_on():
+        log_call(op, qkv=qkv, cos=tab.cos, sin=tab.sin, positions=pos, qh=qh, kvh=kvh, head_dim=head_dim,
+                 is_neox=is_neox, offsets=off, reuse_freqs_front_part=reuse, nope_first=nope_first)
+    q = torch.empty((n_tokens, qh, head_dim), dtype=qkv.dtype, device=qkv.device)
+    k = torch.empty((n_tokens, kvh, head_dim), dtype=qkv.dtype, device=qkv.device)
+    v = torch.empty((n_tokens, kvh, head_dim), dtype=qkv.dtype, device=qkv.device)
+    _launch(qkv, q, k, v, tab.cos, tab.sin, pos, off, [tab.rows, tab.stride_r, tab.stride_f, r // 2],
+            [is_neox, reuse, nope_first])
+    return q, k, v
