@@ -85,16 +85,14 @@ def fused_qk_cat(q1, q2, k1, k2):
 
 def fused_qk_rope_cat(q_nope, q_pe, k_nope, k_pe, pos, cos, sin, is_neox):
     """(cat(q_nope, rope(q_pe)), cat(k_nope, rope(k_pe))) in q_nope's dtype, in one launch;
-    every channel of the pe parts rotates (a table Dr wide, or Dr / 2 reused for both
-    members of each pair), rounded to q_pe's dtype first. pos [B]."""
+    a table Dr wide rotates every channel of the pe parts, one F <= Dr / 2 wide (reused for
+    both members of each pair) the first 2 F (the rest copied); rounded to q_pe's dtype
+    first. pos [B]."""
     op = "fused_qk_rope_cat"
     _check_parts(op, ("q_nope", "q_pe", "k_nope", "k_pe"), q_nope, q_pe, k_nope, k_pe)
     is_neox = check_flag(op, "is_neox", is_neox)
     dr = q_pe.shape[2]
     tab, reuse, half = rope_tables(op, cos, sin, q_nope, dr)
-    if 2 * half != dr:
-        raise ValueError(f"{op}: cos / sin must be {dr} or {dr // 2} wide (every channel of q_pe rotates), "
-                         f"got {tab.width}")
     pos, _ = check_positions(op, "pos", pos, q_nope.shape[0], q_nope, tab.rows)
     if debug_on():
         log_call(op, q_nope=q_nope, q_pe=q_pe, k_nope=k_nope, k_pe=k_pe, pos=pos, cos=tab.cos, sin=tab.sin,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import torch
 
-from aiter_lite.ops.native.rope.rope import rotary_width
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_qkv_split_qk_rope import _qkv_split_rope_kernel
 from aiter_lite.ops.triton.fusions._common import check_flag, check_positions, max_offset
 from aiter_lite.ops.triton.rope.rope import _table, rope_launch_config
@@ -70,7 +69,10 @@ def fused_qkv_split_qk_rope(qkv, cos, sin, positions, qh, kvh, head_dim, is_neox
     reuse = check_flag(op, "reuse_freqs_front_part", reuse_freqs_front_part)
     nope_first = check_flag(op, "nope_first", nope_first)
     tab = _table(op, ("cos", "sin"), cos, sin, qkv)
-    r = rotary_width(op, head_dim, tab.width, reuse)
+    r = tab.width * (2 if reuse else 1)
+    if r < 2 or r % 2 or r > head_dim:
+        raise ValueError(f"{op}: cos / sin {tab.width} wide (reuse_freqs_front_part={reuse}) rotate {r} channels; "
+                         f"expected an even count from 2 up to head_dim {head_dim}")
     n_tokens = qkv.shape[0]
     pos, off = check_positions(op, "positions", positions, n_tokens, qkv, tab.rows, offsets)
     if debug_on():

@@ -27,7 +27,8 @@ def _cat_pair(a_ptr, b_ptr, dest, tok, t_mask, heads, th_mask, w_mask, sa_t, sa_
               ROPE: tl.constexpr, IS_NEOX: tl.constexpr, REUSE: tl.constexpr, IS_FP8: tl.constexpr,
               SOFT_ROUND: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_D1: tl.constexpr,
               BLOCK_D2: tl.constexpr, BLOCK_T: tl.constexpr):
-    """cat(a, b) of a (BLOCK_T, BLOCK_H) block at ``dest`` (entry offsets) where ``w_mask``."""
+    """cat(a, b) of a (BLOCK_T, BLOCK_H) block at ``dest`` (entry offsets) where ``w_mask``;
+    ROPE: b's channels 0 .. 2 HALF rotated, the rest copied."""
     dt = dest.dtype.element_ty
     c = tl.arange(0, BLOCK_D1)
     m = w_mask[:, :, None] & (c < d1)[None, None, :]
@@ -42,8 +43,8 @@ def _cat_pair(a_ptr, b_ptr, dest, tok, t_mask, heads, th_mask, w_mask, sa_t, sa_
         _store_pairs(dest, d1, _cast(o1, inv_scale, q_min, q_max, dt, IS_FP8, SOFT_ROUND),
                      _cast(o2, inv_scale, q_min, q_max, dt, IS_FP8, SOFT_ROUND), w_mask, 1, sd_d, 0,
                      HALF, BLOCK_HALF, IS_NEOX)
-    else:
-        c = tl.arange(0, BLOCK_D2)
+    if not ROPE or 2 * HALF < BLOCK_D2:
+        c = (2 * HALF if ROPE else 0) + tl.arange(0, BLOCK_D2)
         m = w_mask[:, :, None] & (c < d2)[None, None, :]
         bh = (b_ptr + tok * sb_t)[:, None] + heads[None, :] * sb_h
         b = tl.load(bh[:, :, None] + c[None, None, :] * sb_d, mask=m, other=0.0)

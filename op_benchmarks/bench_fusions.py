@@ -1,0 +1,386 @@
+"""Benchmark the attention-block fusions (RoPE + KV-cache write, QKV split + RoPE, MLA concat and cache write).
+
+    python op_benchmarks/bench_fusions.py                           # every op, T = 1..32768, 3 models (below)
+    python op_benchmarks/bench_fusions.py --op rope_cache -T 1 16 128 512 2048 --cudagraph
+    python op_benchmarks/bench_fusions.py --op rope_cache --layout flash paged --cache-dtype bf16 fp8 -o kv.csv
+    python op_benchmarks/bench_fusions.py --op qk_rope_cat mla_cache -T 1 64 4096 --block-size 64
+    python op_benchmarks/bench_fusions.py --op rope_cache --shape 2048x64x8x128 --inplace false
+
+Ops (aiter's names, aiter_lite.ops.triton.fusions; T tokens, QH / KH query / key-value heads of D channels):
+    rope_cache      fused_qk_rope_reshape_and_cache as vLLM calls it: Q and K turned in place
+                    (q_out = q, k_out = k; --inplace false: into new outputs), K and V written into
+                    the caches at slot_mapping, output_zeros=False, scales applied for fp8 caches only
+    qkv_split_rope  fused_qkv_split_qk_rope: qkv (T, (QH + 2 KH) D) into new Q, K, V; Q and K turned
+    qk_rope_cat     fused_qk_rope_cat, MLA's absorbed Q and K: cat(nope, rope(pe)) of q_nope (T, H, L),
+                    q_pe (T, H, R), k_nope (T, 1, L), k_pe (T, 1, R)
+    qk_cat          fused_qk_cat: the same concatenation, nothing turned
+    mla_cache       cat_and_cache_mla: cat(k_nope (T, L), k_pe (T, R)) written into the latent cache
+The GQA ops run on the models with key-value heads (QH, KH, D from the config, NEOX; by default
+llama3-8B and qwen2.5-7B), the MLA ops on those with a latent (deepseek-v3: H heads, L = kv_lora_rank,
+R = qk_rope_head_dim, GPT-J pairs as DeepSeek turns them; the report's D is L + R, KH 1).
+--shape gives TxQHxKHxD (MLA ops: TxHxLxR).
+RoPE reads half-width fp32 cos / sin tables (MAX_POS, R / 2) at random int64 positions.
+Caches, B = --block-size, ceil(T / B) blocks, the T tokens at a random permutation of their slots
+(int64 slot_mapping); --layout flash: key and value (blocks, B, KH, D); paged: key
+(blocks, KH, D / x, B, x) with x = 16 / c (16-byte chunks), value (blocks, KH, D, B); MLA: paged
+(blocks, B, 1, L + R), flash the flat (slots, 1, L + R). --cache-dtype fp8 is the device's e4m3,
+values divided by a scale of 0.05.
+
+Bytes moved (each input read once, each output written once; e = the activations' element size,
+c the cache's, 8 an index, 4 a table entry, F = R / 2 table columns):
+    rope_cache      Q read and written 2 T QH D e; K read, K out written 2 T KH D e; V read T KH D e;
+                    both caches written 2 T KH D c; positions, slots 16 T; cos / sin rows 8 T F
+    qkv_split_rope  qkv read, Q K V written 2 T (QH + 2 KH) D e; positions 8 T; cos / sin rows 8 T F
+    qk_cat          the four parts read, Q (T, H, L + R) and K (T, 1, L + R) written 2 T (H + 1) (L + R) e
+    qk_rope_cat     as qk_cat, plus positions 8 T and cos / sin rows 8 T F
+    mla_cache       k_nope, k_pe read T (L + R) e; the cache written T (L + R) c; slots 8 T
+Providers: triton (aiter_lite), native (the eager fp32 reference), compile (torch.compile of it),
+unfused (this project's ops in sequence, as a serving stack without the fusion runs them):
+    rope_cache      rope_cached_thd_positions_2c_fwd_inplace (or _fwd) on Q and K, then K and V
+                    (fp8: divided by their scale and cast by torch) index_copy_ (flash) or index_put_
+                    at (block, offset) (paged; computed once per step, outside the timing) into the caches
+    qkv_split_rope  the 2c rope out of place on strided Q and K views of qkv (the cheapest unfused form:
+                    it writes Q and K contiguous), then V.contiguous()
+    qk_rope_cat     the 2c rope out of place on q_pe and k_pe, then torch.cat twice
+    qk_cat          none: native is already two torch.cat
+    mla_cache       torch.cat, (fp8: scale, cast), index_copy_ into the flat cache
+Every provider writes its own copies of Q and K and its own zeroed caches, so whole caches are
+compared with the reference's; fp8 values agree within one step. Without --providers the bench
+times triton, unfused, compile and native (on the CPU: no compile). Under --cudagraph the cache
+ops time triton and unfused only: the reference finds the writing tokens with torch.nonzero, a host
+sync no graph captures.
+"""
+
+import argparse
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from op_benchmarks.utils import harness  # noqa: E402  (sets TRITON_INTERPRET on CPU before aiter_lite loads)
+
+import torch  # noqa: E402
+
+from aiter_lite.ops.native import fusions as native  # noqa: E402
+from aiter_lite.ops.triton import fusions as tri  # noqa: E402
+from aiter_lite.ops.triton.quant import get_fp8_e4m3_dtype  # noqa: E402
+from aiter_lite.ops.triton.rope import rope as tri_rope  # noqa: E402
+from op_benchmarks.utils import rope as torch_rope  # noqa: E402
+
+GQA_OPS = ("rope_cache", "qkv_split_rope")
+MLA_OPS = ("qk_rope_cat", "qk_cat", "mla_cache")
+CACHE_OPS = ("rope_cache", "mla_cache")
+OPS = {"rope_cache": "fused_qk_rope_reshape_and_cache", "qkv_split_rope": "fused_qkv_split_qk_rope",
+       "qk_rope_cat": "fused_qk_rope_cat", "qk_cat": "fused_qk_cat", "mla_cache": "cat_and_cache_mla"}
+DEFAULT_MODELS = ["llama3-8B", "qwen2.5-7B", "deepseek-v3"]
+DEFAULT_T = [1, 16, 128, 512, 2048, 8192, 32768]
+MAX_POS = 32768  # rows of the cos / sin tables: a 32K context
+KV_SCALE = 0.05  # fp8 caches: |x| / 0.05 stays inside e4m3fnuz's 240 for unit-normal activations
+# (rtol, atol) of each output dtype, the harness's
+TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (4e-3, 2e-3), torch.bfloat16: (3e-2, 2e-2)}
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "yes", "1"):
+        return True
+    if text.lower() in ("false", "no", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _kv_dtype(name: str) -> torch.dtype:
+    return get_fp8_e4m3_dtype() if name == "fp8" else harness.DTYPES[name]
+
+
+def heads(op: str, cfg: dict):
+    """(QH, KH, D, R) of ``op`` on a model, or None where the model has the other attention."""
+    if (op in MLA_OPS) != ("kv_lora_rank" in cfg):
+        return None
+    if op in MLA_OPS:
+        r = cfg["qk_rope_head_dim"]
+        return cfg["num_attention_heads"], 1, cfg["kv_lora_rank"] + r, r
+    hq = cfg["num_attention_heads"]
+    d = cfg.get("head_dim", cfg["hidden_size"] // hq)
+    return hq, cfg["num_key_value_heads"], d, d
+
+
+def shapes(args: argparse.Namespace, op: str) -> list[tuple[str, int, tuple]]:
+    """(label, T, (QH, KH, D, R)) from --shape, else from the models that have the op's attention."""
+    if args.shape:
+        if op in MLA_OPS:
+            dims = [harness.parse_shape(s, ("T", "H", "L", "R")) for s in args.shape]
+            return [("custom", s["T"], (s["H"], 1, s["L"] + s["R"], s["R"])) for s in dims]
+        dims = [harness.parse_shape(s, ("T", "QH", "KH", "D")) for s in args.shape]
+        return [("custom", s["T"], (s["QH"], s["KH"], s["D"], s["D"])) for s in dims]
+    models = harness.load_models(args.model, DEFAULT_MODELS).items()
+    return [(name, t, h) for name, cfg in models if (h := heads(op, cfg)) for t in args.M or DEFAULT_T]
+
+
+def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layout: str, kv: str,
+                args: argparse.Namespace) -> harness.Case:
+    """T tokens through ``op`` on (QH, KH, D, R) heads; ``layout`` and ``kv`` name the cache."""
+    qh, kh, d, r = hd
+    e, bs, f = dtype.itemsize, args.block_size, r // 2
+    cache = op in CACHE_OPS
+    kv_dtype = _kv_dtype(kv) if cache else dtype
+    c = kv_dtype.itemsize
+    nbytes = {
+        "rope_cache": 2 * t * qh * d * e + 3 * t * kh * d * e + 2 * t * kh * d * c + 16 * t + 8 * t * f,
+        "qkv_split_rope": 2 * t * (qh + 2 * kh) * d * e + 8 * t + 8 * t * f,
+        "qk_cat": 2 * t * (qh + 1) * d * e,
+        "qk_rope_cat": 2 * t * (qh + 1) * d * e + 8 * t + 8 * t * f,
+        "mla_cache": t * d * (e + c) + 8 * t,
+    }[op]
+
+    def make_inputs():
+        dev = harness.DEVICE
+        randn = lambda *shape: torch.randn(*shape, device=dev, dtype=dtype)  # noqa: E731
+        half = torch_rope.angles(MAX_POS, r, dev)
+        x = {"cos": torch.cos(half), "sin": torch.sin(half),
+             "pos": torch.randint(0, MAX_POS, (t,), device=dev),
+             "scale": torch.tensor([KV_SCALE], device=dev)}
+        blocks = -(-t // bs)
+        x["slots"] = torch.randperm(blocks * bs, device=dev)[:t]
+        if op == "rope_cache":
+            x.update(q=randn(t, qh, d), k=randn(t, kh, d), v=randn(t, kh, d))
+            if layout == "flash":
+                kshape = vshape = (blocks, bs, kh, d)
+            else:
+                xw = 16 // c
+                kshape, vshape = (blocks, kh, d // xw, bs, xw), (blocks, kh, d, bs)
+            x["key_cache"] = torch.zeros(kshape, device=dev, dtype=kv_dtype)
+            x["value_cache"] = torch.zeros(vshape, device=dev, dtype=kv_dtype)
+        elif op == "qkv_split_rope":
+            x["qkv"] = randn(t, (qh + 2 * kh) * d)
+        elif op == "mla_cache":
+            x.update(k_nope=randn(t, d - r), k_pe=randn(t, r))
+            shape = (blocks, bs, 1, d) if layout == "paged" else (blocks * bs, 1, d)
+            x["kv_cache"] = torch.zeros(shape, device=dev, dtype=kv_dtype)
+        else:
+            x.update(q_nope=randn(t, qh, d - r), q_pe=randn(t, qh, r), k_nope=randn(t, 1, d - r),
+                     k_pe=randn(t, 1, r))
+        return x
+
+    dims = {"T": t, "QH": qh, "KH": kh, "D": d, "R": r,
+            "LAYOUT": layout if cache else "-", "KV": str(kv_dtype).replace("torch.", "") if cache else "-"}
+    extra = {"rotate_style": "gptj" if op in MLA_OPS else "neox", "block_size": bs if cache else 0,
+             "inplace": bool(args.inplace) if op == "rope_cache" else False, "table_rows": MAX_POS}
+    return harness.Case(op=op, label=label, dims=dims, dtype=dtype, nbytes=nbytes, rows=t,
+                        make_inputs=make_inputs, extra=extra, agrees=_agrees)
+
+
+def _tensors(result) -> list:
+    return [t for t in (result if isinstance(result, (tuple, list)) else (result,)) if isinstance(t, torch.Tensor)]
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype.itemsize == 1:
+        step = b.float().abs() / (4 if a.dtype == torch.float8_e5m2 else 8)
+        return bool(((a.float() - b.float()).abs() <= step * 1.01 + 2**-6).all())
+    rtol, atol = TOL[a.dtype]
+    return torch.allclose(a.float(), b.float(), rtol=rtol, atol=atol, equal_nan=True)
+
+
+def _agrees(result, reference) -> bool:
+    """Each output (caches whole) within its dtype's tolerance of the reference's; fp8 within one
+    step, 1/8 of the value (e4m3's 3 mantissa bits; e5m2: 1/4). Compared 2**24 elements at a
+    time: MLA's Q at T = 32768 is 4.8 GB, its fp32 temporaries would be several times that."""
+    got, want = _tensors(result), _tensors(reference)
+    if len(got) != len(want):
+        return False
+    for a, b in zip(got, want):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        a, b = a.reshape(-1), b.reshape(-1)
+        if not all(_close(a[i:i + 2**24], b[i:i + 2**24]) for i in range(0, a.numel(), 2**24)):
+            return False
+    return True
+
+
+def _own(case: harness.Case, inputs: dict) -> dict:
+    """A provider's view of ``inputs``: its own zeroed caches, its own Q and K where it writes
+    them in place, its own outputs otherwise."""
+    x = dict(inputs)
+    for name in ("key_cache", "value_cache", "kv_cache"):
+        if name in x:
+            x[name] = torch.zeros_like(x[name])
+    if case.op == "rope_cache":
+        if case.extra["inplace"]:
+            x["q"], x["k"] = x["q"].clone(), x["k"].clone()
+            x["q_out"], x["k_out"] = x["q"], x["k"]
+        else:
+            x["q_out"], x["k_out"] = torch.empty_like(x["q"]), torch.empty_like(x["k"])
+    return x
+
+
+def _fused(mod):
+    """The op of ``mod`` (the Triton module, the native one, or their compiled forms) as vLLM calls it."""
+    def provider(case, inputs):
+        x, fn = _own(case, inputs), getattr(mod, OPS[case.op])
+        neox, qh, kh, d = case.extra["rotate_style"] == "neox", case.dims["QH"], case.dims["KH"], case.dims["D"]
+        fp8 = case.dims["KV"].startswith("float8")
+        if case.op == "rope_cache":
+            kc, vc = x["key_cache"], x["value_cache"]
+            return lambda: fn(x["q"], x["k"], x["v"], kc, vc, x["slots"], x["pos"], x["cos"], x["sin"], x["scale"],
+                              x["scale"], neox, case.dims["LAYOUT"] == "flash", apply_scale=fp8, q_out=x["q_out"],
+                              k_out=x["k_out"], output_zeros=False)
+        if case.op == "qkv_split_rope":
+            return lambda: fn(x["qkv"], x["cos"], x["sin"], x["pos"], qh, kh, d, neox)
+        if case.op == "mla_cache":
+            kv = x["kv_cache"]
+            return lambda: (fn(x["k_nope"], x["k_pe"], kv, x["slots"], x["scale"], apply_scale=fp8), kv)[1]
+        if case.op == "qk_cat":
+            return lambda: fn(x["q_nope"], x["q_pe"], x["k_nope"], x["k_pe"])
+        return lambda: fn(x["q_nope"], x["q_pe"], x["k_nope"], x["k_pe"], x["pos"], x["cos"], x["sin"], neox)
+    return provider
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """An fp8 tensor as uint8 (index_copy_ / index_put_ move bytes; vLLM keeps fp8 caches as uint8)."""
+    return t.view(torch.uint8) if t.dtype.itemsize == 1 else t
+
+
+def _unfused(case, inputs):
+    """This project's RoPE, then torch's concatenation, scaling and scatter, op after op."""
+    x = _own(case, inputs)
+    style = torch_rope.NEOX if case.extra["rotate_style"] == "neox" else torch_rope.GPTJ
+    cos, sin, pos, slots, scale = x["cos"], x["sin"], x["pos"], x["slots"], x["scale"]
+    qh, kh, d = case.dims["QH"], case.dims["KH"], case.dims["D"]
+
+    def rope(a, b):
+        return tri_rope.rope_cached_thd_positions_2c_fwd(a, b, cos, sin, pos, style, True, False)
+
+    def to_cache(t, cache):
+        return _bytes((t / scale).to(cache.dtype)) if cache.dtype.itemsize == 1 else t.to(cache.dtype)
+
+    if case.op == "qkv_split_rope":
+        qkv = x["qkv"]
+
+        def split_rope():
+            q, k, v = qkv.view(qkv.shape[0], qh + 2 * kh, d).split([qh, kh, kh], dim=1)
+            return (*rope(q, k), v.contiguous())
+        return split_rope
+    if case.op == "qk_rope_cat":
+        qn, qp, kn, kp = x["q_nope"], x["q_pe"], x["k_nope"], x["k_pe"]
+
+        def rope_cat():
+            qr, kr = rope(qp, kp)
+            return torch.cat([qn, qr], -1), torch.cat([kn, kr], -1)
+        return rope_cat
+    if case.op == "mla_cache":
+        kv_cache = x["kv_cache"]
+        flat = _bytes(kv_cache).view(-1, d)
+
+        def cat_cache():
+            flat.index_copy_(0, slots, to_cache(torch.cat([x["k_nope"], x["k_pe"]], -1), kv_cache))
+            return kv_cache
+        return cat_cache
+    if case.op != "rope_cache":
+        return None
+    q, k, v, kc, vc = x["q"], x["k"], x["v"], x["key_cache"], x["value_cache"]
+    if case.dims["LAYOUT"] == "flash":
+        kdst, vdst = _bytes(kc).flatten(0, 1), _bytes(vc).flatten(0, 1)  # (slots, KH, D)
+
+        def write(dst, src):
+            dst.index_copy_(0, slots, src)
+    else:
+        bs = kc.shape[3]
+        where = (slots // bs, slots % bs)
+        kdst = _bytes(kc).permute(0, 3, 1, 2, 4)  # (blocks, B, KH, D / x, x)
+        vdst = _bytes(vc).permute(0, 3, 1, 2)  # (blocks, B, KH, D)
+
+        def write(dst, src):
+            dst.index_put_(where, src.view(src.shape[0], *dst.shape[2:]))
+
+    def rope_cache():
+        if case.extra["inplace"]:
+            tri_rope.rope_cached_thd_positions_2c_fwd_inplace(q, k, cos, sin, pos, style, True, False)
+            q_out, k_out = q, k
+        else:
+            q_out, k_out = rope(q, k)
+        write(kdst, to_cache(k_out, kc))
+        write(vdst, to_cache(v, vc))
+        return q_out, k_out, kc, vc
+    return rope_cache
+
+
+class _Compiled:
+    """torch.compile of each native op (static shapes), compiled on first use."""
+
+    def __getattr__(self, name):
+        fn = harness.compile_static(getattr(native, name))
+        setattr(self, name, fn)
+        return fn
+
+
+PROVIDERS = {"triton": _fused(tri), "native": _fused(native), "compile": _fused(_Compiled()), "unfused": _unfused}
+
+
+def _providers(args: argparse.Namespace) -> str:
+    """--providers, by default every provider; under --cudagraph the cache ops' reference
+    (native, compiled or not) syncs with the host, so it is left out there."""
+    syncing = [op for op in args.op if op in CACHE_OPS] if args.cudagraph else []
+    if args.providers:
+        bad = [p for p in ("native", "compile") if p in args.providers.split(",")]
+        if syncing and bad:
+            raise SystemExit(f"--cudagraph: {', '.join(bad)} cannot be captured for {', '.join(syncing)} (the "
+                             "reference picks the writing tokens with torch.nonzero, a host sync)")
+        return args.providers
+    names = ["triton", "unfused"] + (["compile"] if harness.ON_GPU else []) + ["native"]
+    return ",".join(n for n in names if not (syncing and n in ("native", "compile")))
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = harness.make_parser(__doc__.splitlines()[0], ("T", "QH", "KH", "D"))
+    p.add_argument("-T", dest="M", type=int, nargs="+", help="token counts; -M is the same")
+    p.add_argument("--op", nargs="+", default=list(OPS), choices=list(OPS))
+    p.add_argument("--layout", nargs="+", default=["flash"], choices=["flash", "paged"],
+                   help="KV-cache layout of rope_cache and mla_cache")
+    p.add_argument("--cache-dtype", nargs="+", default=["bf16"], choices=["bf16", "fp8"],
+                   help="cache dtype: bf16, or fp8 (the device's e4m3, scaled)")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per cache block")
+    p.add_argument("--inplace", type=_bool, nargs="?", const=True, default=True, metavar="true|false",
+                   help="rope_cache writes Q and K in place (default true, as vLLM calls it)")
+    return p
+
+
+def _cases(args: argparse.Namespace, ops: list[str], shapes_of, dtypes: list[torch.dtype]) -> list[harness.Case]:
+    """One case per (dtype, op, shape from ``shapes_of(op)``, and for the cache ops layout and cache dtype)."""
+    cases, seen = [], set()
+    caches = [(layout, kv) for layout in args.layout for kv in args.cache_dtype]
+    for dtype in dtypes:
+        for op in ops:
+            variants = caches if op in CACHE_OPS else [("-", "-")]
+            for label, t, hd in shapes_of(op):
+                for layout, kv in variants:
+                    case = fusion_case(op, label, t, hd, dtype, layout, kv, args)
+                    if (op, tuple(case.dims.items()), dtype) not in seen:
+                        seen.add((op, tuple(case.dims.items()), dtype))
+                        cases.append(case)
+    return cases
+
+
+def main(argv=None):
+    args = make_parser().parse_args(argv)
+    args.providers = _providers(args)
+    dtypes = [harness.DTYPES[d] for d in args.dtype]
+    cases = _cases(args, args.op, lambda op: shapes(args, op), dtypes)
+    missing = [op for op in args.op if not any(c.op == op for c in cases)]
+    if missing and harness.ON_GPU:
+        print(f"fusions: no model given has the attention of {', '.join(missing)} (GQA ops: key-value heads; "
+              "MLA ops: a latent, e.g. deepseek-v3); skipped")
+        if not cases:
+            raise SystemExit("fusions: nothing to time")
+    gqa, mla = harness.load_models("llama3-8B,deepseek-v3", []).values()
+
+    def tiny_shapes(op):  # MLA: DeepSeek-V3's 16 heads a GPU at 8-way tensor parallelism
+        if op in GQA_OPS:
+            return [("tiny", 5, heads(op, gqa))]
+        h, kh, d, r = heads(op, mla)
+        return [("tiny", 3, (h // 8, kh, d, r))]
+    tiny = _cases(args, args.op, tiny_shapes, dtypes)
+    return harness.run(args, "fusions", cases, PROVIDERS, tiny)
+
+
+if __name__ == "__main__":
+    main()
