@@ -25,39 +25,17 @@ from aiter_lite.ops.triton import fusions
 from aiter_lite.ops.triton.quant import quant_range, supported_quant_dtypes
 from aiter_lite.ops.triton.rope import rope as tr
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device
+from op_tests.utils.fusions import FP8, assert_bits, bits, poison, tol
 from op_tests.utils.rope import angles
 
-FP8 = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz)
 CACHE_DTYPES = (torch.bfloat16, torch.float16, *FP8)
 SUPPORTED = supported_quant_dtypes(DEVICE)
 SCALES = ("none", "scaled", "unapplied")
 ROWS = 64  # cos / sin rows; positions and offsets each below ROWS / 2
-_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
 
 
 # ---------------------------------------------------------------------------
 # helpers
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.view(_BITS[t.element_size()])
-
-
-def _poison(t: torch.Tensor) -> torch.Tensor:
-    """NaN in every element (fp8: its NaN byte)."""
-    if t.dtype in FP8:
-        t.view(torch.uint8).fill_(0x80 if t.dtype == torch.float8_e4m3fnuz else 0x7F)
-    elif t.is_floating_point():
-        t.fill_(float("nan"))
-    return t
-
-
-@pytest.fixture(autouse=True)
-def _poison_allocations(monkeypatch):
-    """Every float tensor allocated during a test (the ops' own outputs included) starts as NaN."""
-    real_empty, real_like = torch.empty, torch.empty_like
-    monkeypatch.setattr(torch, "empty", lambda *a, **k: _poison(real_empty(*a, **k)))
-    monkeypatch.setattr(torch, "empty_like", lambda *a, **k: _poison(real_like(*a, **k)))
 
 
 def _storable(dtype: torch.dtype) -> None:
@@ -70,12 +48,12 @@ def _sentinel(shape, dtype) -> torch.Tensor:
     n = math.prod(shape) * dtype.itemsize
     t = torch.randint(0, 256, (n,), dtype=torch.uint8, device=DEVICE).view(dtype).reshape(shape)
     bad = ~torch.isfinite(t.float())
-    _bits(t)[bad] = _bits(torch.tensor([-7.5], device=DEVICE).to(dtype))
+    bits(t)[bad] = bits(torch.tensor([-7.5], device=DEVICE).to(dtype))
     return t
 
 
 def _poisoned(shape, dtype) -> torch.Tensor:
-    return _poison(torch.zeros(shape, dtype=dtype, device=DEVICE))
+    return poison(torch.zeros(shape, dtype=dtype, device=DEVICE))
 
 
 def _tables(width, dtype=torch.float32, layout="2d"):
@@ -98,22 +76,6 @@ def _rope_2c(q, k, cos, sin, pos, offs, is_neox):
     if offs is None:
         return tr.rope_cached_thd_positions_2c_fwd(q, k, cos, sin, pos, style, reuse, False)
     return tr.rope_cached_thd_positions_offsets_2c_fwd(q, k, cos, sin, pos, offs, style, reuse, False)
-
-
-def _tol(dtype):
-    """One rounding of the output dtype (fp32 math differs far less)."""
-    eps = torch.finfo(dtype).eps
-    return {"atol": max(4 * eps, 2e-6), "rtol": eps}
-
-
-def _assert_bits(name, got, want):
-    assert got.shape == want.shape and got.dtype == want.dtype, \
-        f"{name}: {tuple(got.shape)} {got.dtype}, expected {tuple(want.shape)} {want.dtype}"
-    bad = _bits(got) != _bits(want)
-    if bad.any():
-        where = bad.nonzero()[:6].tolist()
-        raise AssertionError(f"{name}: {int(bad.sum())} of {bad.numel()} elements differ in their bits, first at "
-                             f"{where}: got {got[bad][:6].float().tolist()}, expected {want[bad][:6].float().tolist()}")
 
 
 def _codes(b: torch.Tensor) -> torch.Tensor:
@@ -154,18 +116,18 @@ def _assert_cache(name, got, before, index, want, *, one_step=False):
     want, alt = want if isinstance(want, tuple) else (want, want)
     written = torch.zeros(got.shape, dtype=torch.bool, device=got.device)
     written[index] = True
-    changed = (_bits(got) != _bits(before)) & ~written
+    changed = (bits(got) != bits(before)) & ~written
     if changed.any():
         raise AssertionError(f"{name}: {int(changed.sum())} elements outside the addressed slots changed, first at "
                              f"{changed.nonzero()[:6].tolist()}")
     if not want.numel():
         return
-    g = _bits(got)[index].view(got.dtype)
+    g = bits(got)[index].view(got.dtype)
     if got.dtype in FP8:
-        far = (_codes(_bits(g)) - _codes(_bits(want))).abs() > (1 if one_step else 0)
+        far = (_codes(bits(g)) - _codes(bits(want))).abs() > (1 if one_step else 0)
         far |= ~torch.isfinite(g.float()) & torch.isfinite(want.float())
     else:
-        far = (_bits(g) != _bits(want)) & (_bits(g) != _bits(alt))
+        far = (bits(g) != bits(want)) & (bits(g) != bits(alt))
     if far.any():
         where = far.nonzero()[:6].tolist()
         raise AssertionError(f"{name}: {int(far.sum())} of {far.numel()} written elements wrong (token, head, "
@@ -280,18 +242,18 @@ def _check(c: Case):
     assert out[2] is key_cache and out[3] is value_cache
     assert q_out is None or out[0] is q_out
     assert k_out is None or out[1] is k_out
-    _assert_bits("q_out vs rope op", out[0], want_q)
-    _assert_bits("k_out vs rope op", out[1], want_k)
-    assert_close(out[0], ref[0], name="q_out vs reference", **_tol(c.dtype))
-    assert_close(out[1], ref[1], name="k_out vs reference", **_tol(c.dtype))
+    assert_bits("q_out vs rope op", out[0], want_q)
+    assert_bits("k_out vs rope op", out[1], want_k)
+    assert_close(out[0], ref[0], name="q_out vs reference", **tol(c.dtype))
+    assert_close(out[1], ref[1], name="k_out vs reference", **tol(c.dtype))
     if c.zeros != "off":
         z = out[4]
         assert z.shape == q.shape and z.dtype == q.dtype and (zeros_out is None or z is zeros_out)
-        assert (_bits(z) == 0).all(), "zeros_out not zeroed"
+        assert (bits(z) == 0).all(), "zeros_out not zeroed"
     if c.outs != "inplace":
-        _assert_bits("q (an input)", q, before_q)
-    _assert_bits("k (an input)", k, before_k)
-    _assert_bits("v (an input)", v, before_v)
+        assert_bits("q (an input)", q, before_q)
+    assert_bits("k (an input)", k, before_k)
+    assert_bits("v (an input)", v, before_v)
 
     toks, slots = _written(slot_mapping, c.t)
     x = c.x or 16 // c.cache_dtype.itemsize
@@ -452,10 +414,10 @@ def test_fp8_q_out(qdtype):
     want = native._to_cache(want_q, None, False, qdtype)
     got = q_out.float()
     assert torch.isfinite(got).all(), "an fp8 q_out must saturate, not overflow"
-    far = (_codes(_bits(q_out)) - _codes(_bits(want))).abs() > 1
+    far = (_codes(bits(q_out)) - _codes(bits(want))).abs() > 1
     assert not far.any(), f"fp8 q_out: {int(far.sum())} values more than a step off, first at {far.nonzero()[:4]}"
     assert (got.abs() == hi).any() and got.min() >= lo and got.max() <= hi
-    _assert_bits("k_out", out[1], want_k)
+    assert_bits("k_out", out[1], want_k)
 
 
 @pytest.mark.parametrize("cache_dtype,scaled", by_device(
@@ -483,7 +445,7 @@ def test_fp8_saturation(cache_dtype, scaled):
     x = 16 // cache_dtype.itemsize
     for name, cache, src, layout in (("key_cache", kc, out[1], "flash" if flash else "key"),
                                      ("value_cache", vc, v, "flash" if flash else "value")):
-        got = _bits(cache)[_slot_index(slot_mapping, bs, kh, d, layout, x)].view(cache_dtype).float()
+        got = bits(cache)[_slot_index(slot_mapping, bs, kh, d, layout, x)].view(cache_dtype).float()
         assert torch.isfinite(got).all(), f"{name}: NaN or inf from overflow"
         y = src.float() / (1e-4 if scaled else 1.0)
         beyond = y.abs() > 2 * hi
@@ -638,8 +600,8 @@ def _check_mla(b, kh, d1, d2, form, cache_dtype, paged, scale, slots="padded", b
     ref_cache = kv_cache.clone()
     native.cat_and_cache_mla(k_nope, k_pe, ref_cache, slot_mapping, k_scale, apply)
     assert fusions.cat_and_cache_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale, apply) is None
-    _assert_bits("k_nope (an input)", k_nope, before_in[0])
-    _assert_bits("k_pe (an input)", k_pe, before_in[1])
+    assert_bits("k_nope (an input)", k_nope, before_in[0])
+    assert_bits("k_pe (an input)", k_pe, before_in[1])
     toks, s = _written(slot_mapping, b)
     kn = k_nope if k_nope.dim() == 3 else k_nope[:, None]
     kp = k_pe if k_pe.dim() == 3 else k_pe[:, None]
@@ -704,7 +666,7 @@ def test_mla_fp8_saturation(cache_dtype, scaled):
     scale = torch.tensor([1e-4], device=DEVICE) if scaled else None
     fusions.cat_and_cache_mla(x[:, :d1], x[:, d1:], kv_cache, slots, scale)
     lo, hi = quant_range(cache_dtype)
-    got = _bits(kv_cache)[slots, 0].view(cache_dtype).float()
+    got = bits(kv_cache)[slots, 0].view(cache_dtype).float()
     assert torch.isfinite(got).all(), "NaN or inf from overflow"
     assert torch.equal(got, torch.where(x.float() > 0, hi, lo)), f"not saturated to +-{hi}"
 

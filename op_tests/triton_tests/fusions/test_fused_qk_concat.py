@@ -18,44 +18,10 @@ from aiter_lite.ops.native import fusions as native
 from aiter_lite.ops.triton import fusions
 from aiter_lite.ops.triton.rope import rope as tr
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device
+from op_tests.utils.fusions import assert_bits, tol
 from op_tests.utils.rope import angles
 
 ROWS = 64  # cos / sin rows; positions below ROWS
-_BITS = {2: torch.int16, 4: torch.int32}
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.view(_BITS[t.element_size()])
-
-
-@pytest.fixture(autouse=True)
-def _poison_allocations(monkeypatch):
-    """Every float tensor allocated during a test (the ops' outputs included) starts as NaN."""
-    real_empty, real_like = torch.empty, torch.empty_like
-
-    def poison(t):
-        return t.fill_(float("nan")) if t.is_floating_point() and t.element_size() > 1 else t
-
-    monkeypatch.setattr(torch, "empty", lambda *a, **k: poison(real_empty(*a, **k)))
-    monkeypatch.setattr(torch, "empty_like", lambda *a, **k: poison(real_like(*a, **k)))
-
-
-def _tol(dtype):
-    eps = torch.finfo(dtype).eps
-    return {"atol": max(4 * eps, 2e-6), "rtol": eps}
-
-
-def _assert_bits(name, got, want, alt=None):
-    """Bit for bit; ``alt``: a second allowed value per element (see _rounded)."""
-    assert got.shape == want.shape and got.dtype == want.dtype, \
-        f"{name}: {tuple(got.shape)} {got.dtype}, expected {tuple(want.shape)} {want.dtype}"
-    bad = _bits(got) != _bits(want)
-    if alt is not None:
-        bad &= _bits(got) != _bits(alt)
-    if bad.any():
-        where = bad.nonzero()[:6].tolist()
-        raise AssertionError(f"{name}: {int(bad.sum())} of {bad.numel()} elements differ in their bits, first at "
-                             f"{where}: got {got[bad][:6].float().tolist()}, expected {want[bad][:6].float().tolist()}")
 
 
 def _rounded(x: torch.Tensor, dtype: torch.dtype):
@@ -103,13 +69,13 @@ def test_qk_cat(b, qh, kh, d1, d2, k2_heads, strided):
     q1, q2, k1, k2 = _parts(b, qh, kh, d1, d2, k2_heads, torch.bfloat16, strided=strided)
     before = [x.clone() for x in (q1, q2, k1, k2)]
     q, k = fusions.fused_qk_cat(q1, q2, k1, k2)
-    _assert_bits("q", q, torch.cat([q1, q2], -1))
-    _assert_bits("k", k, torch.cat([k1, k2.expand(b, kh, d2)], -1))
+    assert_bits("q", q, torch.cat([q1, q2], -1))
+    assert_bits("k", k, torch.cat([k1, k2.expand(b, kh, d2)], -1))
     ref = native.fused_qk_cat(q1, q2, k1, k2)
-    _assert_bits("q vs reference", q, ref[0])
-    _assert_bits("k vs reference", k, ref[1])
+    assert_bits("q vs reference", q, ref[0])
+    assert_bits("k vs reference", k, ref[1])
     for name, x, y in zip(("q1", "q2", "k1", "k2"), (q1, q2, k1, k2), before):
-        _assert_bits(f"{name} (an input)", x, y)
+        assert_bits(f"{name} (an input)", x, y)
 
 
 @pytest.mark.parametrize("dtype,dtype2", by_device(
@@ -122,10 +88,10 @@ def test_qk_cat_dtypes(dtype, dtype2):
     q1, q2, k1, k2 = _parts(b, qh, kh, d1, d2, 1, dtype, dtype2)
     q, k = fusions.fused_qk_cat(q1, q2, k1, k2)
     assert q.dtype == dtype and k.dtype == dtype
-    _assert_bits("q nope", q[..., :d1], q1)
-    _assert_bits("k nope", k[..., :d1], k1)
-    _assert_bits("q pe", q[..., d1:], *_rounded(q2, dtype))
-    _assert_bits("k pe", k[..., d1:], *_rounded(k2.expand(b, kh, d2), dtype))
+    assert_bits("q nope", q[..., :d1], q1)
+    assert_bits("k nope", k[..., :d1], k1)
+    assert_bits("q pe", q[..., d1:], *_rounded(q2, dtype))
+    assert_bits("k pe", k[..., d1:], *_rounded(k2.expand(b, kh, d2), dtype))
 
 
 def _tables(width, dtype=torch.float32):
@@ -145,16 +111,16 @@ def _check_rope_cat(b, qh, kh, d1, dr, k_pe_heads, width, is_neox, dtype=torch.b
 
     assert q.shape == (b, qh, d1 + dr) and k.shape == (b, kh, d1 + dr) and q.dtype == k.dtype == dtype
     rq, rk = tr.rope_cached_thd_positions_2c_fwd(q_pe, k_pe, cos, sin, pos, 0 if is_neox else 1, width != dr, False)
-    _assert_bits("q nope", q[..., :d1], q_nope)
-    _assert_bits("k nope", k[..., :d1], k_nope)
-    _assert_bits("q pe vs rope op", q[..., d1:], *_rounded(rq, dtype))
-    _assert_bits("k pe vs rope op", k[..., d1:], *_rounded(rk.expand(b, kh, dr), dtype))
+    assert_bits("q nope", q[..., :d1], q_nope)
+    assert_bits("k nope", k[..., :d1], k_nope)
+    assert_bits("q pe vs rope op", q[..., d1:], *_rounded(rq, dtype))
+    assert_bits("k pe vs rope op", k[..., d1:], *_rounded(rk.expand(b, kh, dr), dtype))
     ref = native.fused_qk_rope_cat(q_nope, q_pe, k_nope, k_pe, pos, cos, sin, is_neox)
-    tol = _tol(max(dtype, pe_dtype, key=lambda d: torch.finfo(d).eps))  # the coarser rounding
-    assert_close(q, ref[0], name="q vs reference", **tol)
-    assert_close(k, ref[1], name="k vs reference", **tol)
+    t = tol(max(dtype, pe_dtype, key=lambda d: torch.finfo(d).eps))  # the coarser rounding
+    assert_close(q, ref[0], name="q vs reference", **t)
+    assert_close(k, ref[1], name="k vs reference", **t)
     for name, x, y in zip(("q_nope", "q_pe", "k_nope", "k_pe"), (q_nope, q_pe, k_nope, k_pe), before):
-        _assert_bits(f"{name} (an input)", x, y)
+        assert_bits(f"{name} (an input)", x, y)
 
 
 # (tokens, q heads, k heads, D1, Dr, k_pe heads, table width, is_neox): DeepSeek's 128 + 64

@@ -16,42 +16,10 @@ from aiter_lite.ops.native import fusions as native
 from aiter_lite.ops.triton import fusions
 from aiter_lite.ops.triton.rope import rope as tr
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device
+from op_tests.utils.fusions import assert_bits, tol
 from op_tests.utils.rope import angles
 
 ROWS = 64  # cos / sin rows; positions and offsets each below ROWS / 2
-_BITS = {2: torch.int16, 4: torch.int32}
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.view(_BITS[t.element_size()])
-
-
-@pytest.fixture(autouse=True)
-def _poison_allocations(monkeypatch):
-    """Every float tensor allocated during a test (the op's outputs included) starts as NaN."""
-    real_empty, real_like = torch.empty, torch.empty_like
-
-    def poison(t):
-        return t.fill_(float("nan")) if t.is_floating_point() and t.element_size() > 1 else t
-
-    monkeypatch.setattr(torch, "empty", lambda *a, **k: poison(real_empty(*a, **k)))
-    monkeypatch.setattr(torch, "empty_like", lambda *a, **k: poison(real_like(*a, **k)))
-
-
-def _tol(dtype):
-    """One rounding of the output dtype (fp32 math differs far less)."""
-    eps = torch.finfo(dtype).eps
-    return {"atol": max(4 * eps, 2e-6), "rtol": eps}
-
-
-def _assert_bits(name, got, want):
-    assert got.shape == want.shape and got.dtype == want.dtype, \
-        f"{name}: {tuple(got.shape)} {got.dtype}, expected {tuple(want.shape)} {want.dtype}"
-    bad = _bits(got) != _bits(want)
-    if bad.any():
-        where = bad.nonzero()[:6].tolist()
-        raise AssertionError(f"{name}: {int(bad.sum())} of {bad.numel()} elements differ in their bits, first at "
-                             f"{where}: got {got[bad][:6].float().tolist()}, expected {want[bad][:6].float().tolist()}")
 
 
 def _qkv(t, qh, kvh, d, dtype, pad=0, lead=0):
@@ -88,13 +56,13 @@ def _check(qkv, qh, kvh, d, *, width=0, is_neox=True, reuse=True, nope_first=Fal
     else:
         want_q, want_k = tr.rope_cached_thd_positions_offsets_2c_fwd(qv, kv, cos, sin, pos, offs, style, reuse,
                                                                       nope_first)
-    _assert_bits("q vs rope op", q, want_q)
-    _assert_bits("k vs rope op", k, want_k)
-    _assert_bits("v", v, qkv[:, (qh + kvh) * d:].view(t, kvh, d))
+    assert_bits("q vs rope op", q, want_q)
+    assert_bits("k vs rope op", k, want_k)
+    assert_bits("v", v, qkv[:, (qh + kvh) * d:].view(t, kvh, d))
     ref = native.fused_qkv_split_qk_rope(qkv, cos, sin, pos, qh, kvh, d, is_neox, offs, reuse, nope_first)
-    assert_close(q, ref[0], name="q vs reference", **_tol(qkv.dtype))
-    assert_close(k, ref[1], name="k vs reference", **_tol(qkv.dtype))
-    _assert_bits("qkv (the input)", qkv, before)
+    assert_close(q, ref[0], name="q vs reference", **tol(qkv.dtype))
+    assert_close(k, ref[1], name="k vs reference", **tol(qkv.dtype))
+    assert_bits("qkv (the input)", qkv, before)
     return q, k, v
 
 

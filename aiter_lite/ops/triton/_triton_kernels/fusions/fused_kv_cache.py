@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from aiter_lite.ops.triton._triton_kernels.quant.quant import _quantize
-from aiter_lite.ops.triton._triton_kernels.rope.rope import _load_part, _tables, _token_rows, _turn
+from aiter_lite.ops.triton._triton_kernels.rope.rope import _load_part, _tables, _token_block, _token_rows, _turn
 
 
 @triton.jit
@@ -126,13 +126,7 @@ def _rope_cache_kernel(
 ):
     n_q_blocks = tl.cdiv(n_q_heads, BLOCK_H)
     n_blocks = n_q_blocks + tl.cdiv(n_kv_heads, BLOCK_H)
-    pid = tl.program_id(0)
-    pid_t = pid // n_blocks
-    pid_h = pid % n_blocks
-    tok = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    if INT64:
-        tok = tok.to(tl.int64)
-    t_mask = tok < n_tokens
+    pid_h, tok, t_mask = _token_block(n_blocks, n_tokens, BLOCK_T, INT64)
     R: tl.constexpr = 2 * HALF
     if pid_h < n_q_blocks:
         heads = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)

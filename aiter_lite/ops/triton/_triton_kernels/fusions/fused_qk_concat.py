@@ -19,6 +19,7 @@ from aiter_lite.ops.triton._triton_kernels.fusions.fused_kv_cache import (
     _store_chans,
     _store_pairs,
 )
+from aiter_lite.ops.triton._triton_kernels.rope.rope import _token_block
 
 
 @triton.jit
@@ -83,13 +84,7 @@ def _cat_kernel(
 ):
     n_blocks1 = tl.cdiv(n_heads1, BLOCK_H)
     n_blocks = n_blocks1 + tl.cdiv(n_heads2, BLOCK_H)
-    pid = tl.program_id(0)
-    pid_t = pid // n_blocks
-    pid_h = pid % n_blocks
-    tok = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    if INT64:
-        tok = tok.to(tl.int64)
-    t_mask = tok < n_tokens
+    pid_h, tok, t_mask = _token_block(n_blocks, n_tokens, BLOCK_T, INT64)
     if pid_h < n_blocks1:
         heads = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
         th_mask = t_mask[:, None] & (heads < n_heads1)[None, :]

@@ -10,7 +10,7 @@ the other channels copied); V heads are copied.
 import triton
 import triton.language as tl
 
-from aiter_lite.ops.triton._triton_kernels.rope.rope import _rotate_heads
+from aiter_lite.ops.triton._triton_kernels.rope.rope import _rotate_heads, _token_block
 
 
 @triton.jit
@@ -49,13 +49,7 @@ def _qkv_split_rope_kernel(
     n_q_blocks = tl.cdiv(n_q_heads, BLOCK_H)
     n_kv_blocks = tl.cdiv(n_kv_heads, BLOCK_H)
     n_blocks = n_q_blocks + 2 * n_kv_blocks
-    pid = tl.program_id(0)
-    pid_t = pid // n_blocks
-    pid_h = pid % n_blocks
-    tok = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    if INT64:
-        tok = tok.to(tl.int64)
-    t_mask = tok < n_tokens
+    pid_h, tok, t_mask = _token_block(n_blocks, n_tokens, BLOCK_T, INT64)
     if pid_h < n_q_blocks + n_kv_blocks:
         if pid_h < n_q_blocks:
             x_ptr, y_ptr, hblock, n_heads = qkv_ptr, q_ptr, pid_h, n_q_heads

@@ -88,6 +88,18 @@ def _store_part(yh, base, syd, th_mask, o1, o2, HALF: tl.constexpr, BLOCK_HALF: 
 
 
 @triton.jit
+def _token_block(n_blocks, n_tokens, BLOCK_T: tl.constexpr, INT64: tl.constexpr):
+    """(head block, tokens, token mask) of this program in a one-axis grid of token blocks,
+    each ``n_blocks`` head blocks, head blocks fastest (neighbouring programs read
+    neighbouring memory)."""
+    pid = tl.program_id(0)
+    tok = (pid // n_blocks) * BLOCK_T + tl.arange(0, BLOCK_T)
+    if INT64:
+        tok = tok.to(tl.int64)
+    return pid % n_blocks, tok, tok < n_tokens
+
+
+@triton.jit
 def _turn(x1, x2, c1, c2, s1, s2, rot3, BACKWARD: tl.constexpr):
     """The rotation of each pair; tokens outside every sequence (varlen) pass through."""
     if BACKWARD:  # the transpose of the forward
@@ -214,16 +226,8 @@ def _rope_kernel(
     BLOCK_H: tl.constexpr,
     INT64: tl.constexpr,
 ):
-    # one grid axis, head blocks fastest: neighbouring programs read neighbouring memory
     n_blocks = tl.cdiv(n_heads, BLOCK_H)
-    n_blocks_all = n_blocks + tl.cdiv(n_heads2, BLOCK_H)
-    pid = tl.program_id(0)
-    pid_t = pid // n_blocks_all
-    pid_h = pid % n_blocks_all
-    tok = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    if INT64:
-        tok = tok.to(tl.int64)
-    t_mask = tok < n_tokens
+    pid_h, tok, t_mask = _token_block(n_blocks + tl.cdiv(n_heads2, BLOCK_H), n_tokens, BLOCK_T, INT64)
     if pid_h < n_blocks:
         _rotate_heads(x_ptr, out_ptr, stride_x_o, stride_x_i, stride_x_h, stride_x_d,
                       stride_y_o, stride_y_i, stride_y_h, stride_y_d, pid_h, n_heads, head_dim, tok, t_mask,

@@ -1,0 +1,47 @@
+"""Helpers of the fusion tests: bit views, NaN poisoning of every allocation, bitwise asserts."""
+
+from __future__ import annotations
+
+import torch
+
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz)
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(_BITS[t.element_size()])
+
+
+def poison(t: torch.Tensor) -> torch.Tensor:
+    """NaN in every element (fp8: its NaN byte)."""
+    if t.dtype in FP8:
+        t.view(torch.uint8).fill_(0x80 if t.dtype == torch.float8_e4m3fnuz else 0x7F)
+    elif t.is_floating_point():
+        t.fill_(float("nan"))
+    return t
+
+
+def poison_allocations(monkeypatch) -> None:
+    """Every float tensor allocated from here on (an op's own outputs included) starts as NaN."""
+    real_empty, real_like = torch.empty, torch.empty_like
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: poison(real_empty(*a, **k)))
+    monkeypatch.setattr(torch, "empty_like", lambda *a, **k: poison(real_like(*a, **k)))
+
+
+def tol(dtype: torch.dtype) -> dict:
+    """One rounding of the output dtype (fp32 math differs far less)."""
+    eps = torch.finfo(dtype).eps
+    return {"atol": max(4 * eps, 2e-6), "rtol": eps}
+
+
+def assert_bits(name: str, got: torch.Tensor, want: torch.Tensor, alt: torch.Tensor | None = None) -> None:
+    """Bit for bit; ``alt``: a second allowed value per element."""
+    assert got.shape == want.shape and got.dtype == want.dtype, \
+        f"{name}: {tuple(got.shape)} {got.dtype}, expected {tuple(want.shape)} {want.dtype}"
+    bad = bits(got) != bits(want)
+    if alt is not None:
+        bad &= bits(got) != bits(alt)
+    if bad.any():
+        where = bad.nonzero()[:6].tolist()
+        raise AssertionError(f"{name}: {int(bad.sum())} of {bad.numel()} elements differ in their bits, first at "
+                             f"{where}: got {got[bad][:6].float().tolist()}, expected {want[bad][:6].float().tolist()}")
