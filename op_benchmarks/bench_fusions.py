@@ -20,8 +20,10 @@ llama3-8B and qwen2.5-7B), the MLA ops on those with a latent (deepseek-v3: H he
 R = qk_rope_head_dim, GPT-J pairs as DeepSeek turns them; the report's D is L + R, KH 1).
 --shape gives TxQHxKHxD (MLA ops: TxHxLxR).
 RoPE reads half-width fp32 cos / sin tables (MAX_POS, R / 2) at random int64 positions.
-Caches, B = --block-size, ceil(T / B) blocks, the T tokens at a random permutation of their slots
-(int64 slot_mapping); --layout flash: key and value (blocks, B, KH, D); paged: key
+Caches, B = --block-size, ceil(T / B) blocks; int64 slot_mapping as vLLM builds it for a prefill
+(--slots blocks: the blocks in a random order, each filled from offset 0 by consecutive tokens)
+or a random permutation of the slots (--slots random: every token in a block of its own, as in
+decode); --layout flash: key and value (blocks, B, KH, D); paged: key
 (blocks, KH, D / x, B, x) with x = 16 / c (16-byte chunks), value (blocks, KH, D, B); MLA: paged
 (blocks, B, 1, L + R), flash the flat (slots, 1, L + R). --cache-dtype fp8 is the device's e4m3,
 values divided by a scale of 0.05.
@@ -140,7 +142,11 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
              "pos": torch.randint(0, MAX_POS, (t,), device=dev),
              "scale": torch.tensor([KV_SCALE], device=dev)}
         blocks = -(-t // bs)
-        x["slots"] = torch.randperm(blocks * bs, device=dev)[:t]
+        if args.slots == "random":
+            x["slots"] = torch.randperm(blocks * bs, device=dev)[:t]
+        else:
+            order = torch.randperm(blocks, device=dev)
+            x["slots"] = (order[:, None] * bs + torch.arange(bs, device=dev)).flatten()[:t]
         if op == "rope_cache":
             x.update(q=randn(t, qh, d), k=randn(t, kh, d), v=randn(t, kh, d))
             if layout == "flash":
@@ -164,6 +170,7 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
     dims = {"T": t, "QH": qh, "KH": kh, "D": d, "R": r,
             "LAYOUT": layout if cache else "-", "KV": str(kv_dtype).replace("torch.", "") if cache else "-"}
     extra = {"rotate_style": "gptj" if op in MLA_OPS else "neox", "block_size": bs if cache else 0,
+             "slots": args.slots if cache else "-",
              "inplace": bool(args.inplace) if op == "rope_cache" else False, "table_rows": MAX_POS}
     return harness.Case(op=op, label=label, dims=dims, dtype=dtype, nbytes=nbytes, rows=t,
                         make_inputs=make_inputs, extra=extra, agrees=_agrees)
@@ -339,6 +346,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dtype", nargs="+", default=["bf16"], choices=["bf16", "fp8"],
                    help="cache dtype: bf16, or fp8 (the device's e4m3, scaled)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per cache block")
+    p.add_argument("--slots", default="blocks", choices=["blocks", "random"],
+                   help="slot_mapping: whole blocks in a random order (a prefill), or random slots (decode)")
     p.add_argument("--inplace", type=_bool, nargs="?", const=True, default=True, metavar="true|false",
                    help="rope_cache writes Q and K in place (default true, as vLLM calls it)")
     return p

@@ -31,9 +31,9 @@ from aiter_lite.ops.triton.fusions._common import (
     rope_tables,
     soft_round,
 )
-from aiter_lite.ops.triton.rope.rope import rope_launch_config
+from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig, rope_launch_config
 from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.launch import cdiv, next_power_of_2
+from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
 from aiter_lite.utils.logger import debug_on, log_call
 
 __all__ = ["fused_qk_rope_reshape_and_cache", "cat_and_cache_mla"]
@@ -76,6 +76,28 @@ def _cache_strides(key_cache: torch.Tensor, value_cache: torch.Tensor, flash_lay
     return (k[0], k[3], k[1], k[2], k[4]), (v[0], v[3], v[1], v[2])
 
 
+def classic_launch_config(n_tokens: int, n_q_heads: int, n_kv_heads: int, head_dim: int,
+                          device: torch.device | None = None) -> RopeLaunchConfig:
+    """Tokens and heads per program for the classic layout: 16 tokens (a cache block of
+    consecutive slots) of 4096 elements' worth of heads, halved until the grid has two
+    programs per SM.
+
+    A token's value-cache entry is transposed (each channel ``block_size`` elements from the
+    next), so each 32-byte sector is shared by the block's tokens: programs of one token
+    leave it to the L2 to merge 16 partial writes. Measured on an H200 (llama3-8B, bf16
+    cache, prefill slots), T = 32768: 16 x 2 heads x 4 warps 278.9 us (77% of copy)
+    against 476.0 for one token of 8 heads; fp8 cache 220.0 (90%). Storing the tokens across
+    the lanes (whole sectors) measured 3x slower than these per-element stores.
+    """
+    block_d = next_power_of_2(head_dim)
+    block_h = min(next_power_of_2(max(n_q_heads, n_kv_heads, 1)), max(1, 4096 // (16 * block_d)))
+    block_t = min(16, next_power_of_2(max(n_tokens, 1)))
+    head_blocks = cdiv(n_q_heads, block_h) + cdiv(n_kv_heads, block_h)
+    while block_t > 1 and cdiv(n_tokens, block_t) * head_blocks < 2 * grid_sms(device):
+        block_t //= 2
+    return RopeLaunchConfig(block_t, block_h, 4 if block_t * block_h * block_d >= 2048 else 2)
+
+
 @launch_op("fused_qk_rope_reshape_and_cache",
            mutates_args=("q_out", "k_out", "zeros_out", "key_cache", "value_cache"))
 def _launch_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_out: torch.Tensor, k_out: torch.Tensor,
@@ -89,7 +111,8 @@ def _launch_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_out:
     n_kv_heads = k.shape[1]
     if n_tokens == 0:
         return
-    cfg = rope_launch_config(n_tokens, n_q_heads, n_kv_heads, d, q.device)
+    config = rope_launch_config if flash_layout else classic_launch_config
+    cfg = config(n_tokens, n_q_heads, n_kv_heads, d, q.device)
     rest = d - 2 * half
     kc_strides, vc_strides = _cache_strides(key_cache, value_cache, flash_layout)
     z = q_out if zeros_out is None else zeros_out
@@ -170,6 +193,16 @@ def _mla_part(op: str, name: str, t, ref: torch.Tensor | None) -> torch.Tensor:
     return t
 
 
+def mla_launch_config(n_tokens: int, n_heads: int, d: int, device: torch.device | None = None) -> RopeLaunchConfig:
+    """Tokens and heads per program for the MLA cache write (entries ``d`` wide): 4096
+    elements, 2 warps. H200, DeepSeek-V3's 576-wide latent, T = 32768: 4 tokens x 2 warps
+    22.2 us (81% of copy) against 24.1 with 4 warps and 25.2 for one token a program."""
+    block_d = next_power_of_2(d)
+    block_h = min(next_power_of_2(n_heads), 16)
+    block_t = max(1, min(next_power_of_2(n_tokens), 4096 // (block_h * block_d)))
+    return RopeLaunchConfig(block_t, block_h, 2 if block_t * block_h * block_d <= 4096 else 4)
+
+
 @launch_op("cat_and_cache_mla", mutates_args=("kv_cache",))
 def _launch_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
                 k_scale: torch.Tensor | None, geometry: list[int]) -> None:
@@ -178,8 +211,8 @@ def _launch_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor
     d2 = k_pe.shape[2]
     if n_tokens == 0:
         return
-    block_t = max(1, min(next_power_of_2(n_tokens), 4096 // next_power_of_2(d1 + d2)))
-    block_h = min(next_power_of_2(n_heads), 16)
+    cfg = mla_launch_config(n_tokens, n_heads, d1 + d2, kv_cache.device)
+    block_t, block_h = cfg.BLOCK_T, cfg.BLOCK_H
     sb = k_pe.stride()
     sb = (sb[0], 0 if k_pe.shape[1] == 1 else sb[1], sb[2])
     grid = (cdiv(n_tokens, block_t) * cdiv(n_heads, block_h),)
@@ -193,7 +226,7 @@ def _launch_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor
         O1_FP8=False, O2_FP8=kv_cache.dtype.itemsize == 1, SOFT_ROUND=soft_round(kv_cache.dtype),
         HALF=1, BLOCK_HALF=1, BLOCK_D1=next_power_of_2(d1), BLOCK_D2=next_power_of_2(d2),
         BLOCK_T=block_t, BLOCK_H=block_h, INT64=max_offset(k_nope, k_pe) >= 2**31,
-        num_warps=4 if block_t * block_h * (d1 + d2) >= 2048 else 2,
+        num_warps=cfg.num_warps,
     )
 
 
