@@ -13,6 +13,8 @@ from aiter_lite.ops.triton.activation import (
 from aiter_lite.ops.triton.normalization.layernorm import layer_norm, layernorm2d_fwd_with_add
 from aiter_lite.ops.triton.normalization.rmsnorm import fused_add_rms_norm, rms_norm, rmsnorm2d_fwd_with_add
 
+from aiter_lite import library  # noqa: E402,F401  (registers every public op as torch.ops.aiter_lite.<name>)
+
 __all__ = [
     "__version__",
     "fused_add_rms_norm",

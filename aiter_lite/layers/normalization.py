@@ -3,8 +3,13 @@
 ``forward(x)`` returns the normalized tensor; ``forward(x, residual)`` adds the
 residual first and returns ``(out, residual_out)``, as vLLM's layers do. RMSNorm
 does that in place (``x`` becomes the output, ``residual`` the sum: no allocation);
-LayerNorm returns new tensors. The backend (AITER_NORMALIZATION_BACKEND, else
-AITER_BACKEND) is read once, when the module is built.
+LayerNorm returns new tensors. ``forward_native`` and ``forward_triton`` take the same
+arguments; ``forward`` runs the one picked when the module is built (``backend``, else
+AITER_NORMALIZATION_BACKEND, else AITER_BACKEND).
+
+Parameters carry Hugging Face's names (``weight``, and LayerNorm's ``bias``), so the state
+dict of a ``LlamaRMSNorm``, ``GemmaRMSNorm`` or ``torch.nn.LayerNorm`` loads unchanged;
+RMSNorm also answers to HF's ``variance_epsilon``.
 """
 
 from __future__ import annotations
@@ -12,25 +17,30 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from aiter_lite import envs
+from aiter_lite.layers.base import BackendLayer
 from aiter_lite.ops.native.normalization import layernorm as native_ln
 from aiter_lite.ops.native.normalization import rmsnorm as native_rms
 from aiter_lite.ops.triton.normalization import layernorm as triton_ln
 from aiter_lite.ops.triton.normalization import rmsnorm as triton_rms
 
 
-class _Norm(nn.Module):
-    """hidden_size, eps and the backend's op module, checked and chosen once."""
+class _Norm(BackendLayer):
+    """hidden_size, eps and the backend, checked and chosen once."""
 
-    def __init__(self, hidden_size: int, eps: float, backend: str | None, triton_ops, native_ops):
-        super().__init__()
+    family = "normalization"
+
+    def __init__(self, hidden_size: int, eps: float, backend: str | None):
         name = type(self).__name__
         if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
             raise ValueError(f"{name}: hidden_size must be a positive int, got {hidden_size!r}")
-        self.backend = envs.layer_backend(name, "normalization", backend)
+        super().__init__(backend)
         self.hidden_size = hidden_size
         self.eps = eps
-        self._ops = triton_ops if self.backend == "triton" else native_ops
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        if self._backend == "triton":
+            return self.forward_triton(x, residual)
+        return self.forward_native(x, residual)
 
     def extra_repr(self) -> str:
         return f"hidden_size={self.hidden_size}, eps={self.eps}, backend={self.backend}"
@@ -43,18 +53,29 @@ class RMSNorm(_Norm):
 
     def __init__(self, hidden_size: int, eps: float = 1e-6, has_weight: bool = True,
                  dtype: torch.dtype | None = None, backend: str | None = None):
-        super().__init__(hidden_size, eps, backend, triton_rms, native_rms)
+        super().__init__(hidden_size, eps, backend)
         init = torch.zeros if self.weight_offset else torch.ones
         self.weight = nn.Parameter(init(hidden_size, dtype=dtype)) if has_weight else None
 
     @property
-    def variance_epsilon(self) -> float:  # vLLM's name
+    def variance_epsilon(self) -> float:
+        """Hugging Face's (and vLLM's) name for ``eps``."""
         return self.eps
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+    @variance_epsilon.setter
+    def variance_epsilon(self, value: float) -> None:
+        self.eps = value
+
+    def forward_native(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        return self._rms_norm(native_rms, x, residual)
+
+    def forward_triton(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        return self._rms_norm(triton_rms, x, residual)
+
+    def _rms_norm(self, ops, x: torch.Tensor, residual: torch.Tensor | None):
         if residual is None:
-            return self._ops.rms_norm(x, self.weight, self.eps, self.weight_offset)
-        self._ops.fused_add_rms_norm(x, residual, self.weight, self.eps, self.weight_offset)
+            return ops.rms_norm(x, self.weight, self.eps, self.weight_offset)
+        ops.fused_add_rms_norm(x, residual, self.weight, self.eps, self.weight_offset)
         return x, residual
 
 
@@ -73,13 +94,25 @@ class LayerNorm(_Norm):
 
     def __init__(self, hidden_size: int, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
                  dtype: torch.dtype | None = None, backend: str | None = None):
-        super().__init__(hidden_size, eps, backend, triton_ln, native_ln)
+        super().__init__(hidden_size, eps, backend)
+        self.elementwise_affine = elementwise_affine
         self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype)) if elementwise_affine else None
         self.bias = nn.Parameter(torch.zeros(hidden_size, dtype=dtype)) if elementwise_affine and bias else None
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+    @property
+    def normalized_shape(self) -> tuple[int]:
+        """``torch.nn.LayerNorm``'s name for ``(hidden_size,)``."""
+        return (self.hidden_size,)
+
+    def forward_native(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        return self._layer_norm(native_ln, x, residual)
+
+    def forward_triton(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        return self._layer_norm(triton_ln, x, residual)
+
+    def _layer_norm(self, ops, x: torch.Tensor, residual: torch.Tensor | None):
         if residual is None:
-            return self._ops.layer_norm(x, self.weight, self.bias, self.eps)
+            return ops.layer_norm(x, self.weight, self.bias, self.eps)
         out, residual_out = torch.empty_like(x), torch.empty_like(residual)
-        self._ops.layernorm2d_fwd_with_add(out, x, residual, residual_out, self.weight, self.bias, self.eps)
+        ops.layernorm2d_fwd_with_add(out, x, residual, residual_out, self.weight, self.bias, self.eps)
         return out, residual_out

@@ -5,6 +5,8 @@
 strided) in place and returns them, as vLLM's CUDA path does. The first ``rotary_dim``
 channels of every head turn by the angle ``position * inv_freq[i]`` of their pair: NeoX pairs
 (i, i + rotary_dim / 2), GPT-J pairs (2i, 2i + 1); the other channels keep their bits.
+``forward_native`` and ``forward_triton`` take the same arguments; ``forward`` runs the one
+picked when the module is built.
 
 The cos / sin tables are built once, when the module is built: the angles in fp64, rounded
 once to fp32, whatever ``dtype`` says (math is fp32 on every backend; ``dtype`` is recorded
@@ -24,9 +26,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from torch import nn
 
 from aiter_lite import envs
+from aiter_lite.layers.base import BackendLayer
 from aiter_lite.ops.native.rope import rope as native_rope
 from aiter_lite.ops.native.rope.rope import RotateStyle
 from aiter_lite.ops.triton.rope import rope as triton_rope
@@ -85,7 +87,7 @@ def yarn_get_mscale(scale: float = 1, mscale: float = 1) -> float:
     return 0.1 * mscale * math.log(scale) + 1.0
 
 
-class RotaryEmbedding(nn.Module):
+class RotaryEmbedding(BackendLayer):
     """Rotary position embedding with cached cos / sin tables (vLLM's RotaryEmbedding).
 
     ``inv_freq[i] = base ** (-2i / rotary_dim)`` for ``i < rotary_dim // 2``; row ``p`` of the
@@ -93,9 +95,11 @@ class RotaryEmbedding(nn.Module):
     Buffers ``cos_cache`` and ``sin_cache`` (not in the state dict) move with the module.
     """
 
+    family = "rope"
+
     def __init__(self, head_size: int, rotary_dim: int, max_position_embeddings: int, base: float,
                  is_neox_style: bool, dtype: torch.dtype | None, backend: str | None = None) -> None:
-        super().__init__()
+        super().__init__(backend)
         name = type(self).__name__
         _check_int(name, "head_size", head_size)
         _check_int(name, "rotary_dim", rotary_dim, 2)
@@ -114,8 +118,6 @@ class RotaryEmbedding(nn.Module):
         self.base = base
         self.is_neox_style = is_neox_style
         self.dtype = torch.get_default_dtype() if dtype is None else dtype
-        self.backend = envs.layer_backend(name, "rope", backend)
-        self._ops = triton_rope if self.backend == "triton" else native_rope
         self._rotate_style = RotateStyle.NEOX if is_neox_style else RotateStyle.GPTJ
 
         cos, sin = self._compute_cos_sin_cache().chunk(2, dim=-1)
@@ -158,6 +160,21 @@ class RotaryEmbedding(nn.Module):
     def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None,
                 offsets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Rotate ``query`` (and ``key``) in place at ``positions`` (+ ``offsets``); returns them."""
+        if self._backend == "triton":
+            return self.forward_triton(positions, query, key, offsets)
+        return self.forward_native(positions, query, key, offsets)
+
+    def forward_native(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None,
+                       offsets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``forward`` through the plain-PyTorch ops; a position past the table raises."""
+        return self._rotate(native_rope, positions, query, key, offsets, check_range=True)
+
+    def forward_triton(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None,
+                       offsets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``forward`` through the Triton ops."""
+        return self._rotate(triton_rope, positions, query, key, offsets, check_range=False)
+
+    def _rotate(self, ops, positions, query, key, offsets, *, check_range: bool):
         positions, offsets = self._check_positions(positions, offsets, query)
         t = positions.numel()
         q = self._heads("query", query, t, None)
@@ -166,9 +183,9 @@ class RotaryEmbedding(nn.Module):
             return query, key
         if self.cos_cache.device != query.device:
             self.to(query.device)
-        if self.backend == "native":
+        if check_range and not torch.compiler.is_compiling():  # a host read: eager only
             self._check_range(positions, offsets)
-        ops, cos, sin, style = self._ops, self.cos_cache, self.sin_cache, self._rotate_style
+        cos, sin, style = self.cos_cache, self.sin_cache, self._rotate_style
         if k is None:
             x, p = q.unsqueeze(1), positions.view(t, 1)
             if offsets is None:

@@ -19,7 +19,8 @@ def _writes_only(*args) -> None:
 
 def launch_op(name: str, *, mutates_args: tuple[str, ...] = (), fake=None):
     """Register the decorated launch (positional, fully type-annotated) as
-    ``torch.ops.aiter_lite.<name>``; return a function that calls it directly in
+    ``torch.ops.aiter_lite.<name>_launch`` (the public ops own the plain names, see
+    :mod:`aiter_lite.library`); return a function that calls it directly in
     eager mode and through the op while torch.compile traces.
 
     ``fake`` gives the outputs' shapes and dtypes from the inputs' (torch's
@@ -28,7 +29,8 @@ def launch_op(name: str, *, mutates_args: tuple[str, ...] = (), fake=None):
     """
 
     def wrap(fn):
-        op = torch.library.custom_op(f"aiter_lite::{name}", fn, mutates_args=mutates_args)
+        qualname = f"aiter_lite::{name}" if name.endswith("_launch") else f"aiter_lite::{name}_launch"
+        op = torch.library.custom_op(qualname, fn, mutates_args=mutates_args)
         op.register_fake(fake or _writes_only)
 
         @functools.wraps(fn)

@@ -1,6 +1,8 @@
 """RotaryEmbedding and get_rope: every scaling type against an fp64 formula written here
 (per-frequency Python math for the frequencies and mscale, the rotation as a complex
-product), in place on strided q / k views, on both backends, and every bad argument."""
+product), in place on strided q / k views, on both backends (which agree with each other),
+the env switch (aiter's AITER_ROPE_TRITON_BACKEND / AITER_ROPE_NATIVE_BACKEND included), and
+every bad argument."""
 
 import math
 
@@ -250,7 +252,13 @@ def test_env_picks_backend(monkeypatch, env, expected):
         monkeypatch.delenv(var, raising=False)
     for var, value in env.items():
         monkeypatch.setenv(var, value)
-    assert RotaryEmbedding(64, 64, 8, 10000, True, None).backend == expected
+    rope = RotaryEmbedding(64, 64, 8, 10000, True, None).to(DEVICE)
+    assert rope.backend == expected
+    positions, q = torch.arange(3, device=DEVICE), torch.randn(3, 64, device=DEVICE)
+    q1, q2 = q.clone(), q.clone()
+    rope(positions, q1)
+    getattr(rope, f"forward_{expected}")(positions, q2)
+    assert torch.equal(q1, q2)
     assert get_rope(64, 64, 8, 10000, True, {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                              "high_freq_factor": 4.0,
                                              "original_max_position_embeddings": 8}).backend == expected
@@ -339,3 +347,55 @@ def test_bad_arguments(monkeypatch):
     triton_layer = rope(backend="triton").to(DEVICE)
     with pytest.raises(ValueError, match=r"must lie in \[0, 16\)"):
         triton_layer(pos + 14, q, k)
+
+
+def _rotate_both(rope, positions, q, k, offsets=None):
+    """(query, key) after forward_native and after forward_triton, each on its own copies."""
+    outs = []
+    for fn in (rope.forward_native, rope.forward_triton):
+        qi, ki = q.clone(), None if k is None else k.clone()
+        out_q, out_k = fn(positions, qi, ki, offsets)
+        assert out_q is qi and out_k is ki, "forward rotates in place and returns its inputs"
+        outs.append((qi, ki))
+    return outs
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("kind", ["default", "dynamic", "yarn", "llama3"])
+def test_native_matches_triton(kind, neox, dtype):
+    rope, spec = make_rope(kind, 80, 48, neox, "native", dtype)
+    t = 5
+    positions = torch.randint(0, spec[3], (t,), device=DEVICE)
+    q = torch.randn(t, 3 * 80, device=DEVICE).to(dtype)
+    k = torch.randn(t, 1, 80, device=DEVICE).to(dtype)
+    (q_n, k_n), (q_t, k_t) = _rotate_both(rope, positions, q, k)
+    assert_close(q_t, q_n, name="query")
+    assert_close(k_t, k_n, name="key")
+
+
+@pytest.mark.parametrize("with_offsets", [False, True], ids=["positions", "offsets"])
+@pytest.mark.parametrize("with_key", [True, False], ids=["qk", "q_only"])
+@pytest.mark.parametrize("t", [0, 1, 7])
+def test_native_matches_triton_tokens(t, with_key, with_offsets):
+    rope, spec = make_rope("linear", 64, 64, True, "triton", torch.bfloat16)
+    rows = spec[3]
+    positions = torch.randint(0, rows // 2, (t,), device=DEVICE, dtype=torch.int32)
+    offsets = torch.randint(0, rows // 2, (t,), device=DEVICE) if with_offsets else None
+    qkv = torch.randn(t, 4 * 64 + 5, device=DEVICE).to(torch.bfloat16)  # strided q / k rows of a fused qkv
+    q, k = qkv[:, :2 * 64], qkv[:, 2 * 64:3 * 64] if with_key else None
+    (q_n, k_n), (q_t, k_t) = _rotate_both(rope, positions, q, k, offsets)
+    assert_close(q_t, q_n, name="query")
+    if with_key:
+        assert_close(k_t, k_n, name="key")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_forward_is_the_picked_path(backend):
+    rope, spec = make_rope("deepseek_yarn", 64, 64, False, backend, torch.float16)
+    positions = torch.randint(0, spec[3], (4,), device=DEVICE)
+    q, k = torch.randn(4, 2, 64, device=DEVICE).half(), torch.randn(4, 64, device=DEVICE).half()
+    q1, k1, q2, k2 = q.clone(), k.clone(), q.clone(), k.clone()
+    rope(positions, q1, k1)
+    getattr(rope, f"forward_{backend}")(positions, q2, k2)
+    assert torch.equal(bits(q1), bits(q2)) and torch.equal(bits(k1), bits(k2))

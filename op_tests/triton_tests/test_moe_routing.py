@@ -367,8 +367,8 @@ def test_opcheck_and_compile():
     x = make_rows(5, 64, torch.float32)
     bias = torch.randn(64, device=DEVICE)
     w, ids = torch.empty(5, 4, device=DEVICE), torch.empty(5, 4, dtype=torch.int32, device=DEVICE)
-    opcheck(torch.ops.aiter_lite.moe_routing, (x, bias, w, ids, 8, 2, True, True, 2.5))
-    opcheck(torch.ops.aiter_lite.moe_routing, (x, None, w, ids, 1, 1, False, False, 1.0))
+    opcheck(torch.ops.aiter_lite.moe_routing_launch, (x, bias, w, ids, 8, 2, True, True, 2.5))
+    opcheck(torch.ops.aiter_lite.moe_routing_launch, (x, None, w, ids, 1, 1, False, False, 1.0))
     torch._dynamo.reset()
 
     def route(x, bias):

@@ -297,7 +297,7 @@ def test_opcheck_topk_launch():
     x = make_rows(5, 40, torch.float32, lead=(3,))  # (3, 5, 40), selected along dim 1
     values = torch.empty(3, 4, 40, device=DEVICE)
     indices = torch.empty(3, 4, 40, dtype=torch.int64, device=DEVICE)
-    opcheck(torch.ops.aiter_lite.topk, (x, values, indices, 4, 1, True))
+    opcheck(torch.ops.aiter_lite.topk_launch, (x, values, indices, 4, 1, True))
 
 
 def test_compiled_topk():

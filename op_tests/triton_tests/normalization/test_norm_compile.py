@@ -36,7 +36,7 @@ def test_opcheck_norm_fwd(case):
         "ln_stats": (x, y, w, b, 1e-5, False, None, None, None, 0.0, mean, rstd),
         "ln_x_bias": (x, y, None, b, 1e-5, False, r, r_out, w, 0.0, None, None),
     }[case]
-    opcheck(torch.ops.aiter_lite.norm_fwd, args)
+    opcheck(torch.ops.aiter_lite.norm_fwd_launch, args)
 
 
 @pytest.mark.parametrize("is_rms", [True, False])
@@ -44,9 +44,9 @@ def test_opcheck_norm_bwd(is_rms):
     m = 6
     x, w = make_rows(m, N, torch.float32), weights(N, torch.float32)
     y, rstd, mean = torch.empty_like(x), torch.empty(m, device=DEVICE), torch.empty(m, device=DEVICE)
-    torch.ops.aiter_lite.norm_fwd(x, y, w, None, 1e-6, is_rms, None, None, None, 0.0, None if is_rms else mean, rstd)
+    torch.ops.aiter_lite.norm_fwd_launch(x, y, w, None, 1e-6, is_rms, None, None, None, 0.0, None if is_rms else mean, rstd)
     dy = torch.randn_like(x)
-    opcheck(torch.ops.aiter_lite.norm_bwd,
+    opcheck(torch.ops.aiter_lite.norm_bwd_launch,
             (dy, x, w, None if is_rms else mean, rstd, is_rms, 0.0, True, not is_rms, torch.float32))
 
 

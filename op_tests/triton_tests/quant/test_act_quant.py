@@ -363,9 +363,9 @@ def test_opcheck_launches():
 
     x = make_rows(5, 256, torch.float32)
     q = torch.empty(5, 128, dtype=torch.int8, device=DEVICE)
-    opcheck(torch.ops.aiter_lite.act_quant_static, (x, q, torch.ones(1, device=DEVICE), "silu"))
-    opcheck(torch.ops.aiter_lite.act_quant_per_token, (x, q, torch.empty(5, device=DEVICE), None, "gelu"))
-    opcheck(torch.ops.aiter_lite.act_quant_group, (x, q, torch.empty(5, 2, device=DEVICE), "gelu_tanh", 64))
+    opcheck(torch.ops.aiter_lite.act_quant_static_launch, (x, q, torch.ones(1, device=DEVICE), "silu"))
+    opcheck(torch.ops.aiter_lite.act_quant_per_token_launch, (x, q, torch.empty(5, device=DEVICE), None, "gelu"))
+    opcheck(torch.ops.aiter_lite.act_quant_group_launch, (x, q, torch.empty(5, 2, device=DEVICE), "gelu_tanh", 64))
 
 
 def test_compiled():

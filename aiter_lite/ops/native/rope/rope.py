@@ -82,10 +82,10 @@ def rotate(op: str, x: torch.Tensor, tables, rotate_style: int, reuse_freqs_fron
     tensor of x's dtype."""
     style = _check_style(op, rotate_style)
     d = x.shape[-1]
-    widths = {t.shape[-1] for pair in tables for t in pair}
-    if len(widths) != 1:
-        raise ValueError(f"{op}: every cos / sin table must be equally wide, got widths {sorted(widths)}")
-    r = rotary_width(op, d, widths.pop(), reuse_freqs_front_part)
+    widths = [t.shape[-1] for pair in tables for t in pair]  # a list: symbolic sizes do not hash
+    if any(w != widths[0] for w in widths):
+        raise ValueError(f"{op}: every cos / sin table must be equally wide, got widths {widths}")
+    r = rotary_width(op, d, widths[0], reuse_freqs_front_part)
     if r * len(tables) > d:
         raise ValueError(f"{op}: {len(tables)} rotary parts of {r} channels do not fit the head dim {d}")
     xf = _wide(x)
