@@ -142,7 +142,7 @@ def _no_dump(fn):
 
 def _rope_cache(fn):
     def run(q, k, v, key_cache, value_cache, slot_mapping, pos, cos, sin, k_scale, v_scale, is_neox, flash_layout,
-            apply_scale, offs, q_out, k_out, zeros_out=None):
+            apply_scale, offs, q_out, k_out, zeros_out):
         fn(q, k, v, key_cache, value_cache, slot_mapping, pos, cos, sin, k_scale, v_scale, is_neox, flash_layout,
            apply_scale=apply_scale, offs=offs, q_out=q_out, k_out=k_out, output_zeros=False, zeros_out=zeros_out)
     return run
@@ -247,7 +247,7 @@ def _specs() -> list[OpSpec]:
         OpSpec("fused_qk_rope_reshape_and_cache(Tensor q, Tensor k, Tensor v, Tensor(a!) key_cache, "
                "Tensor(b!) value_cache, Tensor slot_mapping, Tensor pos, Tensor cos, Tensor sin, Tensor? k_scale, "
                "Tensor? v_scale, bool is_neox, bool flash_layout, bool apply_scale, Tensor? offs, Tensor(c!) q_out, "
-               "Tensor(d!) k_out, Tensor(e!)? zeros_out=None) -> ()",
+               "Tensor(d!) k_out, Tensor(e!)? zeros_out) -> ()",
                *(_rope_cache(m.fused_qk_rope_reshape_and_cache) for m in (t_fusions, n_fusions))),
         _same("fused_qk_cat", "(Tensor q1, Tensor q2, Tensor k1, Tensor k2) -> (Tensor, Tensor)", t_fusions,
               n_fusions),

@@ -101,7 +101,7 @@ def _cache_args():
     kc, vc = torch.zeros(3, bs, kh, d, device=DEVICE), torch.zeros(3, bs, kh, d, device=DEVICE)
     slots = torch.tensor([0, 5, 2, -1, 9], device=DEVICE)
     return (q, k, v, kc, vc, slots, _i(16, t), cos, sin, None, None, True, True, False, None, _e(t, qh, d),
-            _e(t, kh, d))
+            _e(t, kh, d), None)
 
 
 def sample(name: str) -> tuple:

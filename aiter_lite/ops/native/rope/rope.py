@@ -116,9 +116,9 @@ def _transposed(y: torch.Tensor, transpose_output: bool) -> torch.Tensor:
 
 def _rows(table: torch.Tensor) -> torch.Tensor:
     """A table laid out (rows, 1, 1, F), (1, rows, 1, F) (2-D) or (rows, F), as (rows, F)."""
-    if sum(n != 1 for n in table.shape[:-1]) > 1:
+    if sum(1 for n in table.shape[:-1] if n != 1) > 1:  # counted by guards: symbolic sizes do not sum as bools
         raise ValueError(f"rope: a table is (rows, F) with any unit dims between, got shape {tuple(table.shape)}")
-    return table.reshape(max(table.shape[:-1], default=1), table.shape[-1])
+    return table.flatten(0, -2) if table.dim() > 1 else table[None]
 
 
 def _sbhd_tables(freqs: torch.Tensor, s: int):
