@@ -27,7 +27,6 @@ from typing import Callable
 
 import torch
 
-from aiter_lite.ops import native
 from aiter_lite.ops.native import act_quant as n_act_quant
 from aiter_lite.ops.native import activation as n_act
 from aiter_lite.ops.native import fusions as n_fusions
@@ -52,8 +51,6 @@ from aiter_lite.ops.triton.quant import quant as t_quant
 from aiter_lite.ops.triton.rope import rope as t_rope
 
 __all__ = ["OPS", "OpSpec"]
-
-del native
 
 
 @dataclass(frozen=True)

@@ -82,14 +82,6 @@ KV_SCALE = 0.05  # fp8 caches: |x| / 0.05 stays inside e4m3fnuz's 240 for unit-n
 TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (4e-3, 2e-3), torch.bfloat16: (3e-2, 2e-2)}
 
 
-def _bool(text: str) -> bool:
-    if text.lower() in ("true", "yes", "1"):
-        return True
-    if text.lower() in ("false", "no", "0"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
 def _kv_dtype(name: str) -> torch.dtype:
     return get_fp8_e4m3_dtype() if name == "fp8" else harness.DTYPES[name]
 
@@ -348,7 +340,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--block-size", type=int, default=16, help="tokens per cache block")
     p.add_argument("--slots", default="blocks", choices=["blocks", "random"],
                    help="slot_mapping: whole blocks in a random order (a prefill), or random slots (decode)")
-    p.add_argument("--inplace", type=_bool, nargs="?", const=True, default=True, metavar="true|false",
+    p.add_argument("--inplace", type=harness.parse_bool, nargs="?", const=True, default=True, metavar="true|false",
                    help="rope_cache writes Q and K in place (default true, as vLLM calls it)")
     return p
 

@@ -69,14 +69,6 @@ FAMILIES = {
 }
 
 
-def _bool(text: str) -> bool:
-    if text.lower() in ("true", "yes", "1"):
-        return True
-    if text.lower() in ("false", "no", "0"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
 def _family(op: str) -> str:
     return op.rsplit("_fwd", 1)[0] if "_fwd" in op else op.removesuffix("_bwd")
 
@@ -244,7 +236,7 @@ PROVIDERS = {"triton": _aiter(tri), "native": _aiter(native), "compile": _compil
 
 def make_parser() -> argparse.ArgumentParser:
     p = harness.make_parser(__doc__.splitlines()[0], ("S", "H", "Q", "D"))
-    flag = {"type": _bool, "nargs": "?", "const": True, "metavar": "true|false"}
+    flag = {"type": harness.parse_bool, "nargs": "?", "const": True, "metavar": "true|false"}
     p.add_argument("-l", default="thd", choices=["thd", "sbhd"], help="layout of Q / K")
     p.add_argument("-B", type=int, default=1, help="batch: sequences of S tokens each (T = B * S)")
     p.add_argument("-S", "-T", dest="M", type=int, nargs="+",

@@ -68,6 +68,15 @@ def load_models(spec: str | None, default: list[str]) -> dict:
     return {n: configs[n] for n in names}
 
 
+def parse_bool(text: str) -> bool:
+    """An argparse type for true / false flags (true, yes, 1 / false, no, 0)."""
+    if text.lower() in ("true", "yes", "1"):
+        return True
+    if text.lower() in ("false", "no", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
 def parse_shape(text: str, names: tuple[str, ...]) -> dict:
     """'4096x14336' -> {'M': 4096, 'N': 14336} for names ('M', 'N')."""
     parts = text.lower().split("x")

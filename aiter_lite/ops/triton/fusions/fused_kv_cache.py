@@ -13,6 +13,8 @@ limited this does more, and checks it:
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_kv_cache import _rope_cache_kernel
@@ -76,6 +78,7 @@ def _cache_strides(key_cache: torch.Tensor, value_cache: torch.Tensor, flash_lay
     return (k[0], k[3], k[1], k[2], k[4]), (v[0], v[3], v[1], v[2])
 
 
+@functools.lru_cache(maxsize=1024)
 def classic_launch_config(n_tokens: int, n_q_heads: int, n_kv_heads: int, head_dim: int,
                           device: torch.device | None = None) -> RopeLaunchConfig:
     """Tokens and heads per program for the classic layout: 16 tokens (a cache block of
@@ -193,6 +196,7 @@ def _mla_part(op: str, name: str, t, ref: torch.Tensor | None) -> torch.Tensor:
     return t
 
 
+@functools.lru_cache(maxsize=1024)
 def mla_launch_config(n_tokens: int, n_heads: int, d: int, device: torch.device | None = None) -> RopeLaunchConfig:
     """Tokens and heads per program for the MLA cache write (entries ``d`` wide): 4096
     elements, 2 warps. H200, DeepSeek-V3's 576-wide latent, T = 32768: 4 tokens x 2 warps

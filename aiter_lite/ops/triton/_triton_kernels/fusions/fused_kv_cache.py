@@ -18,7 +18,13 @@ import triton
 import triton.language as tl
 
 from aiter_lite.ops.triton._triton_kernels.quant.quant import _quantize
-from aiter_lite.ops.triton._triton_kernels.rope.rope import _load_part, _tables, _token_block, _token_rows, _turn
+from aiter_lite.ops.triton._triton_kernels.rope.rope import (
+    _load_part,
+    _tables,
+    _token_block,
+    _token_rows,
+    _turn,
+)
 
 
 @triton.jit
@@ -92,6 +98,56 @@ def _rotated_heads(x_ptr, sxt, sxh, sxd, tok, t_mask, heads, th_mask, pos_ptr, o
     return _turn(x1, x2, c1, c2, s1, s2, valid[:, None, None], False)
 
 
+@triton.jit
+def _two_part_block(n_heads1, n_heads2, n_tokens, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
+                    INT64: tl.constexpr):
+    """This program's place in a grid of token blocks, each the first tensor's head blocks
+    then the second's: (in the first tensor, heads, tokens, token mask, token x head mask)."""
+    n_blocks1 = tl.cdiv(n_heads1, BLOCK_H)
+    pid_h, tok, t_mask = _token_block(n_blocks1 + tl.cdiv(n_heads2, BLOCK_H), n_tokens, BLOCK_T, INT64)
+    first = pid_h < n_blocks1
+    heads = tl.where(first, pid_h, pid_h - n_blocks1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    th_mask = t_mask[:, None] & (heads < tl.where(first, n_heads1, n_heads2))[None, :]
+    return first, heads, tok, t_mask, th_mask
+
+
+@triton.jit
+def _turn_and_store(x_ptr, sx_t, sx_h, sx_d, out_ptr, so_t, so_h, so_d, o_min, o_max,
+                    cache, w_mask, inv_scale, c_min, c_max, s_cx, s_c,
+                    tok, t_mask, heads, th_mask, pos_ptr, off_ptr, cos_ptr, sin_ptr, n_rows, stride_t_r, stride_t_f,
+                    head_dim, HAS_OFFSETS: tl.constexpr, IS_NEOX: tl.constexpr, REUSE: tl.constexpr,
+                    O_FP8: tl.constexpr, C_FP8: tl.constexpr, SOFT_ROUND: tl.constexpr, TO_CACHE: tl.constexpr,
+                    X: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr,
+                    BLOCK_T: tl.constexpr):
+    """A (BLOCK_T, BLOCK_H) block of x's heads turned (rounded to x's dtype) into ``out``,
+    channels past the rotary part copied; TO_CACHE: the same values times ``inv_scale``
+    into the cache entries at ``cache`` where ``w_mask``."""
+    o1, o2 = _rotated_heads(x_ptr, sx_t, sx_h, sx_d, tok, t_mask, heads, th_mask, pos_ptr, off_ptr, 1,
+                            cos_ptr, sin_ptr, n_rows, stride_t_r, stride_t_f, 0, HAS_OFFSETS, IS_NEOX, REUSE,
+                            HALF, BLOCK_HALF, BLOCK_T)
+    # Rounded to x's dtype: out holds it unscaled, the cache scaled.
+    o1, o2 = _rounded(o1, o2, x_ptr.dtype.element_ty)
+    out = (out_ptr + tok * so_t)[:, None] + heads[None, :] * so_h
+    o_ty = out_ptr.dtype.element_ty
+    _store_pairs(out, 0, _cast(o1, 1.0, o_min, o_max, o_ty, O_FP8, SOFT_ROUND),
+                 _cast(o2, 1.0, o_min, o_max, o_ty, O_FP8, SOFT_ROUND), th_mask, 1, so_d, 0,
+                 HALF, BLOCK_HALF, IS_NEOX)
+    c_ty = cache.dtype.element_ty
+    if TO_CACHE:
+        _store_pairs(cache, 0, _cast(o1, inv_scale, c_min, c_max, c_ty, C_FP8, SOFT_ROUND),
+                     _cast(o2, inv_scale, c_min, c_max, c_ty, C_FP8, SOFT_ROUND), w_mask,
+                     X, s_cx, s_c, HALF, BLOCK_HALF, IS_NEOX)
+    if BLOCK_REST > 0:
+        c = 2 * HALF + tl.arange(0, BLOCK_REST)
+        m = th_mask[:, :, None] & (c < head_dim)[None, None, :]
+        xh = (x_ptr + tok * sx_t)[:, None] + heads[None, :] * sx_h
+        rest = tl.load(xh[:, :, None] + c[None, None, :] * sx_d, mask=m, other=0.0).to(tl.float32)
+        _store_chans(out, c, _cast(rest, 1.0, o_min, o_max, o_ty, O_FP8, SOFT_ROUND), m, 1, so_d, 0)
+        if TO_CACHE:
+            _store_chans(cache, c, _cast(rest, inv_scale, c_min, c_max, c_ty, C_FP8, SOFT_ROUND),
+                         m & w_mask[:, :, None], X, s_cx, s_c)
+
+
 @triton.jit(do_not_specialize=["n_tokens", "n_slot_tokens", "n_cache_slots", "n_rows"])
 def _rope_cache_kernel(
     q_ptr, k_ptr, v_ptr, q_out_ptr, k_out_ptr, zeros_ptr,
@@ -124,62 +180,28 @@ def _rope_cache_kernel(
     BLOCK_H: tl.constexpr,
     INT64: tl.constexpr,
 ):
-    n_q_blocks = tl.cdiv(n_q_heads, BLOCK_H)
-    n_blocks = n_q_blocks + tl.cdiv(n_kv_heads, BLOCK_H)
-    pid_h, tok, t_mask = _token_block(n_blocks, n_tokens, BLOCK_T, INT64)
-    R: tl.constexpr = 2 * HALF
-    if pid_h < n_q_blocks:
-        heads = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-        th_mask = t_mask[:, None] & (heads < n_q_heads)[None, :]
-        o1, o2 = _rotated_heads(q_ptr, sq_t, sq_h, sq_d, tok, t_mask, heads, th_mask, pos_ptr, off_ptr, 1,
-                                cos_ptr, sin_ptr, n_rows, stride_t_r, stride_t_f, 0, HAS_OFFSETS, IS_NEOX, REUSE,
-                                HALF, BLOCK_HALF, BLOCK_T)
-        o1, o2 = _rounded(o1, o2, q_ptr.dtype.element_ty)
-        qo = (q_out_ptr + tok * sqo_t)[:, None] + heads[None, :] * sqo_h
-        q_ty = q_out_ptr.dtype.element_ty
-        _store_pairs(qo, 0, _cast(o1, 1.0, qo_min, qo_max, q_ty, Q_FP8, SOFT_ROUND),
-                     _cast(o2, 1.0, qo_min, qo_max, q_ty, Q_FP8, SOFT_ROUND), th_mask, 1, sqo_d, 0,
-                     HALF, BLOCK_HALF, IS_NEOX)
-        if BLOCK_REST > 0:
-            c = R + tl.arange(0, BLOCK_REST)
-            m = th_mask[:, :, None] & (c < head_dim)[None, None, :]
-            qh = (q_ptr + tok * sq_t)[:, None] + heads[None, :] * sq_h
-            rest = tl.load(qh[:, :, None] + c[None, None, :] * sq_d, mask=m, other=0.0).to(tl.float32)
-            _store_chans(qo, c, _cast(rest, 1.0, qo_min, qo_max, q_ty, Q_FP8, SOFT_ROUND), m, 1, sqo_d, 0)
+    first, heads, tok, t_mask, th_mask = _two_part_block(n_q_heads, n_kv_heads, n_tokens, BLOCK_T, BLOCK_H, INT64)
+    if first:
+        _turn_and_store(q_ptr, sq_t, sq_h, sq_d, q_out_ptr, sqo_t, sqo_h, sqo_d, qo_min, qo_max,
+                        q_out_ptr, th_mask, 1.0, qo_min, qo_max, 0, 0,
+                        tok, t_mask, heads, th_mask, pos_ptr, off_ptr, cos_ptr, sin_ptr, n_rows, stride_t_r,
+                        stride_t_f, head_dim, HAS_OFFSETS, IS_NEOX, REUSE, Q_FP8, Q_FP8, SOFT_ROUND, False, 1,
+                        HALF, BLOCK_HALF, BLOCK_REST, BLOCK_T)
         if ZEROS:
             c = tl.arange(0, BLOCK_D)
             m = th_mask[:, :, None] & (c < head_dim)[None, None, :]
             z = (zeros_ptr + tok * sz_t)[:, None] + heads[None, :] * sz_h
             _store_chans(z, c, tl.zeros([BLOCK_T, BLOCK_H, BLOCK_D], zeros_ptr.dtype.element_ty), m, 1, sz_d, 0)
     else:
-        heads = (pid_h - n_q_blocks) * BLOCK_H + tl.arange(0, BLOCK_H)
-        th_mask = t_mask[:, None] & (heads < n_kv_heads)[None, :]
-        o1, o2 = _rotated_heads(k_ptr, sk_t, sk_h, sk_d, tok, t_mask, heads, th_mask, pos_ptr, off_ptr, 1,
-                                cos_ptr, sin_ptr, n_rows, stride_t_r, stride_t_f, 0, HAS_OFFSETS, IS_NEOX, REUSE,
-                                HALF, BLOCK_HALF, BLOCK_T)
-        ko = (k_out_ptr + tok * sko_t)[:, None] + heads[None, :] * sko_h
-        # Rounded to K's dtype: k_out holds it unscaled, the cache scaled.
-        o1, o2 = _rounded(o1, o2, k_ptr.dtype.element_ty)
-        k_ty = k_out_ptr.dtype.element_ty
-        _store_pairs(ko, 0, _cast(o1, 1.0, ko_min, ko_max, k_ty, K_FP8, SOFT_ROUND),
-                     _cast(o2, 1.0, ko_min, ko_max, k_ty, K_FP8, SOFT_ROUND), th_mask, 1, sko_d, 0,
-                     HALF, BLOCK_HALF, IS_NEOX)
         blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size)
         w_mask = writes[:, None] & th_mask
         kc = (kc_ptr + blk * skc_blk + off * skc_off)[:, None] + heads[None, :] * skc_h
         k_inv = tl.math.div_rn(1.0, tl.load(k_scale_ptr)) if HAS_K_SCALE else 1.0
-        kc_ty = kc_ptr.dtype.element_ty
-        _store_pairs(kc, 0, _cast(o1, k_inv, c_min, c_max, kc_ty, KC_FP8, SOFT_ROUND),
-                     _cast(o2, k_inv, c_min, c_max, kc_ty, KC_FP8, SOFT_ROUND), w_mask,
-                     KC_X, skc_cx, skc_c, HALF, BLOCK_HALF, IS_NEOX)
-        if BLOCK_REST > 0:
-            c = R + tl.arange(0, BLOCK_REST)
-            m = th_mask[:, :, None] & (c < head_dim)[None, None, :]
-            kh = (k_ptr + tok * sk_t)[:, None] + heads[None, :] * sk_h
-            rest = tl.load(kh[:, :, None] + c[None, None, :] * sk_d, mask=m, other=0.0).to(tl.float32)
-            _store_chans(ko, c, _cast(rest, 1.0, ko_min, ko_max, k_ty, K_FP8, SOFT_ROUND), m, 1, sko_d, 0)
-            _store_chans(kc, c, _cast(rest, k_inv, c_min, c_max, kc_ty, KC_FP8, SOFT_ROUND),
-                         m & writes[:, None, None], KC_X, skc_cx, skc_c)
+        _turn_and_store(k_ptr, sk_t, sk_h, sk_d, k_out_ptr, sko_t, sko_h, sko_d, ko_min, ko_max,
+                        kc, w_mask, k_inv, c_min, c_max, skc_cx, skc_c,
+                        tok, t_mask, heads, th_mask, pos_ptr, off_ptr, cos_ptr, sin_ptr, n_rows, stride_t_r,
+                        stride_t_f, head_dim, HAS_OFFSETS, IS_NEOX, REUSE, K_FP8, KC_FP8, SOFT_ROUND, True, KC_X,
+                        HALF, BLOCK_HALF, BLOCK_REST, BLOCK_T)
         c = tl.arange(0, BLOCK_D)
         m = th_mask[:, :, None] & (c < head_dim)[None, None, :]
         vh = (v_ptr + tok * sv_t)[:, None] + heads[None, :] * sv_h

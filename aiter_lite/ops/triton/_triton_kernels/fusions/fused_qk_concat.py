@@ -18,8 +18,8 @@ from aiter_lite.ops.triton._triton_kernels.fusions.fused_kv_cache import (
     _slots,
     _store_chans,
     _store_pairs,
+    _two_part_block,
 )
-from aiter_lite.ops.triton._triton_kernels.rope.rope import _token_block
 
 
 @triton.jit
@@ -82,20 +82,14 @@ def _cat_kernel(
     BLOCK_H: tl.constexpr,
     INT64: tl.constexpr,
 ):
-    n_blocks1 = tl.cdiv(n_heads1, BLOCK_H)
-    n_blocks = n_blocks1 + tl.cdiv(n_heads2, BLOCK_H)
-    pid_h, tok, t_mask = _token_block(n_blocks, n_tokens, BLOCK_T, INT64)
-    if pid_h < n_blocks1:
-        heads = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-        th_mask = t_mask[:, None] & (heads < n_heads1)[None, :]
+    first, heads, tok, t_mask, th_mask = _two_part_block(n_heads1, n_heads2, n_tokens, BLOCK_T, BLOCK_H, INT64)
+    if first:
         dest = (o1_ptr + tok * so1_t)[:, None] + heads[None, :] * so1_h
         _cat_pair(a1_ptr, b1_ptr, dest, tok, t_mask, heads, th_mask, th_mask, sa1_t, sa1_h, sa1_d,
                   sb1_t, sb1_h, sb1_d, so1_d, d1, d2, 1.0, q_min, q_max, pos_ptr, cos_ptr, sin_ptr, n_rows,
                   stride_t_r, stride_t_f, ROPE, IS_NEOX, REUSE, O1_FP8, SOFT_ROUND, HALF, BLOCK_HALF,
                   BLOCK_D1, BLOCK_D2, BLOCK_T)
     else:
-        heads = (pid_h - n_blocks1) * BLOCK_H + tl.arange(0, BLOCK_H)
-        th_mask = t_mask[:, None] & (heads < n_heads2)[None, :]
         if DEST_SLOTS:
             blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size)
         else:
