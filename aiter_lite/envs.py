@@ -14,6 +14,7 @@ variable and the allowed values; an unset or empty variable takes its default.
 | AITER_ROPE_CHECK_POSITIONS | 0, 1 | 0 (1: RoPE checks positions / offsets / cu_seqlens against the table on the host) |
 | AITER_KV_CACHE_CHECK_SLOTS | 0, 1 | 0 (1: the KV-cache ops check GPU slot_mapping against the cache on the host) |
 | AITER_FAST_LAUNCH | 0, 1 | 1 (0: every eager call checks its arguments and launches through Triton) |
+| AITER_TEST_COMPILE | 0, 1 | 0 (1: the op tests call every public Triton op through torch.compile(fullgraph=True)) |
 
 ``<FAMILY>`` is one of :data:`OP_FAMILIES` in upper case, e.g. AITER_ACTIVATION_BACKEND.
 """
@@ -105,6 +106,13 @@ def fast_launch() -> bool:
     shapes launch from a cached plan (``aiter_lite.utils.fast_launch``); 0 turns it off.
     Read once, on the first launch."""
     return _read_choice("AITER_FAST_LAUNCH", ("0", "1"), "1") == "1"
+
+
+def test_compile() -> bool:
+    """AITER_TEST_COMPILE=1: ``op_tests`` swaps each public Triton op for
+    ``torch.compile(op, fullgraph=True)`` before the tests import them, so the op tests
+    run under the compiler (inductor on a GPU, aot_eager on the CPU)."""
+    return _read_flag("AITER_TEST_COMPILE")
 
 
 def backend(family: str) -> str:

@@ -19,12 +19,20 @@ elif torch.cuda.device_count() > 1:
 
 import pytest  # noqa: E402
 
+from aiter_lite import envs  # noqa: E402
 from op_tests.utils import DEVICE, ON_GPU  # noqa: E402
+
+if envs.test_compile():
+    # Before the test modules import the ops: every public Triton op compiled (fullgraph).
+    from op_tests.utils.compiled import swap_in_compiled  # noqa: E402
+
+    swap_in_compiled("inductor" if ON_GPU else "aot_eager")
 
 
 def pytest_report_header(config):
     where = torch.cuda.get_device_name() if ON_GPU else "CPU (Triton interpreter)"
-    return f"aiter_lite op tests on {where}, device={DEVICE}"
+    compiled = ", every public op through torch.compile (AITER_TEST_COMPILE=1)" if envs.test_compile() else ""
+    return f"aiter_lite op tests on {where}, device={DEVICE}{compiled}"
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,9 @@ import pytest
 
 from op_tests.utils import ON_GPU
 
-BENCHES = sorted(p.stem for p in (pathlib.Path(__file__).resolve().parents[1] / "op_benchmarks").glob("bench_*.py"))
+# bench_host times host paths, not providers: its own test below.
+BENCHES = sorted(p.stem for p in (pathlib.Path(__file__).resolve().parents[1] / "op_benchmarks").glob("bench_*.py")
+                 if p.stem != "bench_host")
 
 
 @pytest.mark.parametrize("bench", BENCHES)
@@ -43,3 +45,19 @@ def test_bench_cli_errors():
         module.main(["--shape", "64"])
     with pytest.raises(SystemExit, match="unknown"):
         module.main(["--model", "gpt-5"])
+
+
+def test_bench_host_runs(tmp_path, capsys):
+    module = importlib.import_module("op_benchmarks.bench_host")
+    out = tmp_path / "host.csv"
+    module.main(["--op", "rms_norm", "fused_qk_rope_reshape_and_cache", "--calls", "20", "--rounds", "3",
+                 "-o", str(out)])
+    df = pd.read_csv(out)
+    assert list(df.op) == ["rms_norm", "fused_qk_rope_reshape_and_cache"]
+    for path in ("bare", "eager", "checked", "registered"):
+        assert (df[f"{path}_us"] > 0).all()
+    assert (df.launches == 1).all() and (df.limit_us >= df.bare_us + 5).all()
+    assert df.plan.all() == ON_GPU  # plans hold compiled kernels: a GPU's only
+    assert "eager within the limit" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="unknown"):
+        module.main(["--op", "no_such_op"])

@@ -12,6 +12,7 @@ import torch
 
 from aiter_lite.utils import fast_launch as fl
 from op_tests.utils import DEVICE, ON_GPU
+from op_tests.utils.registry import OPS, SIZES, assert_same_bits, clone_args, sample
 
 
 class _Compiled:
@@ -66,6 +67,11 @@ def _op(kernel, launches=1, buffer=None, allocate=False):
     return op
 
 
+def _held(op) -> int:
+    """Plans an op holds (a refused key is no plan)."""
+    return sum(plan is not fl._REFUSED for plan in op.plans.entries.values())
+
+
 def test_plan_relaunches_with_the_new_tensors(on):
     k = _Kernel()
     op = _op(k)
@@ -103,13 +109,18 @@ def test_a_different_key_takes_the_checked_path(on):
     assert len(k.launches) == 5 and not k.runs
 
 
-@pytest.mark.parametrize("case", ["aliased", "own buffer", "two launches", "raised"])
+@pytest.mark.parametrize("case", ["host check", "requires grad", "own buffer", "two launches", "raised"])
 def test_no_plan_where_reuse_could_be_wrong(on, case):
     k = _Kernel()
     x, y = torch.randn(2, 8), torch.randn(2, 8)
-    if case == "aliased":
+    if case == "host check":
+        @fl.planned
+        def op(x, y):
+            fl.refuse()  # e.g. positions checked against a table on the host
+            fl.launch(k, (3,), x, y, 4, 0.5, BLOCK=16)
+    elif case == "requires grad":
         op = _op(k)
-        y = x.view(2, 8)
+        x.requires_grad_(True)
     elif case == "own buffer":
         op = _op(k, buffer=torch.empty(16))
     elif case == "two launches":
@@ -125,7 +136,63 @@ def test_no_plan_where_reuse_could_be_wrong(on, case):
             op(x, y)
         except ValueError:
             assert case == "raised"
-    assert not op.plans.entries and not k.runs
+    assert not _held(op) and not k.runs
+
+
+def test_aliased_inputs_are_planned_by_their_pattern(on):
+    # out=input (an in-place call through an out-of-place signature): the plan of an aliased
+    # call serves aliased calls only, and returns the input the caller handed in.
+    k = _Kernel()
+    op = _op(k)
+    x = torch.randn(2, 8)
+    op(x, x)
+    x2 = torch.randn(2, 8)
+    assert op(x2, x2) is x2 and len(k.launches) == 1
+    assert k.runs[0][9].data_ptr() == k.runs[0][10].data_ptr() == x2.data_ptr()
+    y3 = torch.randn(2, 8)
+    assert op(x2, y3) is y3 and len(k.launches) == 2  # not aliased: its own recording
+
+
+def test_a_switch_can_bypass_plans(on):
+    k = _Kernel()
+    checking = [False]
+
+    @fl.planned(unless=lambda: checking[0])
+    def op(x, y):
+        fl.launch(k, (3,), x, y, 4, 0.5, BLOCK=16)
+
+    x, y = torch.randn(2, 8), torch.randn(2, 8)
+    op(x, y)
+    op(x, y)
+    assert len(k.launches) == 1 and len(k.runs) == 1
+    checking[0] = True
+    op(x, y)
+    assert len(k.launches) == 2 and len(k.runs) == 1
+
+
+def test_record_returns_the_launches(on):
+    k = _Kernel()
+    op = _op(k)
+    x, y = torch.randn(2, 8), torch.randn(2, 8)
+    result, launches = fl.record(op, x, y)
+    assert result is y and not op.plans.entries
+    (kernel, grid, args, meta), = launches
+    assert kernel is k and grid == (3,) and args[1] is y and meta == {"BLOCK": 16}
+
+
+def test_a_returned_view_of_a_larger_buffer_is_not_planned(on):
+    k = _Kernel()
+
+    @fl.planned
+    def op(x, y):
+        out = torch.empty(4, 8)
+        fl.launch(k, (3,), x, out, 4, 0.5, BLOCK=16)
+        return out[:, :4]  # offset 0, yet a new (4, 4) tensor of these strides is too small
+
+    x, y = torch.randn(2, 8), torch.randn(2, 8)
+    op(x, y)
+    op(x, y)
+    assert not _held(op) and len(k.launches) == 2
 
 
 def test_a_refused_key_is_not_recorded_again(on):
@@ -134,7 +201,7 @@ def test_a_refused_key_is_not_recorded_again(on):
     x, y = torch.randn(2, 8), torch.randn(2, 8)
     for _ in range(3):
         op(x, y)
-    assert len(op.plans.refused) == 1 and not op.plans.entries and len(k.launches) == 6
+    assert len(op.plans.entries) == 1 and not _held(op) and len(k.launches) == 6
 
 
 def test_a_kept_buffer_stays_in_the_plan(on):
@@ -283,3 +350,55 @@ def test_fused_and_allocating_ops_from_plans_repeat_the_checked_call(rows, monke
             assert a.data_ptr() != b.data_ptr(), name
             assert torch.equal(a.view(torch.uint8) if a.element_size() == 1 else a,
                                b.view(torch.uint8) if b.element_size() == 1 else b), name
+
+
+# At these sizes a call makes more than one launch, or a copy, so it has no plan.
+_UNPLANNED = {
+    "tiny": {"log_softmax"},  # over dim 0: a gathered copy first
+}
+
+
+@pytest.mark.skipif(not ON_GPU, reason="plans hold compiled GPU kernels; the interpreter has none")
+@pytest.mark.parametrize("size", ["tiny", "decode"])
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_every_op_from_its_plan_repeats_the_checked_call(name, size):
+    # The first call records; a second, on new tensors, launches from the plan and returns and
+    # writes what the checked path gives for the same arguments.
+    fn, dims = OPS[name].triton, SIZES[size]
+    fl.reset()
+    fn(*sample(name, dims))
+    expect_plan = name not in _UNPLANNED.get(size, ())
+    assert fl.plan_count() == int(expect_plan), f"{name}: {fl.plan_count()} plans, expected {int(expect_plan)}"
+    args = sample(name, dims)
+    ref = clone_args(args)
+    got = fn(*args)
+    with fl.plans_off():
+        want = fn(*ref)
+    torch.cuda.synchronize()
+    assert_same_bits(got, want, f"{name} ({size})")
+    assert_same_bits(args, ref, f"{name} ({size}) arguments")
+
+
+def test_reused_zeroed_buffers_are_left_zeroed(monkeypatch):
+    # topk's filter path and softmax's split path reuse one zeroed buffer a stream
+    # (utils.launch.stream_buffer): each launch must leave it zeroed for the next, whatever
+    # the shapes in between (k = 1 and k > 1, several rows, odd widths).
+    from aiter_lite.ops.triton import softmax as sm
+    from aiter_lite.ops.triton import topk
+    from aiter_lite.utils import launch as launch_mod
+
+    n = 200_000 if ON_GPU else 40_000
+    if not ON_GPU:  # the interpreter's 4 "SMs" would loop these rows: split them as a GPU does
+        monkeypatch.setattr(sm, "softmax_launch_config", lambda *a: sm._SPLIT)
+    for rows, k in ((1, 50), (3, 1), (2, 7), (1, 1)):
+        x = torch.randn(rows, n + rows, device=DEVICE)
+        vals, _ = topk.topk(x, k)
+        assert torch.equal(vals, torch.topk(x, k).values), (rows, k)
+        torch.testing.assert_close(sm.softmax(x), torch.softmax(x, -1))
+        if ON_GPU:
+            torch.cuda.synchronize()
+        reused = {key[0]: buf for key, buf in launch_mod._stream_buffers.items()
+                  if key[0] in ("topk_work", "softmax_split")}
+        assert set(reused) == {"topk_work", "softmax_split"}, f"reused buffers: {set(reused)}"
+        for name, buf in reused.items():
+            assert not buf.any(), f"{name} left {int(buf.count_nonzero())} words set after rows={rows} k={k}"

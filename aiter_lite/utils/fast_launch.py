@@ -17,17 +17,21 @@ does, allocating the outputs an allocating op returns.
 
 A plan is kept only when the recorded call made exactly one launch whose tensor
 arguments are the caller's tensors (or views of them: matched by data pointer), the
-tensors it returned, or buffers the op declared persistent (:func:`keep`); inputs
-sharing a data pointer are never planned. Nothing is cached under Triton's
-interpreter, while torch.compile traces, during CUDA-graph capture, with DEBUG
+tensors it returned, or buffers the op declared persistent (:func:`keep`), and the op
+did not check tensor values on the host (:func:`refuse`). Inputs sharing a data pointer
+(``q_out=q``) are part of the key: a call aliases its inputs as the recorded one did.
+Nothing is cached under Triton's interpreter, while torch.compile traces, during
+CUDA-graph capture, while autograd records (a tensor requiring grad), with DEBUG
 logging or launch hooks (profilers) on, or with ``AITER_FAST_LAUNCH=0``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
+from typing import Callable
 
 import torch
 
@@ -42,7 +46,7 @@ try:
 except ImportError:  # Triton before knobs: its hooks live on CompiledKernel
     from triton.compiler import CompiledKernel as _hooks
 
-__all__ = ["planned", "launch", "keep", "fast_launch_enabled", "reset"]
+__all__ = ["planned", "launch", "keep", "refuse", "record", "plans_off", "plan_count", "fast_launch_enabled", "reset"]
 
 _MAX_PLANS = 4096
 _state = threading.local()
@@ -58,13 +62,30 @@ def fast_launch_enabled() -> bool:
     return _enabled
 
 
+def plan_count() -> int:
+    """Plans held, over every op."""
+    return sum(plan is not _REFUSED for plans in _all_plans for plan in plans.entries.values())
+
+
 def reset() -> None:
     """Forget every plan and re-read AITER_FAST_LAUNCH (tests)."""
     global _enabled
     for plans in _all_plans:
         plans.entries.clear()
-        plans.refused.clear()
     _enabled = None
+
+
+@contextlib.contextmanager
+def plans_off():
+    """No plan used or made inside: every call takes the checked path (tests and
+    benchmarks compare the two)."""
+    global _enabled
+    was = fast_launch_enabled()
+    _enabled = False
+    try:
+        yield
+    finally:
+        _enabled = was
 
 
 def _quiet() -> bool:
@@ -84,11 +105,18 @@ def _device_stream() -> tuple[int, int]:
     return device, torch._C._cuda_getCurrentRawStream(device)
 
 
-def _key(args: tuple) -> tuple:
+def _key(args: tuple) -> tuple | None:
+    """What the checked path's work depends on; None where autograd records the call.
+    A tensor's entry ends with the position of the first input on its data pointer (its
+    own when none), so calls that alias inputs share plans only with calls aliasing alike."""
     key = [*_device_stream()]
-    for a in args:
+    first: dict = {}
+    for i, a in enumerate(args):
         if isinstance(a, torch.Tensor):
-            key += (a.shape, a.stride(), a.dtype, a.device, a.data_ptr() & 15)
+            if a.requires_grad and torch.is_grad_enabled():
+                return None
+            ptr = a.data_ptr()
+            key += (a.shape, a.stride(), a.dtype, a.device, ptr & 15, first.setdefault(ptr, i) if a.numel() else i)
         else:
             key += (a.__class__, a)
     return tuple(key)
@@ -130,7 +158,9 @@ def _build(spec, inputs: tuple, outs):
     if kind == "out":
         return outs[value]
     if kind == "tuple":
-        return tuple(_build(item, inputs, outs) for item in value)
+        cls, items = value
+        items = tuple(_build(item, inputs, outs) for item in items)
+        return items if cls is tuple else cls._make(items) if hasattr(cls, "_make") else cls(items)
     return value
 
 
@@ -152,44 +182,43 @@ def _constexpr_values(kernel, n_args: int, meta: dict) -> list | None:
     return values
 
 
-class _Refused(Exception):
-    """The recorded call cannot be replayed from a plan: its tensors alias each other."""
-
-
-class _Lasting(_Refused):
+class _Lasting(Exception):
     """No call with the recorded call's key can be replayed from a plan."""
 
 
 class _Recording:
-    __slots__ = ("launches", "persistent", "result")
+    __slots__ = ("launches", "persistent", "result", "refused")
 
     def __init__(self):
         self.launches = []
         self.persistent = set()
         self.result = None
+        self.refused = False
 
     def plan(self, inputs: tuple) -> _Plan | None:
-        """The plan of the recorded call; None where calls with its key never have one.
-        Raises _Refused where only these tensors stand in the way (inputs sharing a pointer)."""
+        """The plan of the recorded call; None where calls with its key never have one."""
         try:
             return self._plan(inputs)
         except _Lasting:
             return None
 
     def _plan(self, inputs: tuple) -> _Plan:
-        if len(self.launches) != 1:
+        if len(self.launches) != 1 or self.refused:
             raise _Lasting
         compiled, kernel, grid, args, meta = self.launches[0]
         tail = _constexpr_values(kernel, len(args), meta)
         if compiled is None or tail is None or not all(isinstance(g, int) for g in grid):
             raise _Lasting
-        by_ptr = {}
+        # Inputs on one pointer (aliased, as the key records) stand for each other: any of them
+        # gives the kernel the same address. A returned input is matched by identity first.
+        by_ptr, by_id = {}, {}
         for i, t in enumerate(inputs):
-            if isinstance(t, torch.Tensor) and t.numel():
-                if by_ptr.setdefault(t.data_ptr(), i) != i:  # two inputs on one pointer: which is meant is unknown
-                    raise _Refused
+            if isinstance(t, torch.Tensor):
+                by_id.setdefault(id(t), i)
+                if t.numel():
+                    by_ptr.setdefault(t.data_ptr(), i)
         allocs, out_ptr = [], {}
-        result = self._result_spec(self.result, by_ptr, allocs, out_ptr)
+        result = self._result_spec(self.result, inputs, by_id, by_ptr, allocs, out_ptr)
         template, subs = list(args) + tail, []
         for pos, a in enumerate(args):
             if isinstance(a, torch.Tensor):
@@ -206,82 +235,90 @@ class _Recording:
         return _Plan(compiled, grid, template, tuple(subs), tuple(allocs), result)
 
     @staticmethod
-    def _result_spec(value, by_ptr: dict, allocs: list, out_ptr: dict):
+    def _result_spec(value, inputs: tuple, by_id: dict, by_ptr: dict, allocs: list, out_ptr: dict):
         """The returned value in terms of the call's inputs ("in", i), new outputs ("out", k),
         constants and tuples of those."""
-        if isinstance(value, tuple):
-            return "tuple", tuple(_Recording._result_spec(v, by_ptr, allocs, out_ptr) for v in value)
+        if isinstance(value, tuple):  # a tuple, or a named one (torch.return_types.topk)
+            return "tuple", (type(value), tuple(_Recording._result_spec(v, inputs, by_id, by_ptr, allocs, out_ptr)
+                                                for v in value))
         if not isinstance(value, torch.Tensor):
             if value is not None and not isinstance(value, (bool, int, float, str)):
                 raise _Lasting
             return "const", value
+        if id(value) in by_id:
+            return "in", by_id[id(value)]
         if not value.numel() or value.storage_offset():
             raise _Lasting
         ptr = value.data_ptr()
-        if ptr in by_ptr:
-            return "in", by_ptr[ptr]
+        if ptr in by_ptr:  # an input's alias: handed back as that input where it looks the same
+            i = by_ptr[ptr]
+            if (value.shape, value.stride(), value.dtype) != (inputs[i].shape, inputs[i].stride(), inputs[i].dtype):
+                raise _Lasting
+            return "in", i
         if ptr in out_ptr:
             raise _Lasting  # two outputs on one allocation
+        span = sum((n - 1) * st for n, st in zip(value.shape, value.stride())) + 1
+        if value.untyped_storage().nbytes() != span * value.element_size():
+            raise _Lasting  # a view of a larger allocation: a new one of its shape would be too small
         out_ptr[ptr] = len(allocs)
         allocs.append((tuple(value.shape), value.stride(), value.dtype, value.device))
         return "out", out_ptr[ptr]
 
 
-class Plans:
-    """Launch plans of one op, by the key of its call's arguments; ``refused``: the keys
-    whose calls cannot be replayed (two launches, a buffer of the call's own), which run
-    the checked path without recording it again."""
+_REFUSED = object()  # a key whose calls cannot be replayed: the checked path, not recorded again
 
-    __slots__ = ("entries", "refused")
+
+class Plans:
+    """Launch plans of one op, by the key of its call's arguments; a key whose calls cannot
+    be replayed (two launches, a buffer of the call's own) holds ``_REFUSED``. One lookup a
+    call: a key is a long tuple, hashed and compared on each lookup."""
+
+    __slots__ = ("entries",)
 
     def __init__(self):
         self.entries: dict = {}
-        self.refused: set = set()
         _all_plans.append(self)
 
     def key(self, inputs: tuple) -> tuple | None:
         """The plans' key of these arguments, or None where no plan is used or made now
-        (plans off, inside another op's recording, quiet, an unhashable argument)."""
+        (plans off, inside another op's recording, quiet)."""
         if (not (_enabled if _enabled is not None else fast_launch_enabled())
                 or getattr(_state, "recording", None) is not None or _quiet()):
             return None
-        key = _key(inputs)
-        try:
-            hash(key)
-        except TypeError:  # the checked path says what is wrong with the argument
-            return None
-        return key
+        return _key(inputs)
 
     def keep(self, key: tuple, rec: _Recording, inputs: tuple) -> None:
         """Keep the recorded call's plan under ``key``, or the key as refused."""
-        try:
-            plan = rec.plan(inputs)
-        except _Refused:  # refused for these tensors only (aliased inputs): ask again next call
-            return
-        if len(self.entries) + len(self.refused) >= _MAX_PLANS:
+        plan = rec.plan(inputs)
+        if len(self.entries) >= _MAX_PLANS:
             self.entries.clear()
-            self.refused.clear()
-        if plan is None:
-            self.refused.add(key)
-        else:
-            self.entries[key] = plan
+        self.entries[key] = _REFUSED if plan is None else plan
 
 
-def planned(fn):
+def planned(fn=None, *, unless: Callable[[], bool] | None = None):
     """Decorate an op's public function with launch plans: a call whose arguments match
     an earlier one's key launches that call's kernel directly and returns the same kind of
     result (its own tensors, or new ones of the recorded shapes). The function's effects
     on tensors must be its launches through :func:`launch` (a torch op on a tensor, an
-    allocation passed to a kernel and not returned, or two launches: no plan is kept)."""
+    allocation passed to a kernel and not returned, or two launches: no plan is kept).
+    ``unless``: asked on each call; True runs the checked path (a switch that asks the op
+    to check tensor values on the host)."""
+    if fn is None:
+        return functools.partial(planned, unless=unless)
     plans = Plans()
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
         inputs = (*args, *kwargs.keys(), *kwargs.values()) if kwargs else args
         key = plans.key(inputs)
-        if key is None or key in plans.refused:
+        if key is None:
             return fn(*args, **kwargs)
-        plan = plans.entries.get(key)
+        try:
+            plan = plans.entries.get(key)
+        except TypeError:  # an unhashable argument: the checked path says what is wrong with it
+            return fn(*args, **kwargs)
+        if plan is _REFUSED or (unless is not None and unless()):
+            return fn(*args, **kwargs)
         if plan is not None:
             return plan(inputs, key[1])
         rec = _state.recording = _Recording()
@@ -302,6 +339,27 @@ def keep(t: torch.Tensor) -> None:
     rec = getattr(_state, "recording", None)
     if rec is not None:
         rec.persistent.add(t.data_ptr())
+
+
+def refuse() -> None:
+    """Keep no plan of the call being recorded, nor of calls with its key: the op checked
+    tensor values on the host, which a plan would skip."""
+    rec = getattr(_state, "recording", None)
+    if rec is not None:
+        rec.refused = True
+
+
+def record(fn: Callable, *args, **kwargs) -> tuple:
+    """``fn(*args, **kwargs)`` through its checked path, and the launches it made as
+    (kernel, grid, args, meta): what a bare ``kernel[grid](*args, **meta)`` repeats
+    (the host-time benchmark's baseline)."""
+    rec, _state.recording = getattr(_state, "recording", None), _Recording()
+    try:
+        result = fn(*args, **kwargs)
+        launches = [(kernel, grid, a, meta) for _, kernel, grid, a, meta in _state.recording.launches]
+    finally:
+        _state.recording = rec
+    return result, launches
 
 
 def launch(kernel, grid: tuple, *args, **meta) -> None:

@@ -47,17 +47,50 @@ def num_sms(device: torch.device) -> int:
     return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
-def split_row_slots(op: str, n_rows: int, n_cols: int, block_n: int, device: torch.device):
+_stream_buffers: dict = {}
+
+
+def stream_buffer(tag: str, numel: int, dtype: torch.dtype, device: torch.device, *,
+                  zeroed: bool) -> torch.Tensor:
+    """A flat buffer of at least ``numel`` elements that every launch on the current device
+    and stream reuses (kernels of one stream run one after another), kept for the next call
+    and grown as needed: no allocation per call, and a launch plan may hold it
+    (``fast_launch.keep``). A ``zeroed`` buffer starts zeroed, and the kernels given it must
+    leave it zeroed when they finish (the interpreter's CPU launches reuse one too, so the
+    CPU tests check that). Under CUDA-graph capture a new one, the graph's own."""
+    new = torch.zeros if zeroed else torch.empty
+    if device.type != "cuda":
+        key = (tag, dtype, device.type, None)
+    elif torch.cuda.is_current_stream_capturing():
+        return new(numel, dtype=dtype, device=device)
+    else:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        key = (tag, dtype, index, torch.cuda.current_stream(index).cuda_stream)
+    buf = _stream_buffers.get(key)
+    if buf is None or buf.numel() < numel:
+        buf = _stream_buffers[key] = new(max(numel, 2 * (0 if buf is None else buf.numel())), dtype=dtype,
+                                         device=device)
+    return buf
+
+
+def split_row_slots(op: str, n_rows: int, n_cols: int, block_n: int, device: torch.device, *,
+                    released: bool = False):
     """(n_segs, slots, phases) for rows split into ``block_n``-wide segments, one program
     each, that wait for each other: a zeroed int64 word per segment for its statistics and
     one for the ticket (``_segment_ticket``), and the launches to make. On a GPU every
     segment of a row must be resident at once; the interpreter runs programs one after
-    another, so there the segments publish in a first launch and finish in a second."""
+    another, so there the segments publish in a first launch and finish in a second.
+
+    ``released``: the kernel calls ``_segment_release`` (a count a row after the ticket), so
+    it leaves the slots zeroed and they are the stream's reused buffer (``stream_buffer``)."""
     from aiter_lite.utils.checks import TRITON_INTERPRET
 
     n_segs = cdiv(n_cols, block_n)
     if not TRITON_INTERPRET and n_segs > num_sms(device):
         raise ValueError(f"{op}: rows of {n_cols} columns in {block_n}-wide segments need {n_segs} programs "
                          f"running at once, more than this GPU's {num_sms(device)} SMs")
-    slots = torch.zeros(n_rows * n_segs + 1, dtype=torch.int64, device=device)
+    if released:
+        slots = stream_buffer(f"{op}_split", n_rows * n_segs + 1 + n_rows, torch.int64, device, zeroed=True)
+    else:
+        slots = torch.zeros(n_rows * n_segs + 1, dtype=torch.int64, device=device)
     return n_segs, slots, (1, 2) if TRITON_INTERPRET else (0,)

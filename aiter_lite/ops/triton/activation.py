@@ -23,6 +23,7 @@ from aiter_lite.utils.checks import (
     rows_view,
 )
 from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.fast_launch import launch, planned
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms
 from aiter_lite.utils.logger import debug_on, log_call
 
@@ -109,7 +110,8 @@ def _launch(
     # Bound on any lane's offset, masked lanes of the last tiles included (a gated
     # row's up half sits n_cols further on).
     max_offset = row_blocks * cfg.BLOCK_M * max(x2.stride(0), y2.stride(0)) + col_blocks * cfg.BLOCK_N + n_cols
-    _act_and_mul_kernel[grid](
+    launch(
+        _act_and_mul_kernel, grid,
         x2,
         y2,
         x2.stride(0),
@@ -133,6 +135,7 @@ def _run(x2: torch.Tensor, y2: torch.Tensor, activation: str, gated: bool) -> No
     _launch(x2, y2, activation, gated)
 
 
+@planned
 def act_and_mul(
     out: torch.Tensor,
     input: torch.Tensor,
@@ -167,21 +170,25 @@ def act_and_mul(
     return out
 
 
+@planned
 def silu_and_mul(out: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
     """``out = silu(input[..., :d]) * input[..., d:]`` (SwiGLU); returns ``out``."""
     return act_and_mul(out, input, "silu")
 
 
+@planned
 def gelu_and_mul(out: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
     """``out = gelu(input[..., :d]) * input[..., d:]`` with exact (erf) GELU (GeGLU); returns ``out``."""
     return act_and_mul(out, input, "gelu")
 
 
+@planned
 def gelu_tanh_and_mul(out: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
     """``out = gelu_tanh(input[..., :d]) * input[..., d:]``; returns ``out``."""
     return act_and_mul(out, input, "gelu_tanh")
 
 
+@planned
 def fused_silu_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """Allocating SwiGLU: ``silu(x[..., :d]) * x[..., d:]`` into ``out`` (allocated when None)."""
     if out is None:
@@ -216,11 +223,13 @@ def _elementwise(op: str, x: torch.Tensor, activation: str) -> torch.Tensor:
     return y
 
 
+@planned
 def silu(x: torch.Tensor) -> torch.Tensor:
     """``x * sigmoid(x)``."""
     return _elementwise("silu", x, "silu")
 
 
+@planned
 def gelu(x: torch.Tensor, approximate: Literal["none", "tanh"] = "none") -> torch.Tensor:
     """GELU, exact (erf) or with the tanh approximation, as ``torch.nn.functional.gelu``."""
     if approximate not in ("none", "tanh"):
@@ -228,6 +237,7 @@ def gelu(x: torch.Tensor, approximate: Literal["none", "tanh"] = "none") -> torc
     return _elementwise("gelu", x, "gelu" if approximate == "none" else "gelu_tanh")
 
 
+@planned
 def relu(x: torch.Tensor) -> torch.Tensor:
     """``max(x, 0)``, NaN propagating."""
     return _elementwise("relu", x, "relu")

@@ -65,6 +65,7 @@ from aiter_lite.utils.checks import (
     check_triton_device,
 )
 from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.fast_launch import launch, planned
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms
 from aiter_lite.utils.logger import debug_on, log_call
 
@@ -190,7 +191,8 @@ def _run(x: torch.Tensor, bias: torch.Tensor | None, weights: torch.Tensor, ids:
     group_size = n_experts // n_groups
     block_g, block_s = next_power_of_2(n_groups), next_power_of_2(group_size)
     cfg = moe_routing_launch_config(n_tokens, block_g * block_s, x.device)
-    _moe_routing_kernel[(cdiv(n_tokens, cfg.BLOCK_T),)](
+    launch(
+        _moe_routing_kernel, (cdiv(n_tokens, cfg.BLOCK_T),),
         x, bias, weights, ids,
         x.stride(0), x.stride(1), 0 if bias is None else bias.stride(0), weights.stride(0), ids.stride(0),
         n_tokens, n_groups, group_size, topk, topk_group, scale,
@@ -237,6 +239,7 @@ def _route(op: str, gating_output, topk, scoring_func, renormalize, num_expert_g
     return weights, ids
 
 
+@planned
 def moe_routing(gating_output: torch.Tensor, topk: int, *, scoring_func: str = "softmax",
                 renormalize: bool = False, num_expert_group: int = 1, topk_group: int = 1,
                 correction_bias: torch.Tensor | None = None,
@@ -248,11 +251,13 @@ def moe_routing(gating_output: torch.Tensor, topk: int, *, scoring_func: str = "
                   correction_bias, routed_scaling_factor)
 
 
+@planned
 def topk_softmax(gating_output: torch.Tensor, topk: int, renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax over the experts, the ``topk`` largest, optionally renormalized to sum to 1."""
     return _route("topk_softmax", gating_output, topk, "softmax", renormalize, 1, 1, None, 1.0)
 
 
+@planned
 def grouped_topk(gating_output: torch.Tensor, topk: int, num_expert_group: int, topk_group: int,
                  renormalize: bool, scoring_func: str = "softmax",
                  routed_scaling_factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -262,6 +267,7 @@ def grouped_topk(gating_output: torch.Tensor, topk: int, num_expert_group: int, 
                   None, routed_scaling_factor)
 
 
+@planned
 def biased_grouped_topk(gating_output: torch.Tensor, correction_bias: torch.Tensor, topk: int,
                         num_expert_group: int, topk_group: int, renormalize: bool,
                         routed_scaling_factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:

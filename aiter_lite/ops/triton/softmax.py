@@ -23,6 +23,7 @@ from aiter_lite.ops.triton._triton_kernels.softmax import (
 )
 from aiter_lite.utils.checks import check_float_tensor, check_triton_device, rows_view
 from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.fast_launch import keep, launch, planned
 from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2, row_warps, split_row_slots
 from aiter_lite.utils.logger import debug_on, log_call
 
@@ -74,19 +75,19 @@ def _launch_rows(x: torch.Tensor, y: torch.Tensor, log: bool, config: SoftmaxLau
     cfg = config or softmax_launch_config(n_rows, n_cols, x.device)
     int64 = any(t.shape[0] * max(t.stride(0), t.shape[1]) + t.shape[1] >= 2**31 for t in (x, y))
     if cfg.SPLIT:
-        n_segs, slots, phases = split_row_slots("softmax", n_rows, n_cols, cfg.BLOCK_N, x.device)
+        n_segs, slots, phases = split_row_slots("softmax", n_rows, n_cols, cfg.BLOCK_N, x.device, released=True)
+        keep(slots)
         for phase in phases:
-            _softmax_split_kernel[(n_rows * n_segs,)](
-                x, y, slots, x.stride(0), y.stride(0), n_rows, n_cols, n_segs, LOG=log, PHASE=phase,
-                BLOCK_N=cfg.BLOCK_N, BLOCK_S=next_power_of_2(n_segs), EVEN=n_cols % cfg.BLOCK_N == 0,
-                num_warps=cfg.num_warps)
+            launch(_softmax_split_kernel, (n_rows * n_segs,),
+                   x, y, slots, x.stride(0), y.stride(0), n_rows, n_cols, n_segs, LOG=log, PHASE=phase,
+                   BLOCK_N=cfg.BLOCK_N, BLOCK_S=next_power_of_2(n_segs), EVEN=n_cols % cfg.BLOCK_N == 0,
+                   num_warps=cfg.num_warps)
     elif cfg.LOOPED:
-        _softmax_looped_kernel[(n_rows,)](x, y, x.stride(0), y.stride(0), n_cols, LOG=log, INT64=int64,
-                                          BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
+        launch(_softmax_looped_kernel, (n_rows,), x, y, x.stride(0), y.stride(0), n_cols, LOG=log, INT64=int64,
+               BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
     else:
-        _softmax_kernel[(cdiv(n_rows, cfg.BLOCK_M),)](x, y, x.stride(0), y.stride(0), n_rows, n_cols, LOG=log,
-                                                      INT64=int64, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-                                                      num_warps=cfg.num_warps)
+        launch(_softmax_kernel, (cdiv(n_rows, cfg.BLOCK_M),), x, y, x.stride(0), y.stride(0), n_rows, n_cols,
+               LOG=log, INT64=int64, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
 
 
 @launch_op("softmax", mutates_args=("y",))
@@ -127,11 +128,13 @@ def _softmax(op: str, x, dim, log: bool) -> torch.Tensor:
     return y
 
 
+@planned
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """``exp(x) / sum(exp(x))`` along ``dim``, as a new tensor of x's dtype."""
     return _softmax("softmax", x, dim, False)
 
 
+@planned
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """``x - log(sum(exp(x)))`` along ``dim``, as a new tensor of x's dtype."""
     return _softmax("log_softmax", x, dim, True)

@@ -47,7 +47,8 @@ from aiter_lite.ops.triton._triton_kernels.topk import (
 )
 from aiter_lite.utils.checks import TRITON_INTERPRET, check_float_tensor, check_triton_device
 from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2, num_sms
+from aiter_lite.utils.fast_launch import keep, launch, planned
+from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2, num_sms, stream_buffer
 from aiter_lite.utils.logger import debug_on, log_call
 
 __all__ = ["TopkLaunchConfig", "topk", "topk_launch_config"]
@@ -200,7 +201,8 @@ def topk_rows(x: torch.Tensor, x_strides: tuple, n: int, values: torch.Tensor, i
 
     def select(cand_in, cand_out, n_in, block_m, block_n, block_k, mode, warps, *, from_x, final, n_chunks=None):
         n_chunks = n_chunks or cdiv(n_in, block_n)
-        _topk_kernel[(cdiv(n_rows, block_m) * n_chunks,)](
+        launch(
+            _topk_kernel, (cdiv(n_rows, block_m) * n_chunks,),
             x, cand_in, cand_out, values, indices, *x_strides, *out_strides,
             0 if cand_in is None else cand_in.stride(0), 0 if cand_out is None else cand_out.stride(0),
             n_rows, inner, n_in, n_chunks, k, FROM_X=from_x, FINAL=final, LARGEST=largest, KEY32=key32 and from_x,
@@ -243,11 +245,14 @@ def _filter_rows(x, x_strides, n, values, indices, out_strides, n_rows, inner, k
     one after another, none could wait) and a row's segments fit the GPU at once."""
     width, sizes, grid, launches = _filter_plan(n_rows, n, k, 8 * x.element_size(), largest, int64, cfg,
                                                 num_sms(x.device) if x.device.type == "cuda" else 1)
-    work = torch.zeros(4 * n_rows + 1, dtype=torch.int32, device=x.device)
-    scratch = torch.empty((n_rows, width), dtype=torch.int64, device=x.device)
+    # the kernel leaves its work words zeroed (module doc): both buffers are the stream's own
+    work = stream_buffer("topk_work", 4 * n_rows + 1, torch.int32, x.device, zeroed=True)
+    scratch = stream_buffer("topk_scratch", n_rows * width, torch.int64, x.device, zeroed=False)
+    keep(work)
+    keep(scratch)
     for meta in launches:
-        _topk_filter_kernel[grid](x, work, scratch, values, indices, *x_strides, *out_strides, width, n_rows, inner,
-                                  n, *sizes, **meta)
+        launch(_topk_filter_kernel, grid, x, work, scratch, values, indices, *x_strides, *out_strides, width, n_rows,
+               inner, n, *sizes, **meta)
 
 
 def _sort_rows(select, device, n_rows: int, n: int, k: int, cfg: TopkLaunchConfig) -> None:
@@ -266,11 +271,11 @@ def _sort_rows(select, device, n_rows: int, n: int, k: int, cfg: TopkLaunchConfi
     grid = (n_rows * (length // (2 * pass_block)),)
     log_c = c.bit_length() - 1
     for log_span in range(log_c + 1, length.bit_length()):
-        _bitonic_pass_kernel[grid](keys, keys.stride(0), length, log_span, 0, MIRROR=True, BLOCK=pass_block,
-                                   num_warps=4)
+        launch(_bitonic_pass_kernel, grid, keys, keys.stride(0), length, log_span, 0, MIRROR=True, BLOCK=pass_block,
+               num_warps=4)
         for log_dist in range(log_span - 2, log_c - 1, -1):
-            _bitonic_pass_kernel[grid](keys, keys.stride(0), length, 0, log_dist, MIRROR=False, BLOCK=pass_block,
-                                       num_warps=4)
+            launch(_bitonic_pass_kernel, grid, keys, keys.stride(0), length, 0, log_dist, MIRROR=False,
+                   BLOCK=pass_block, num_warps=4)
         select(keys, keys, length, block_m, c, c, 1, cfg.num_warps, from_x=False, final=False)
     select(keys, None, k, block_m, c, c, 2, cfg.num_warps, from_x=False, final=True)
 
@@ -312,6 +317,7 @@ def _new_out(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=device)
 
 
+@planned
 def topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True, *,
          config: TopkLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` largest (``largest=False``: smallest) elements of ``x`` along ``dim``:

@@ -14,7 +14,7 @@ row of -inf all NaN; -inf elements of other rows give 0 (log: -inf).
 import triton
 import triton.language as tl
 
-from aiter_lite.ops.triton._triton_kernels.split_rows import _segment_ticket
+from aiter_lite.ops.triton._triton_kernels.split_rows import _segment_release, _segment_ticket
 
 
 @triton.jit
@@ -127,7 +127,8 @@ def _gather(slot_row, n_segs, BLOCK_S: tl.constexpr):
 @triton.jit
 def _softmax_split_kernel(
     x_ptr, y_ptr,
-    slot_ptr,                     # int64 (n_rows * n_segs + 1,), zeroed: published statistics, a ticket
+    slot_ptr,                     # int64 (n_rows * n_segs + 1 + n_rows,), zeroed: published statistics, a
+                                  # ticket, a count a row of the programs done with them; left zeroed
     stride_x_row, stride_y_row,
     n_rows, n_cols, n_segs,
     LOG: tl.constexpr,
@@ -156,12 +157,14 @@ def _softmax_split_kernel(
         _publish(slot_ptr + row * n_segs + seg, m_c, tl.sum(e, axis=0))
     if PHASE == 0:
         m, s = _gather(slot_ptr + row * n_segs, n_segs, BLOCK_S)
+        _segment_release(slot_ptr, row, n_rows, n_segs, BLOCK_S)
         if LOG:
             y = (x - m) - tl.log(s)
         else:  # the exponentials already taken, rescaled: one exp per element
             y = e * (tl.exp(m_c - m) / s)
     elif PHASE == 2:
         m, s = _gather(slot_ptr + row * n_segs, n_segs, BLOCK_S)
+        _segment_release(slot_ptr, row, n_rows, n_segs, BLOCK_S)
         y = _finish(x, m, s, LOG)
     if PHASE != 1:
         y_seg = y_ptr + row * stride_y_row + cols

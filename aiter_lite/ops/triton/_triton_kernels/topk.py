@@ -318,6 +318,7 @@ def _bound_part(x_row, row, seg, work_ptr, gmax_ptr, values_ptr, indices_ptr, st
             out_row = _row_offsets(row, rows_inner, stride_o_r0, stride_o_r1)
             top = tl.zeros([1], tl.int64) + tl.max(gmax, axis=0)
             _write_top(x_row, out_row, top, 1, stride_x_n, stride_o_k, values_ptr, indices_ptr, INT64)
+            tl.atomic_xchg(work_ptr + row, 0, sem="relaxed", scope="gpu")  # every sibling has arrived: left zeroed
         else:
             valid = g * GROUP < n_cols  # groups holding a column of the row
             gkey = tl.load(gkey_ptr + g, mask=valid, other=0, cache_modifier=".cg")
@@ -380,13 +381,17 @@ def _filter_part(x_row, row, seg, work_ptr, cand_ptr, values_ptr, indices_ptr, s
         cand = tl.load(cand_row + lanes, mask=lanes < count, other=PAD64, cache_modifier=".cg")
         out_row = _row_offsets(row, rows_inner, stride_o_r0, stride_o_r1)
         _write_top(x_row, out_row, tl.topk(cand, BLOCK_K), k, stride_x_n, stride_o_k, values_ptr, indices_ptr, INT64)
+        # every sibling is past the bound and its filter: the row's four words left zeroed
+        words = tl.arange(0, 4) * n_rows + row
+        tl.atomic_xchg(work_ptr + words, tl.zeros([4], tl.int32), sem="relaxed", scope="gpu")
 
 
 @triton.jit
 def _topk_filter_kernel(
     x_ptr,                        # the input, addressed as in _topk_kernel
     work_ptr,                     # int32 (4 * n_rows + 1), zeroed: arrivals at the bound, arrivals at the
-                                  # filter, candidates, bound (a row each); PHASE 0's ticket
+                                  # filter, candidates, bound (a row each); PHASE 0's ticket. Left zeroed:
+                                  # a row's last program clears its words, the last ticket the ticket
     gmax_ptr,                     # int64 (n_rows, stride_g): a row's n_chunks * BLOCK_N / GROUP group maxima
                                   # (int32 keys unless FIRST), then its packed candidates
     values_ptr, indices_ptr,
@@ -416,6 +421,8 @@ def _topk_filter_kernel(
     or start as earlier rows finish (n_segs programs must fit the GPU at once)."""
     if PHASE == 0:
         ticket = tl.atomic_add(work_ptr + 4 * n_rows, 1, sem="relaxed", scope="gpu").to(tl.int64)
+        if ticket == n_rows * n_segs - 1:  # the last ticket taken: the word left zeroed
+            tl.atomic_xchg(work_ptr + 4 * n_rows, 0, sem="relaxed", scope="gpu")
         row = ticket // n_segs
         seg = ticket % n_segs
     else:

@@ -30,11 +30,13 @@ from aiter_lite.ops.triton.fusions._common import (
     check_slots,
     fp8_range,
     max_offset,
+    planned_fusion,
     rope_tables,
     soft_round,
 )
 from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig, rope_launch_config
 from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.fast_launch import launch
 from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
 from aiter_lite.utils.logger import debug_on, log_call
 
@@ -120,7 +122,8 @@ def _launch_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_out:
     kc_strides, vc_strides = _cache_strides(key_cache, value_cache, flash_layout)
     z = q_out if zeros_out is None else zeros_out
     grid = (cdiv(n_tokens, cfg.BLOCK_T) * (cdiv(n_q_heads, cfg.BLOCK_H) + cdiv(n_kv_heads, cfg.BLOCK_H)),)
-    _rope_cache_kernel[grid](
+    launch(
+        _rope_cache_kernel, grid,
         q, k, v, q_out, k_out, z, key_cache, value_cache, slot_mapping, pos, pos if offs is None else offs,
         cos, sin, key_cache if k_scale is None else k_scale, key_cache if v_scale is None else v_scale,
         *q.stride(), *k.stride(), *v.stride(), *q_out.stride(), *k_out.stride(), *z.stride(),
@@ -138,6 +141,7 @@ def _launch_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_out:
     )
 
 
+@planned_fusion
 def fused_qk_rope_reshape_and_cache(q, k, v, key_cache, value_cache, slot_mapping, pos, cos, sin, k_scale, v_scale,
                                     is_neox, flash_layout, apply_scale=True, offs=None, q_out=None, k_out=None,
                                     output_zeros=True, zeros_out=None):
@@ -220,7 +224,8 @@ def _launch_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor
     sb = k_pe.stride()
     sb = (sb[0], 0 if k_pe.shape[1] == 1 else sb[1], sb[2])
     grid = (cdiv(n_tokens, block_t) * cdiv(n_heads, block_h),)
-    _cat_kernel[grid](
+    launch(
+        _cat_kernel, grid,
         k_nope, k_pe, kv_cache, k_nope, k_pe, kv_cache, slot_mapping, slot_mapping, kv_cache, kv_cache,
         kv_cache if k_scale is None else k_scale,
         0, 0, 0, 0, 0, 0, 0, 0, 0, *k_nope.stride(), *sb, s_blk, s_off, s_h, s_d, 0, 0,
@@ -234,6 +239,7 @@ def _launch_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor
     )
 
 
+@planned_fusion
 def cat_and_cache_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale, apply_scale=True):
     """Write cat(k_nope, k_pe) of each token (k_nope [B, KH, D1] or [B, D1]; k_pe of KH
     heads or one, shared) into ``kv_cache`` ([slots, KH, D1 + D2] or [num_blocks,

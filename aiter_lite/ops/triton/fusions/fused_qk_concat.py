@@ -7,8 +7,16 @@ from __future__ import annotations
 import torch
 
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_qk_concat import _cat_kernel
-from aiter_lite.ops.triton.fusions._common import check_flag, check_heads, check_positions, max_offset, rope_tables
+from aiter_lite.ops.triton.fusions._common import (
+    check_flag,
+    check_heads,
+    check_positions,
+    max_offset,
+    planned_fusion,
+    rope_tables,
+)
 from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.fast_launch import launch
 from aiter_lite.utils.launch import cdiv, next_power_of_2
 from aiter_lite.utils.logger import debug_on, log_call
 
@@ -49,7 +57,8 @@ def _launch_cat(q1: torch.Tensor, q2: torch.Tensor, k1: torch.Tensor, k2: torch.
     s2 = (s2[0], 0 if k2.shape[1] == 1 else s2[1], s2[2])
     rope = pos is not None
     grid = (cdiv(n_tokens, block_t) * (cdiv(qh, block_h) + cdiv(kh, block_h)),)
-    _cat_kernel[grid](
+    launch(
+        _cat_kernel, grid,
         q1, q2, q_out, k1, k2, k_out, q1, pos if rope else q1, cos if rope else q1, sin if rope else q1, q1,
         *q1.stride(), *q2.stride(), *q_out.stride(), *k1.stride(), *s2,
         k_out.stride(0), 0, k_out.stride(1), k_out.stride(2), stride_r, stride_f,
@@ -73,6 +82,7 @@ def _cat(op: str, q1, q2, k1, k2, pos=None, tab=None, reuse=False, half=0, is_ne
     return q_out, k_out
 
 
+@planned_fusion
 def fused_qk_cat(q1, q2, k1, k2):
     """(cat(q1, q2, -1), cat(k1, k2, -1)), both in q1's dtype, in one launch: q1 [B, QH, D1],
     q2 [B, QH, D2], k1 [B, KH, D1], k2 [B, KH or 1, D2]."""
@@ -83,6 +93,7 @@ def fused_qk_cat(q1, q2, k1, k2):
     return _cat(op, q1, q2, k1, k2)
 
 
+@planned_fusion
 def fused_qk_rope_cat(q_nope, q_pe, k_nope, k_pe, pos, cos, sin, is_neox):
     """(cat(q_nope, rope(q_pe)), cat(k_nope, rope(k_pe))) in q_nope's dtype, in one launch;
     a table Dr wide rotates every channel of the pe parts, one F <= Dr / 2 wide (reused for

@@ -7,10 +7,11 @@ from __future__ import annotations
 import torch
 
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_qkv_split_qk_rope import _qkv_split_rope_kernel
-from aiter_lite.ops.triton.fusions._common import check_flag, check_positions, max_offset
+from aiter_lite.ops.triton.fusions._common import check_flag, check_positions, max_offset, planned_fusion
 from aiter_lite.ops.triton.rope.rope import _table, rope_launch_config
 from aiter_lite.utils.checks import check_float_tensor, check_triton_device, check_unit_last_stride
 from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.fast_launch import launch
 from aiter_lite.utils.launch import cdiv, next_power_of_2
 from aiter_lite.utils.logger import debug_on, log_call
 
@@ -36,7 +37,8 @@ def _launch(qkv: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     cfg = rope_launch_config(n_tokens, qh, kvh, d, q.device)
     rest = d - 2 * half
     grid = (cdiv(n_tokens, cfg.BLOCK_T) * (cdiv(qh, cfg.BLOCK_H) + 2 * cdiv(kvh, cfg.BLOCK_H)),)
-    _qkv_split_rope_kernel[grid](
+    launch(
+        _qkv_split_rope_kernel, grid,
         qkv, q, k, v, cos, sin, pos, pos if off is None else off, qkv.stride(0), stride_r, stride_f,
         n_tokens, n_rows, qh, kvh, d,
         HAS_OFFSETS=off is not None, IS_NEOX=is_neox, REUSE=reuse, NOPE_FIRST=nope_first, COPY_REST=rest > 0,
@@ -46,6 +48,7 @@ def _launch(qkv: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     )
 
 
+@planned_fusion
 def fused_qkv_split_qk_rope(qkv, cos, sin, positions, qh, kvh, head_dim, is_neox=True, offsets=None,
                             reuse_freqs_front_part=True, nope_first=False):
     """(q [T, qh, head_dim], k [T, kvh, head_dim], v [T, kvh, head_dim]) from ``qkv``

@@ -26,6 +26,7 @@ from aiter_lite.utils.checks import (
     rows_view,
 )
 from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.fast_launch import launch
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2, row_warps, split_row_slots
 from aiter_lite.utils.logger import debug_on, log_call
 
@@ -304,11 +305,13 @@ def norm_fwd(x, y, weight, bias, eps, *, is_rms, residual=None, residual_out=Non
     if cfg.SPLIT and cdiv(n_cols, cfg.BLOCK_N) > 1:
         n_segs, slots, phases = split_row_slots("norm", n_rows, n_cols, cfg.BLOCK_N, x.device)
         for phase in phases:
-            _norm_fwd_split_kernel[(n_rows * n_segs,)](
+            launch(
+                _norm_fwd_split_kernel, (n_rows * n_segs,),
                 x, residual, residual_out, x_bias, weight, bias, y, mean, rstd, slots, *strides,
                 n_rows, n_cols, n_segs, eps, weight_offset, PHASE=phase, BLOCK_S=next_power_of_2(n_segs), **flags)
         return
-    _norm_fwd_kernel[(n_rows if cfg.LOOPED else cdiv(n_rows, cfg.BLOCK_M),)](
+    launch(
+        _norm_fwd_kernel, (n_rows if cfg.LOOPED else cdiv(n_rows, cfg.BLOCK_M),),
         x, residual, residual_out, x_bias, weight, bias, y, mean, rstd, *strides, n_rows, n_cols, eps, weight_offset,
         INT64=_int64(x, y, residual, residual_out), PREFETCH=cfg.PREFETCH, W_FIRST=cfg.W_FIRST,
         N_STATIC=n_cols if cfg.LOOPED and cfg.STATIC else 0, LOOPED=cfg.LOOPED, BLOCK_M=cfg.BLOCK_M, **flags)
@@ -344,14 +347,16 @@ def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_
         splits = cdiv(n_cols, cols_per_split)
         c1 = torch.empty((splits, n_rows), dtype=torch.float32, device=x.device)
         c2 = None if is_rms else torch.empty((splits, n_rows), dtype=torch.float32, device=x.device)
-        _norm_bwd_row_sums_kernel[(n_rows, splits)](
+        launch(
+            _norm_bwd_row_sums_kernel, (n_rows, splits),
             dy, x, weight, mean, rstd, c1, c2, dy.stride(0), x.stride(0), n_rows, n_cols, cols_per_split,
             weight_offset, IS_RMS=is_rms, HAS_WEIGHT=weight is not None, INT64=int64, BLOCK_N=sums_n,
             num_warps=_BWD_SUMS[1],
         )
         c1 = c1[0] if splits == 1 else c1.sum(0)
         c2 = None if c2 is None else c2[0] if splits == 1 else c2.sum(0)
-    _norm_bwd_kernel[(programs, col_blocks)](
+    launch(
+        _norm_bwd_kernel, (programs, col_blocks),
         dy, x, weight, mean, rstd, c1, c2, dx, dw_part, db_part,
         dy.stride(0), x.stride(0), dx.stride(0), n_rows, n_cols, rows_per_program, weight_offset,
         IS_RMS=is_rms, HAS_WEIGHT=weight is not None, NEED_DW=need_dw, NEED_DB=need_db, ROW_SUMS=cfg.LOOPED,

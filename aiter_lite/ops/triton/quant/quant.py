@@ -56,7 +56,15 @@ from aiter_lite.utils.checks import (
 )
 from aiter_lite.utils.custom_ops import launch_op
 from aiter_lite.utils.fast_launch import keep, launch, planned
-from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2, row_warps, split_row_slots
+from aiter_lite.utils.launch import (
+    WARP_SIZE,
+    cdiv,
+    grid_sms,
+    next_power_of_2,
+    row_warps,
+    split_row_slots,
+    stream_buffer,
+)
 from aiter_lite.utils.logger import debug_on, log_call
 
 __all__ = [
@@ -295,25 +303,6 @@ def dynamic_per_tensor_launch_config(n_rows: int, n_cols: int,
     return QuantLaunchConfig(block_m, block_n, _lane_warps(block_m * block_n))
 
 
-_work_words: dict = {}
-
-
-def _per_tensor_work(device: torch.device) -> torch.Tensor:
-    """Three int32 words the dynamic per-tensor kernels leave zeroed when they finish: one
-    buffer per device and stream (kernels on one stream run in order), allocated once.
-    Under CUDA graph capture a zeroed buffer of the graph's own."""
-    if device.type != "cuda":
-        key = (device.type, None)
-    elif torch.cuda.is_current_stream_capturing():
-        return torch.zeros(3, dtype=torch.int32, device=device)
-    else:
-        key = (device.index, torch.cuda.current_stream(device).cuda_stream)
-    work = _work_words.get(key)
-    if work is None:
-        work = _work_words[key] = torch.zeros(3, dtype=torch.int32, device=device)
-    return work
-
-
 @launch_op("quant_dynamic_per_tensor", mutates_args=("q2", "scale"))
 def _run_dynamic_per_tensor(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor) -> None:
     _launch_dynamic_per_tensor(x2, q2, scale)
@@ -323,7 +312,8 @@ def _launch_dynamic_per_tensor(x2, q2, scale, config: QuantLaunchConfig | None =
     n_rows, n_cols = x2.shape
     cfg = config or dynamic_per_tensor_launch_config(n_rows, n_cols, x2.device)
     q_min, q_max = quant_range(q2.dtype)
-    work = _per_tensor_work(x2.device)
+    # three int32 words the kernels leave zeroed when they finish
+    work = stream_buffer("quant_per_tensor", 3, torch.int32, x2.device, zeroed=True)
     keep(work)
     if not cfg.LOOPED:
         tiles = cdiv(n_rows, cfg.BLOCK_M) * cdiv(n_cols, cfg.BLOCK_N)

@@ -35,6 +35,7 @@ from aiter_lite.ops.native.rope.rope import RotateStyle, rotary_width
 from aiter_lite.ops.triton._triton_kernels.rope.rope import _rope_kernel
 from aiter_lite.utils.checks import check_float_tensor, check_same_device, check_triton_device
 from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.fast_launch import launch, planned, refuse
 from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
 from aiter_lite.utils.logger import debug_on, log_call
 
@@ -74,6 +75,8 @@ class RopeLaunchConfig:
 #   292.8 for 64 tokens of one head (the smaller head count setting the block).
 # * the grid runs over head blocks first (neighbouring programs read neighbouring memory):
 #   189.4 -> 173.5 us at llama3-8B T = 32768 against token blocks first.
+# Eager calls launch from plans (utils.fast_launch) unless positions are to be checked on the host.
+_planned = planned(unless=envs.rope_check_positions)
 _TILE_HEAD = 1024  # elements of one token's heads in a program
 _TILE = {64: 2048}  # elements a program moves, by power-of-2 head dim (default 1024)
 
@@ -171,9 +174,12 @@ def _check_indices(op: str, name: str, t, shape: tuple, x: torch.Tensor) -> None
     check_same_device(op, name, t, "x", x)
 
 
-def _host_check_wanted(*tensors) -> bool:
-    """Indices are checked on the host when they are there already, or when asked to."""
-    return any(t.device.type == "cpu" for t in tensors) or envs.rope_check_positions()
+def host_check_wanted(*tensors, switch=envs.rope_check_positions) -> bool:
+    """Index tensors are checked on the host when they are there already or ``switch`` (an
+    envs function) asks; not while torch.compile traces (a host read breaks the graph)."""
+    if torch.compiler.is_compiling():
+        return False
+    return any(t is not None and t.device.type == "cpu" for t in tensors) or switch()
 
 
 def _check_positions(op: str, positions, offsets, shape: tuple, x: torch.Tensor, n_rows: int) -> None:
@@ -182,8 +188,9 @@ def _check_positions(op: str, positions, offsets, shape: tuple, x: torch.Tensor,
     _check_indices(op, "positions", positions, shape, x)
     if offsets is not None:
         _check_indices(op, "offsets", offsets, shape, x)
-    if not _host_check_wanted(positions, *([] if offsets is None else [offsets])) or positions.numel() == 0:
+    if not host_check_wanted(positions, offsets) or positions.numel() == 0:
         return
+    refuse()
     rows = positions.long() + (0 if offsets is None else offsets.long())
     lo, hi = int(rows.min()), int(rows.max())
     if lo < 0 or hi >= n_rows:
@@ -247,7 +254,8 @@ def _run(x: torch.Tensor, out: torch.Tensor, x2: torch.Tensor | None, out2: torc
     tensors = (x, x2) if out is x else (x, out, x2, out2)
     int64 = max(map(_max_offset, tensors)) >= 2**31 or max(n_rows * abs(stride_r), n_rows2 * abs(stride_r2)) >= 2**31
     grid = (cdiv(n_tokens, cfg.BLOCK_T) * (cdiv(n_heads, cfg.BLOCK_H) + cdiv(n_heads2, cfg.BLOCK_H)),)
-    _rope_kernel[grid](
+    launch(
+        _rope_kernel, grid,
         x, out, x2, out2, cos, cos if sin is None else sin,
         cos if cos2 is None else cos2, cos if sin2 is None else sin2, pos, off, cu,
         *_strides4(x), *_strides4(out), *_strides4(x2), *_strides4(out2),
@@ -331,15 +339,18 @@ def _sbhd_freqs(op, x, freqs, rotate_style, reuse, nope_first, transpose_output,
                  backward=backward, inplace=inplace, transpose_output=transpose_output)
 
 
+@_planned
 def rope_fwd(x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
     return _sbhd_freqs("rope_fwd", x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output)
 
 
+@_planned
 def rope_fwd_inplace(x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
     return _sbhd_freqs("rope_fwd_inplace", x, freqs, rotate_style, reuse_freqs_front_part, nope_first,
                        transpose_output, inplace=True)
 
 
+@_planned
 def rope_bwd(x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
     return _sbhd_freqs("rope_bwd", x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output,
                        backward=True)
@@ -362,7 +373,8 @@ def _thd(op, x, cu_seqlens, freqs, rotate_style, reuse, nope_first, transpose_ou
     check_same_device(op, "cu_seqlens", cu_seqlens, "x", x)
     tab = _table(op, ("freqs", None), freqs, None, x)
     _check_transpose(op, transpose_output, False)
-    if _host_check_wanted(cu_seqlens):
+    if host_check_wanted(cu_seqlens):
+        refuse()
         cu = cu_seqlens.long()
         lens = cu.diff()
         if int(cu[0]) < 0 or (lens.numel() and int(lens.min()) < 0) or int(cu[-1]) > x.shape[0]:
@@ -375,17 +387,20 @@ def _thd(op, x, cu_seqlens, freqs, rotate_style, reuse, nope_first, transpose_ou
                  backward=backward, inplace=inplace, cu=cu_seqlens)
 
 
+@_planned
 def rope_thd_fwd(x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
     return _thd("rope_thd_fwd", x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first,
                 transpose_output)
 
 
+@_planned
 def rope_thd_fwd_inplace(x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first,
                          transpose_output=False):
     return _thd("rope_thd_fwd_inplace", x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first,
                 transpose_output, inplace=True)
 
 
+@_planned
 def rope_thd_bwd(x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
     return _thd("rope_thd_bwd", x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first,
                 transpose_output, backward=True)
@@ -409,45 +424,53 @@ def _sbhd_cached(op, x, cos, sin, positions, offsets, rotate_style, reuse, nope_
                  backward=backward, inplace=inplace, transpose_output=transpose_output, pos=positions, off=offsets)
 
 
+@_planned
 def rope_cached_fwd(x, cos, sin, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
     return _sbhd_cached("rope_cached_fwd", x, cos, sin, None, None, rotate_style, reuse_freqs_front_part,
                         nope_first, transpose_output)
 
 
+@_planned
 def rope_cached_fwd_inplace(x, cos, sin, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
     return _sbhd_cached("rope_cached_fwd_inplace", x, cos, sin, None, None, rotate_style, reuse_freqs_front_part,
                         nope_first, transpose_output, inplace=True)
 
 
+@_planned
 def rope_cached_bwd(x, cos, sin, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
     return _sbhd_cached("rope_cached_bwd", x, cos, sin, None, None, rotate_style, reuse_freqs_front_part,
                         nope_first, transpose_output, backward=True)
 
 
+@_planned
 def rope_cached_positions_fwd(x, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first,
                               transpose_output=False):
     return _sbhd_cached("rope_cached_positions_fwd", x, cos, sin, positions, None, rotate_style,
                         reuse_freqs_front_part, nope_first, transpose_output, has_positions=True)
 
 
+@_planned
 def rope_cached_positions_fwd_inplace(x, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first,
                                       transpose_output=False):
     return _sbhd_cached("rope_cached_positions_fwd_inplace", x, cos, sin, positions, None, rotate_style,
                         reuse_freqs_front_part, nope_first, transpose_output, inplace=True, has_positions=True)
 
 
+@_planned
 def rope_cached_positions_bwd(x, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first,
                               transpose_output=False):
     return _sbhd_cached("rope_cached_positions_bwd", x, cos, sin, positions, None, rotate_style,
                         reuse_freqs_front_part, nope_first, transpose_output, backward=True, has_positions=True)
 
 
+@_planned
 def rope_cached_positions_offsets_fwd(x, cos, sin, positions, offsets, rotate_style, reuse_freqs_front_part,
                                       nope_first, transpose_output=False):
     return _sbhd_cached("rope_cached_positions_offsets_fwd", x, cos, sin, positions, offsets, rotate_style,
                         reuse_freqs_front_part, nope_first, transpose_output, has_positions=True)
 
 
+@_planned
 def rope_cached_positions_offsets_fwd_inplace(x, cos, sin, positions, offsets, rotate_style,
                                               reuse_freqs_front_part, nope_first, transpose_output=False):
     return _sbhd_cached("rope_cached_positions_offsets_fwd_inplace", x, cos, sin, positions, offsets,
@@ -455,6 +478,7 @@ def rope_cached_positions_offsets_fwd_inplace(x, cos, sin, positions, offsets, r
                         has_positions=True)
 
 
+@_planned
 def rope_cached_positions_offsets_bwd(x, cos, sin, positions, offsets, rotate_style, reuse_freqs_front_part,
                                       nope_first, transpose_output=False):
     return _sbhd_cached("rope_cached_positions_offsets_bwd", x, cos, sin, positions, offsets, rotate_style,
@@ -480,36 +504,42 @@ def _two(op, x, y, cos, sin, positions, offsets, rotate_style, reuse, nope_first
                  inplace=inplace, x2=y, pos=positions, off=offsets)
 
 
+@_planned
 def rope_cached_thd_positions_2c_fwd(x, y, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first,
                                      transpose_output=False):
     return _two("rope_cached_thd_positions_2c_fwd", x, y, cos, sin, positions, None, rotate_style,
                 reuse_freqs_front_part, nope_first, transpose_output)
 
 
+@_planned
 def rope_cached_thd_positions_2c_fwd_inplace(x, y, cos, sin, positions, rotate_style, reuse_freqs_front_part,
                                              nope_first, transpose_output=False):
     return _two("rope_cached_thd_positions_2c_fwd_inplace", x, y, cos, sin, positions, None, rotate_style,
                 reuse_freqs_front_part, nope_first, transpose_output, inplace=True)
 
 
+@_planned
 def rope_cached_thd_positions_2c_bwd(x, y, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first,
                                      transpose_output=False):
     return _two("rope_cached_thd_positions_2c_bwd", x, y, cos, sin, positions, None, rotate_style,
                 reuse_freqs_front_part, nope_first, transpose_output, backward=True)
 
 
+@_planned
 def rope_cached_thd_positions_offsets_2c_fwd(x, y, cos, sin, positions, offsets, rotate_style,
                                              reuse_freqs_front_part, nope_first, transpose_output=False):
     return _two("rope_cached_thd_positions_offsets_2c_fwd", x, y, cos, sin, positions, offsets, rotate_style,
                 reuse_freqs_front_part, nope_first, transpose_output)
 
 
+@_planned
 def rope_cached_thd_positions_offsets_2c_fwd_inplace(x, y, cos, sin, positions, offsets, rotate_style,
                                                      reuse_freqs_front_part, nope_first, transpose_output=False):
     return _two("rope_cached_thd_positions_offsets_2c_fwd_inplace", x, y, cos, sin, positions, offsets,
                 rotate_style, reuse_freqs_front_part, nope_first, transpose_output, inplace=True)
 
 
+@_planned
 def rope_cached_thd_positions_offsets_2c_bwd(x, y, cos, sin, positions, offsets, rotate_style,
                                              reuse_freqs_front_part, nope_first, transpose_output=False):
     return _two("rope_cached_thd_positions_offsets_2c_bwd", x, y, cos, sin, positions, offsets, rotate_style,
@@ -549,18 +579,21 @@ def _2d(op, x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style, 
                  inplace=inplace, transpose_output=transpose_output, tab2=tab_w, img_width=img_width)
 
 
+@_planned
 def rope_fwd_2d(x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style, reuse_freqs_front_part,
                 nope_first, transpose_output=False):
     return _2d("rope_fwd_2d", x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style,
                reuse_freqs_front_part, nope_first, transpose_output)
 
 
+@_planned
 def rope_fwd_2d_inplace(x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style,
                         reuse_freqs_front_part, nope_first, transpose_output=False):
     return _2d("rope_fwd_2d_inplace", x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style,
                reuse_freqs_front_part, nope_first, transpose_output, inplace=True)
 
 
+@_planned
 def rope_bwd_2d(x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style, reuse_freqs_front_part,
                 nope_first, transpose_output=False):
     return _2d("rope_bwd_2d", x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style,

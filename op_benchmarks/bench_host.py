@@ -1,0 +1,147 @@
+"""Host time of one eager call at decode size, for every registered op.
+
+    python op_benchmarks/bench_host.py                       # every op, 1 token
+    python op_benchmarks/bench_host.py --tokens 1 64 --op rms_norm fused_add_rms_norm
+
+At decode sizes a kernel runs for a few microseconds and the host's work per call
+(argument checks, launch configuration, Triton's launcher) decides the step time.
+Each op runs with its arguments at ``decode_dims(tokens)`` (op_benchmarks.utils.op_args:
+llama3-8B widths, DeepSeek-V3 routing and MLA cache, bf16 activations, fp8 outputs)
+through four paths:
+
+* bare: the kernel launches one checked call made, repeated as
+  ``kernel[grid](*args, **meta)`` on the same tensors (Triton's own launcher, no checks,
+  no allocation): the baseline;
+* eager: the op's Python function, as a serving loop calls it (launch plans on: every
+  call after the first launches from its plan, ``aiter_lite.utils.fast_launch``);
+* checked: the same with plans off (``AITER_FAST_LAUNCH=0``);
+* registered: ``torch.ops.aiter_lite.<name>``, the dispatcher on top of eager.
+
+A path's time is the host time of ``--calls`` calls back to back (the GPU keeps up:
+nothing waits for it) over the call count, the median of ``--rounds`` rounds taken in
+turn. The target for eager is ``max(1.2 x bare, bare + 5 us)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import pathlib
+import statistics
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from op_benchmarks.utils import harness  # noqa: E402  (sets TRITON_INTERPRET on CPU before aiter_lite loads)
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+import aiter_lite.library as library  # noqa: E402
+from aiter_lite.ops.triton.quant import get_fp8_e4m3_dtype  # noqa: E402
+from aiter_lite.utils import fast_launch  # noqa: E402
+from op_benchmarks.utils.op_args import TINY, decode_dims, op_args  # noqa: E402
+
+PATHS = ("bare", "eager", "checked", "registered")
+
+
+def _limit(bare_us: float) -> float:
+    return max(1.2 * bare_us, bare_us + 5.0)
+
+
+def _host_us(fn, calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def _sync():
+    if harness.ON_GPU:
+        torch.cuda.synchronize()
+
+
+def _paths(name: str, args: tuple) -> tuple[dict, int]:
+    """The four paths of one op on ``args``, and how many launches a call makes."""
+    spec = library.OPS[name]
+    _, launches = fast_launch.record(spec.triton, *args)
+
+    def bare():
+        for kernel, grid, a, meta in launches:
+            kernel[grid](*a, **meta)
+
+    def checked():
+        with fast_launch.plans_off():
+            spec.triton(*args)
+
+    registered = getattr(torch.ops.aiter_lite, name)
+    return {"bare": bare, "eager": lambda: spec.triton(*args), "checked": checked,
+            "registered": lambda: registered(*args)}, len(launches)
+
+
+def measure(names: list[str], tokens: int, calls: int, rounds: int) -> list[dict]:
+    dims = decode_dims(tokens) if harness.ON_GPU else TINY
+    qdtype = get_fp8_e4m3_dtype() if harness.ON_GPU else torch.int8
+    dtype = torch.bfloat16 if harness.ON_GPU else torch.float32
+    rows = []
+    for name in names:
+        args = op_args(name, dims, harness.DEVICE, dtype, qdtype)
+        fast_launch.reset()
+        fns, n_launches = _paths(name, args)
+        for fn in fns.values():  # compile, record the plan, warm the caches
+            fn()
+            fn()
+        planned = fast_launch.plan_count() > 0
+        _sync()
+        times = {p: [] for p in PATHS}
+        for _ in range(rounds):
+            for p, fn in fns.items():
+                _sync()
+                times[p].append(_host_us(fn, calls))
+        _sync()
+        us = {p: statistics.median(t) for p, t in times.items()}
+        print(f"{name:>44} x{dims.tokens}: bare {us['bare']:.1f} us, eager {us['eager']:.1f} us", flush=True)
+        rows.append(dict(op=name, tokens=dims.tokens, launches=n_launches, plan=planned,
+                         **{f"{p}_us": round(v, 2) for p, v in us.items()},
+                         limit_us=round(_limit(us["bare"]), 2), ok=us["eager"] <= _limit(us["bare"])))
+    return rows
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--op", nargs="+", default=None, help="registered op names (default: every op)")
+    p.add_argument("--tokens", nargs="+", type=int, default=[1], help="decode batch sizes (default 1)")
+    p.add_argument("--calls", type=int, default=200, help="calls a round (default 200)")
+    p.add_argument("--rounds", type=int, default=15, help="rounds a path, the median reported (default 15)")
+    p.add_argument("-o", "--output", help="CSV file to write")
+    args = p.parse_args(argv)
+    import pandas as pd
+
+    names = args.op or sorted(library.OPS)
+    unknown = [n for n in names if n not in library.OPS]
+    if unknown:
+        raise SystemExit(f"--op: unknown {unknown}; registered ops: {', '.join(sorted(library.OPS))}")
+    if not harness.ON_GPU:
+        print("bench_host: no GPU found; tiny arguments through the Triton interpreter, two calls a round. "
+              "This is a smoke test: its timings mean nothing.")
+        args.calls, args.rounds, args.tokens = 2, 1, [TINY.tokens]
+    rows = [r for t in args.tokens for r in measure(names, t, args.calls, args.rounds)]
+    df = pd.DataFrame(rows)
+    df["gpu"] = torch.cuda.get_device_name() if harness.ON_GPU else "cpu (interpreter)"
+    df["torch"], df["triton"] = torch.__version__, triton.__version__
+    df["timestamp"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    if args.output:
+        df.to_csv(args.output, index=False)
+    cols = ["op", "tokens", "launches", "plan"] + [f"{p}_us" for p in PATHS] + ["limit_us", "ok"]
+    with pd.option_context("display.max_rows", None, "display.width", 200):
+        print(f"\n{df.gpu[0]} | torch {torch.__version__} triton {triton.__version__} | host us a call, "
+              f"median of {args.rounds} rounds of {args.calls} calls; limit = max(1.2 x bare, bare + 5)")
+        print(df[cols].to_string(index=False))
+    print(f"\neager within the limit: {int(df.ok.sum())} of {len(df)}")
+    return df
+
+
+if __name__ == "__main__":
+    main()

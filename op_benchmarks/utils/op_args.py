@@ -1,0 +1,214 @@
+"""Valid arguments for every registered op (``aiter_lite.library.OPS``) at a chosen size.
+
+One source of arguments for the checks that run each op the same way: the registry
+tests (opcheck, tiny sizes), the CUDA-graph and launch-plan tests, and the host-time
+benchmark (decode sizes of real models). Arguments are positional, in the registered
+schema's order; RoPE ops rotate NEOX style with the table reused, nope channels last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Dims", "TINY", "decode_dims", "op_args"]
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Sizes of one set of arguments. ``tokens`` is the row count of every token-major op;
+    ``batch`` the SBHD ops' second dim (their first is ``tokens``)."""
+
+    tokens: int
+    hidden: int        # normalization, quantization, softmax rows
+    inter: int         # gated activations: input rows of 2 * inter
+    heads: int
+    kv_heads: int
+    head_dim: int
+    rope_rows: int     # rows of the cos / sin tables
+    batch: int = 1
+    experts: int = 16
+    topk: int = 2
+    groups: int = 4
+    topk_group: int = 2
+    vocab: int = 40    # topk's row width
+    k: int = 5         # topk's k
+    group_size: int = 8
+    blocks: int = 3
+    block_size: int = 4
+    kv_lora: int = 16
+    rope_dim: int = 8
+    softmax_dim: int = -1
+
+
+# The registry tests' sizes: every op's code path at a few elements.
+TINY = Dims(tokens=5, hidden=24, inter=24, heads=4, kv_heads=2, head_dim=16, rope_rows=16, batch=2, softmax_dim=0)
+
+
+def decode_dims(tokens: int = 1) -> Dims:
+    """A decode step of ``tokens`` sequences: llama3-8B's attention and MLP widths, DeepSeek-V3's
+    routing (256 experts, top 8 of 8 groups, 4 groups kept) and MLA cache (512 + 64), sampling's
+    top-50 over llama3's vocabulary, 128-wide quantization groups."""
+    return Dims(tokens=tokens, hidden=4096, inter=14336, heads=32, kv_heads=8, head_dim=128, rope_rows=8192,
+                experts=256, topk=8, groups=8, topk_group=4, vocab=128256, k=50, group_size=128,
+                blocks=max(64, 2 * tokens), block_size=16, kv_lora=512, rope_dim=64)
+
+
+class _Make:
+    """Random tensors on one device: activations in ``dtype``, quantized outputs in ``qdtype``."""
+
+    def __init__(self, dims: Dims, device, dtype, qdtype):
+        self.d, self.device, self.dtype, self.qdtype = dims, torch.device(device), dtype, qdtype
+
+    def r(self, *shape, dtype=None):
+        return torch.randn(*shape, device=self.device, dtype=dtype or self.dtype)
+
+    def w(self, n, dtype=None):
+        """A weight or bias vector, in the activations' dtype."""
+        return torch.randn(n, device=self.device, dtype=dtype or self.dtype)
+
+    def e(self, *shape, dtype=None):
+        return torch.empty(*shape, device=self.device, dtype=dtype or self.dtype)
+
+    def f32(self, *shape):
+        return torch.empty(*shape, device=self.device)
+
+    def q(self, *shape):
+        return torch.empty(*shape, device=self.device, dtype=self.qdtype)
+
+    def i(self, hi, *shape):
+        return torch.randint(0, hi, shape, device=self.device)
+
+    def scale(self):
+        return torch.tensor([0.05], device=self.device)
+
+    def tab(self, f, sbhd=False):
+        """cos, sin tables of ``rope_rows`` rows and ``f`` columns: (rows, f), or (rows, 1, 1, f)."""
+        a = torch.rand(self.d.rope_rows, f, device=self.device) * 6
+        cos, sin = torch.cos(a).to(self.dtype), torch.sin(a).to(self.dtype)
+        return (cos.view(-1, 1, 1, f), sin.view(-1, 1, 1, f)) if sbhd else (cos, sin)
+
+    def slots(self, n_slots):
+        """A slot per token, distinct, one of them -1 (a padding token) when there are several."""
+        s = torch.randperm(n_slots, device=self.device)[: self.d.tokens]
+        if s.numel() > 1:
+            s[s.numel() // 2] = -1
+        return s
+
+
+_ROPE_TAIL = (0, True, False, False)  # NEOX, reuse the table, nope last, no transposed output
+
+
+def _rope(m: _Make, name: str) -> tuple:
+    d = m.d
+    f = d.head_dim // 2
+    if name.startswith("rope_fwd_2d") or name == "rope_bwd_2d":
+        height, width = 3, 2
+        ch, sh = m.tab(d.head_dim // 4)
+        cw, sw = m.tab(d.head_dim // 4)
+        return (m.r(d.batch, height * width, d.heads, d.head_dim), ch, sh, cw, sw, height, width, *_ROPE_TAIL)
+    if name.startswith("rope_thd"):
+        t = d.tokens
+        cu = torch.tensor([0, t // 2, t] if t > 1 else [0, t], device=m.device, dtype=torch.int32)
+        return (m.r(t, d.heads, d.head_dim), cu, torch.rand(d.rope_rows, 1, 1, f, device=m.device) * 6, *_ROPE_TAIL)
+    if name.startswith("rope_cached_thd"):
+        xs = (m.r(d.tokens, d.heads, d.head_dim), m.r(d.tokens, d.kv_heads, d.head_dim), *m.tab(f),
+              m.i(d.rope_rows // 2, d.tokens))
+        return (*xs, m.i(d.rope_rows // 2, d.tokens), *_ROPE_TAIL) if "offsets" in name else (*xs, *_ROPE_TAIL)
+    if name.startswith("rope_cached"):
+        xs = (m.r(d.tokens, d.batch, d.heads, d.head_dim), *m.tab(f, sbhd=True))
+        if "positions" in name:
+            xs = (*xs, m.i(d.rope_rows // 2, d.tokens, d.batch))
+        if "offsets" in name:
+            xs = (*xs, m.i(d.rope_rows // 2, d.tokens, d.batch))
+        return (*xs, *_ROPE_TAIL)
+    return (m.r(d.tokens, d.batch, d.heads, d.head_dim), torch.rand(d.rope_rows, 1, 1, f, device=m.device) * 6,
+            *_ROPE_TAIL)
+
+
+def _norm_quant(m: _Make, name: str) -> tuple:
+    t, n = m.d.tokens, m.d.hidden
+    x, w = m.r(t, n), m.w(n)
+    q, ys = m.q(t, n), m.f32(t, 1)
+    smooth = m.w(n, torch.float32).abs() + 0.5
+    if name == "rms_norm_static_fp8_quant":
+        return (q, x, w, m.scale(), 1e-6)
+    if name == "fused_add_rms_norm_static_fp8_quant":
+        return (q, x, m.r(t, n), w, m.scale(), 1e-6)
+    if name == "rms_norm_dynamic_per_token_quant":
+        return (q, x, w, ys, 1e-6, None, m.r(t, n))
+    rms = name.startswith("rms")
+    tail = (w, 1e-6) if rms else (w, m.w(n), 1e-5)
+    add = (m.r(t, n), m.e(t, n)) if "_add_" in name else ()
+    mid = (smooth, ys) if name.endswith("smoothquant") else (ys,)
+    return (q, x, *add, *mid, *tail)
+
+
+def _cache(m: _Make) -> tuple:
+    d = m.d
+    cos, sin = m.tab(d.head_dim // 2)
+    q, k, v = (m.r(d.tokens, h, d.head_dim) for h in (d.heads, d.kv_heads, d.kv_heads))
+    caches = (torch.zeros(d.blocks, d.block_size, d.kv_heads, d.head_dim, device=m.device, dtype=m.dtype)
+              for _ in range(2))
+    return (q, k, v, *caches, m.slots(d.blocks * d.block_size), m.i(d.rope_rows, d.tokens), cos, sin, None, None,
+            True, True, False, None, m.e(d.tokens, d.heads, d.head_dim), m.e(d.tokens, d.kv_heads, d.head_dim), None)
+
+
+def op_args(name: str, dims: Dims = TINY, device="cpu", dtype=torch.float32, qdtype=torch.int8) -> tuple:
+    """Fresh random arguments for ``torch.ops.aiter_lite.<name>`` (and the Triton function
+    behind it) of ``dims``' sizes; quantized outputs are ``qdtype`` (int8: opcheck compares
+    written arguments with arithmetic fp8 lacks)."""
+    m = _Make(dims, device, dtype, qdtype)
+    d = m.d
+    t, n, g = d.tokens, d.hidden, d.group_size
+    x, gated = m.r(t, n), m.r(t, 2 * d.inter)
+    if name in ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"):
+        return (m.e(t, d.inter), gated)
+    pe_half = d.rope_dim // 2
+    table = {
+        "act_and_mul": lambda: (m.e(t, d.inter), gated, "gelu_tanh"),
+        "fused_silu_mul": lambda: (gated,),
+        "silu": lambda: (x,), "relu": lambda: (x,), "gelu": lambda: (x, "tanh"),
+        "rms_norm": lambda: (x, m.w(n), 1e-6, 0.0),
+        "rmsnorm2d_fwd_with_add": lambda: (m.e(t, n), x, m.r(t, n), m.e(t, n), m.w(n), 1e-6, 0.0),
+        "fused_add_rms_norm": lambda: (x, m.r(t, n), m.w(n), 1e-6, 0.0),
+        "layer_norm": lambda: (x, m.w(n), m.w(n), 1e-5, None, 0.0),
+        "layernorm2d_fwd_with_add": lambda: (m.e(t, n), x, m.r(t, n), m.e(t, n), m.w(n), m.w(n), 1e-5),
+        "softmax": lambda: (m.r(t, d.vocab), -1), "log_softmax": lambda: (m.r(t, d.vocab), d.softmax_dim),
+        "topk": lambda: (m.r(t, d.vocab), d.k, -1, True, True),
+        "topk_softmax": lambda: (m.r(t, d.experts), d.topk, True),
+        "grouped_topk": lambda: (m.r(t, d.experts), d.topk, d.groups, d.topk_group, True, "sigmoid", 2.0),
+        "biased_grouped_topk": lambda: (m.r(t, d.experts), m.w(d.experts), d.topk, d.groups, d.topk_group, True,
+                                        2.5),
+        "moe_routing": lambda: (m.r(t, d.experts), d.topk, "softmax", True, d.groups, d.topk_group, m.w(d.experts),
+                                1.5),
+        "static_per_tensor_quant_fp8_i8": lambda: (m.q(t, n), x, m.scale()),
+        "dynamic_per_tensor_quant_fp8_i8": lambda: (m.q(t, n), x, m.f32(1)),
+        "dynamic_per_token_quant_fp8_i8": lambda: (m.q(t, n), x, m.f32(t, 1), None),
+        "per_token_group_quant": lambda: (m.q(t, n), x, m.f32(t, n // g), g, 1e-10),
+        "scaled_fp8_quant": lambda: (x, None, None, True, None),
+        "per_token_group_quant_fp8": lambda: (x, g, 1e-10, None, True),
+        "per_token_group_quant_int8": lambda: (x, g, 1e-10, None),
+        "act_mul_and_fp8_group_quant": lambda: (gated, "silu", g, None, False),
+        "act_mul_and_fp8_quant": lambda: (gated, "gelu", m.scale(), None, None),
+        "silu_and_mul_quant": lambda: (m.q(t, d.inter), gated, m.scale()),
+        "fused_qkv_split_qk_rope": lambda: (m.r(t, (d.heads + 2 * d.kv_heads) * d.head_dim), *m.tab(d.head_dim // 2),
+                                            m.i(d.rope_rows, t), d.heads, d.kv_heads, d.head_dim),
+        "fused_qk_rope_reshape_and_cache": lambda: _cache(m),
+        "fused_qk_cat": lambda: (m.r(t, d.heads, d.kv_lora), m.r(t, d.heads, d.rope_dim), m.r(t, 1, d.kv_lora),
+                                 m.r(t, 1, d.rope_dim)),
+        "fused_qk_rope_cat": lambda: (m.r(t, d.heads, d.kv_lora), m.r(t, d.heads, d.rope_dim), m.r(t, 1, d.kv_lora),
+                                      m.r(t, 1, d.rope_dim), m.i(d.rope_rows, t), *m.tab(pe_half), False),
+        "cat_and_cache_mla": lambda: (m.r(t, 1, d.kv_lora), m.r(t, 1, d.rope_dim),
+                                      torch.zeros(d.blocks * d.block_size, 1, d.kv_lora + d.rope_dim,
+                                                  device=m.device, dtype=m.dtype),
+                                      m.slots(d.blocks * d.block_size), None, True),
+    }
+    if name in table:
+        return table[name]()
+    if "quant" in name:
+        return _norm_quant(m, name)
+    if name.startswith("rope"):
+        return _rope(m, name)
+    raise KeyError(f"op_args: no arguments for op {name!r}")
