@@ -170,10 +170,15 @@ def compile_static(fn: Callable) -> Callable:
     Every benchmarked shape is its own compile, so the recompile limit is raised
     (past it dynamo silently falls back to eager).
     """
+    raise_recompile_limits(4096)
+    return torch.compile(fn, dynamic=False)
+
+
+def raise_recompile_limits(limit: int) -> None:
+    """Dynamo's recompile limits at least ``limit`` (past them it silently falls back to eager)."""
     for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(torch._dynamo.config, name):
-            setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 4096))
-    return torch.compile(fn, dynamic=False)
+            setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), limit))
 
 
 def copy_bandwidth_gbps(rep: int = 200) -> float:

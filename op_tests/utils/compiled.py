@@ -17,6 +17,7 @@ import sys
 import torch
 
 import aiter_lite.library as library
+from op_benchmarks.utils.harness import raise_recompile_limits
 
 __all__ = ["swap_in_compiled"]
 
@@ -39,22 +40,15 @@ def _compiled(fn, backend: str):
 def swap_in_compiled(backend: str):
     """Swap every registered op's Triton function for its compiled form; returns a
     function that puts the originals back."""
-    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
-        if hasattr(torch._dynamo.config, name):  # a compile per shape and dtype: raise dynamo's limits
-            setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 1 << 16))
-    # The public functions by identity (the registry holds some behind adapters: their names come from the modules).
-    targets = {id(spec.triton): spec.triton for spec in library.OPS.values()}
+    raise_recompile_limits(1 << 16)  # a compile per shape and dtype
+    # The registered ops' public functions as the modules hold them (the registry holds some behind adapters).
     modules = [m for n, m in list(sys.modules.items()) if n.startswith("aiter_lite.ops.triton") and m is not None]
-    names = {n for m in modules for n in getattr(m, "__all__", ())}
-    for m in modules:
-        for n in names:
-            fn = getattr(m, n, None)
-            if callable(fn) and n in library.OPS and not isinstance(fn, type):
-                targets[id(fn)] = fn
     swaps = {}
-    for fn in targets.values():
-        if getattr(fn, "__module__", "").startswith("aiter_lite.ops.triton"):
-            swaps[id(fn)] = _compiled(fn, backend)
+    for m in modules:
+        for n in library.OPS:
+            fn = getattr(m, n, None)
+            if callable(fn) and id(fn) not in swaps:
+                swaps[id(fn)] = _compiled(fn, backend)
     undo = []
     for m in modules:
         for attr, value in list(vars(m).items()):
