@@ -39,15 +39,17 @@ def test_opcheck_norm_fwd(case):
     opcheck(torch.ops.aiter_lite.norm_fwd_launch, args)
 
 
-@pytest.mark.parametrize("is_rms", [True, False])
-def test_opcheck_norm_bwd(is_rms):
+@pytest.mark.parametrize("is_rms, has_weight", [(True, True), (False, True), (True, False)])
+def test_opcheck_norm_bwd(is_rms, has_weight):
+    # (no weight: neither sum is asked for, and the two empty sums are distinct tensors)
     m = 6
-    x, w = make_rows(m, N, torch.float32), weights(N, torch.float32)
+    x, w = make_rows(m, N, torch.float32), weights(N, torch.float32) if has_weight else None
     y, rstd, mean = torch.empty_like(x), torch.empty(m, device=DEVICE), torch.empty(m, device=DEVICE)
     torch.ops.aiter_lite.norm_fwd_launch(x, y, w, None, 1e-6, is_rms, None, None, None, 0.0, None if is_rms else mean, rstd)
     dy = torch.randn_like(x)
     opcheck(torch.ops.aiter_lite.norm_bwd_launch,
-            (dy, x, w, None if is_rms else mean, rstd, is_rms, 0.0, True, not is_rms, torch.float32))
+            (dy, x, w, None if is_rms else mean, rstd, is_rms, 0.0, has_weight, has_weight and not is_rms,
+             torch.float32))
 
 
 def test_compiled_rms_norm_and_fused_add():
@@ -78,20 +80,24 @@ def test_compiled_layer_norm_with_add():
         assert_close(got, want, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("kind", ["rms", "ln"])
+@pytest.mark.parametrize("kind", ["rms", "ln", "rms_no_weight"])
 def test_compiled_backward(kind):
     x = make_rows(9, N, torch.float32, scale=2.0)
     w, b = weights(N, torch.float32, bias=True)
     dy = torch.randn_like(x)
 
     def loss(x, w, b):
-        y = tri_rms.rms_norm(x, w, 1e-6) if kind == "rms" else tri_ln.layer_norm(x, w, b, 1e-5)
+        if kind == "rms_no_weight":
+            y = tri_rms.rms_norm(x, None, 1e-6)
+        else:
+            y = tri_rms.rms_norm(x, w, 1e-6) if kind == "rms" else tri_ln.layer_norm(x, w, b, 1e-5)
         return (y * dy).sum()
 
+    n_grads = {"rms": 2, "ln": 3, "rms_no_weight": 1}[kind]
     grads = []
     for fn in (loss, _compiled(loss)):
-        leaves = [t.detach().clone().requires_grad_() for t in (x, w, b)]
+        leaves = [t.detach().clone().requires_grad_(i < n_grads) for i, t in enumerate((x, w, b))]
         fn(*leaves).backward()
-        grads.append([t.grad for t in leaves[: 2 if kind == "rms" else 3]])
+        grads.append([t.grad for t in leaves[:n_grads]])
     for got, want, name in zip(grads[1], grads[0], ["dx", "dweight", "dbias"]):
         assert_close(got, want, atol=1e-5, name=name)

@@ -393,12 +393,12 @@ def _launch_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, 
                 rstd: torch.Tensor, is_rms: bool, weight_offset: float, need_dw: bool, need_db: bool,
                 db_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dx, dweight (weight's dtype), dbias (``db_dtype``); a sum not asked for is an empty
-    fp32 tensor (an op returns no None)."""
+    fp32 tensor of its own (an op returns no None, and no output aliases another)."""
     dx, dw, db = norm_bwd(dy, x, weight, mean, rstd, is_rms=is_rms, weight_offset=weight_offset, need_dw=need_dw,
                           need_db=need_db, dx_dtype=x.dtype, dw_dtype=weight.dtype if need_dw else torch.float32,
                           db_dtype=db_dtype)
-    empty = x.new_empty(0, dtype=torch.float32)
-    return dx, empty if dw is None else dw, empty if db is None else db
+    return (dx, x.new_empty(0, dtype=torch.float32) if dw is None else dw,
+            x.new_empty(0, dtype=torch.float32) if db is None else db)
 
 
 def _forward(x2, weight, bias, x_bias, eps, weight_offset, is_rms, *, stats):
