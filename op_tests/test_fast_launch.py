@@ -95,6 +95,13 @@ def test_keywords_are_part_of_the_key(on):
     assert len(k.launches) == 1 and k.runs[0][11] == 5
     op(x, y, n=6)
     assert len(k.launches) == 2
+    op(x, y=y, n=6)  # the same values, y by keyword: a key of its own
+    assert len(k.launches) == 3
+    x2, y2 = torch.randn(2, 8), torch.randn(2, 8)
+    assert op(x2, y=y2, n=6) is y2 and len(k.launches) == 3
+    assert k.runs[-1][9] is x2 and k.runs[-1][10] is y2 and k.runs[-1][11] == 6
+    op(x2, n=6, y=y2)  # the keywords in another order: another key
+    assert len(k.launches) == 4
 
 
 def test_a_different_key_takes_the_checked_path(on):

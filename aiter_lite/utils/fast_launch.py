@@ -105,63 +105,70 @@ def _device_stream() -> tuple[int, int]:
     return device, torch._C._cuda_getCurrentRawStream(device)
 
 
-def _key(args: tuple) -> tuple | None:
+def _key(args: tuple, names: tuple = ()) -> tuple | None:
     """What the checked path's work depends on; None where autograd records the call.
-    A tensor's entry ends with the position of the first input on its data pointer (its
-    own when none), so calls that alias inputs share plans only with calls aliasing alike."""
-    key = [*_device_stream()]
+    ``names``: the keywords the last arguments were passed by. A tensor's entry ends with
+    the position of the first input on its data pointer (its own when none; empty tensors
+    share no memory), so calls that alias inputs share plans only with calls aliasing alike."""
+    key = [*_device_stream(), names]
     first: dict = {}
     for i, a in enumerate(args):
         if isinstance(a, torch.Tensor):
             if a.requires_grad and torch.is_grad_enabled():
                 return None
             ptr = a.data_ptr()
-            key += (a.shape, a.stride(), a.dtype, a.device, ptr & 15, first.setdefault(ptr, i) if a.numel() else i)
+            j = first.setdefault(ptr, i)
+            key += (a.shape, a.stride(), a.dtype, a.device, ptr & 15, i if j != i and not a.numel() else j)
         else:
             key += (a.__class__, a)
     return tuple(key)
 
 
-class _Plan:
-    """One recorded launch: every argument but the call's tensors fixed. ``subs``: (argument
-    position, source, index) with source 0 for the call's inputs, 1 for its new outputs,
-    allocated per call as ``allocs`` (size, stride, dtype, device) describe them;
-    ``result``: what the call returns, in the same terms (see ``_result_spec``)."""
+def _replay(compiled, grid: tuple, template: list, subs: tuple, allocs: tuple, result):
+    """A recorded launch as a function of (the call's inputs, the stream): it allocates the
+    new outputs, launches ``compiled`` directly with every argument but the call's tensors
+    fixed, and returns what the call returned. Generated straight-line code, as
+    torch.compile's wrappers are: at decode sizes the replay's own host time is the op's.
 
-    __slots__ = ("run", "function", "packed", "grid", "template", "subs", "allocs", "result")
+    ``subs``: (argument position, source, index) with source 0 for the call's inputs, 1 for
+    its new outputs, allocated as ``allocs`` (size, stride, dtype, device) describe them;
+    ``result``: what the call returns, in the same terms (see ``_Recording._result_spec``)."""
+    ns = {"run": compiled.run, "function": compiled.function, "packed": compiled.packed_metadata,
+          "empty_strided": torch.empty_strided}
 
-    def __init__(self, compiled, grid, template: list, subs: tuple, allocs: tuple, result):
-        self.run = compiled.run
-        self.function = compiled.function
-        self.packed = compiled.packed_metadata
-        n = len(grid)
-        self.grid = (grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1)
-        self.template = template
-        self.subs = subs
-        self.allocs = allocs
-        self.result = result
+    def bind(prefix: str, value) -> str:
+        name = f"{prefix}{len(ns)}"
+        ns[name] = value
+        return name
 
-    def __call__(self, inputs: tuple, stream: int):
-        outs = [torch.empty_strided(*a[:2], dtype=a[2], device=a[3]) for a in self.allocs] if self.allocs else ()
-        args = self.template.copy()
-        for pos, source, i in self.subs:
-            args[pos] = outs[i] if source else inputs[i]
-        g0, g1, g2 = self.grid
-        self.run(g0, g1, g2, stream, self.function, self.packed, None, None, None, *args)
-        return _build(self.result, inputs, outs)
+    lines = ["def replay(inputs, stream):"]
+    for k, (size, stride, dtype, device) in enumerate(allocs):
+        lines.append(f"    out{k} = empty_strided({bind('size', size)}, {bind('stride', stride)}, "
+                     f"dtype={bind('dtype', dtype)}, device={bind('device', device)})")
+    names = [bind("arg", a) for a in template]
+    for pos, source, i in subs:
+        names[pos] = f"out{i}" if source else f"inputs[{i}]"
+    g0, g1, g2 = (*grid, 1, 1)[:3]
+    lines.append(f"    run({int(g0)}, {int(g1)}, {int(g2)}, stream, function, packed, None, None, None, "
+                 f"{', '.join(names)})")
 
+    def expr(spec) -> str:
+        kind, value = spec
+        if kind == "in":
+            return f"inputs[{value}]"
+        if kind == "out":
+            return f"out{value}"
+        if kind == "tuple":
+            cls, items = value
+            items = "(" + "".join(f"{expr(item)}, " for item in items) + ")"
+            if cls is tuple:
+                return items
+            return f"{bind('cls', cls)}._make({items})" if hasattr(cls, "_make") else f"{bind('cls', cls)}({items})"
+        return bind("const", value)
 
-def _build(spec, inputs: tuple, outs):
-    kind, value = spec
-    if kind == "in":
-        return inputs[value]
-    if kind == "out":
-        return outs[value]
-    if kind == "tuple":
-        cls, items = value
-        items = tuple(_build(item, inputs, outs) for item in items)
-        return items if cls is tuple else cls._make(items) if hasattr(cls, "_make") else cls(items)
-    return value
+    lines.append(f"    return {expr(result)}")
+    exec("\n".join(lines), ns)  # noqa: S102 (code built above from the recorded launch)
+    return ns["replay"]
 
 
 def _constexpr_values(kernel, n_args: int, meta: dict) -> list | None:
@@ -195,14 +202,14 @@ class _Recording:
         self.result = None
         self.refused = False
 
-    def plan(self, inputs: tuple) -> _Plan | None:
+    def plan(self, inputs: tuple) -> Callable | None:
         """The plan of the recorded call; None where calls with its key never have one."""
         try:
             return self._plan(inputs)
         except _Lasting:
             return None
 
-    def _plan(self, inputs: tuple) -> _Plan:
+    def _plan(self, inputs: tuple) -> Callable:
         if len(self.launches) != 1 or self.refused:
             raise _Lasting
         compiled, kernel, grid, args, meta = self.launches[0]
@@ -232,7 +239,7 @@ class _Recording:
                 else:
                     continue
                 template[pos] = None
-        return _Plan(compiled, grid, template, tuple(subs), tuple(allocs), result)
+        return _replay(compiled, grid, template, tuple(subs), tuple(allocs), result)
 
     @staticmethod
     def _result_spec(value, inputs: tuple, by_id: dict, by_ptr: dict, allocs: list, out_ptr: dict):
@@ -279,13 +286,14 @@ class Plans:
         self.entries: dict = {}
         _all_plans.append(self)
 
-    def key(self, inputs: tuple) -> tuple | None:
-        """The plans' key of these arguments, or None where no plan is used or made now
-        (plans off, inside another op's recording, quiet)."""
+    def key(self, inputs: tuple, names: tuple = ()) -> tuple | None:
+        """The plans' key of these arguments (the last ones passed by the keywords ``names``),
+        or None where no plan is used or made now (plans off, inside another op's recording,
+        quiet)."""
         if (not (_enabled if _enabled is not None else fast_launch_enabled())
                 or getattr(_state, "recording", None) is not None or _quiet()):
             return None
-        return _key(inputs)
+        return _key(inputs, names)
 
     def keep(self, key: tuple, rec: _Recording, inputs: tuple) -> None:
         """Keep the recorded call's plan under ``key``, or the key as refused."""
@@ -309,8 +317,11 @@ def planned(fn=None, *, unless: Callable[[], bool] | None = None):
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        inputs = (*args, *kwargs.keys(), *kwargs.values()) if kwargs else args
-        key = plans.key(inputs)
+        if kwargs:
+            inputs = (*args, *kwargs.values())
+            key = plans.key(inputs, tuple(kwargs))
+        else:
+            inputs, key = args, plans.key(args)
         if key is None:
             return fn(*args, **kwargs)
         try:

@@ -17,8 +17,11 @@ from aiter_lite.utils.fast_launch import planned, refuse
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2)
 CACHE_DTYPES = (torch.bfloat16, torch.float16, torch.float32, *FP8_DTYPES)
 _NO_FP8 = (-1.0, 1.0)  # the fp8 range argument of an output that is not fp8 (unused)
-# Eager calls launch from plans (utils.fast_launch) unless indices are to be checked on the host.
-planned_fusion = planned(unless=lambda: envs.rope_check_positions() or envs.kv_cache_check_slots())
+# Eager calls launch from plans (utils.fast_launch) unless the switch of the indices an op
+# takes asks for them to be checked on the host: positions (RoPE), slot_mapping (KV cache).
+planned_rope = planned(unless=envs.rope_check_positions)
+planned_cache = planned(unless=envs.kv_cache_check_slots)
+planned_rope_cache = planned(unless=lambda: envs.rope_check_positions() or envs.kv_cache_check_slots())
 
 
 

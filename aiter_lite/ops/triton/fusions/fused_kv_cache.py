@@ -30,7 +30,8 @@ from aiter_lite.ops.triton.fusions._common import (
     check_slots,
     fp8_range,
     max_offset,
-    planned_fusion,
+    planned_cache,
+    planned_rope_cache,
     rope_tables,
     soft_round,
 )
@@ -141,7 +142,7 @@ def _launch_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_out:
     )
 
 
-@planned_fusion
+@planned_rope_cache
 def fused_qk_rope_reshape_and_cache(q, k, v, key_cache, value_cache, slot_mapping, pos, cos, sin, k_scale, v_scale,
                                     is_neox, flash_layout, apply_scale=True, offs=None, q_out=None, k_out=None,
                                     output_zeros=True, zeros_out=None):
@@ -239,7 +240,7 @@ def _launch_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor
     )
 
 
-@planned_fusion
+@planned_cache
 def cat_and_cache_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale, apply_scale=True):
     """Write cat(k_nope, k_pe) of each token (k_nope [B, KH, D1] or [B, D1]; k_pe of KH
     heads or one, shared) into ``kv_cache`` ([slots, KH, D1 + D2] or [num_blocks,

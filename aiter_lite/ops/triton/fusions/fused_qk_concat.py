@@ -12,11 +12,11 @@ from aiter_lite.ops.triton.fusions._common import (
     check_heads,
     check_positions,
     max_offset,
-    planned_fusion,
+    planned_rope,
     rope_tables,
 )
 from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.fast_launch import launch, planned
 from aiter_lite.utils.launch import cdiv, next_power_of_2
 from aiter_lite.utils.logger import debug_on, log_call
 
@@ -82,7 +82,7 @@ def _cat(op: str, q1, q2, k1, k2, pos=None, tab=None, reuse=False, half=0, is_ne
     return q_out, k_out
 
 
-@planned_fusion
+@planned
 def fused_qk_cat(q1, q2, k1, k2):
     """(cat(q1, q2, -1), cat(k1, k2, -1)), both in q1's dtype, in one launch: q1 [B, QH, D1],
     q2 [B, QH, D2], k1 [B, KH, D1], k2 [B, KH or 1, D2]."""
@@ -93,7 +93,7 @@ def fused_qk_cat(q1, q2, k1, k2):
     return _cat(op, q1, q2, k1, k2)
 
 
-@planned_fusion
+@planned_rope
 def fused_qk_rope_cat(q_nope, q_pe, k_nope, k_pe, pos, cos, sin, is_neox):
     """(cat(q_nope, rope(q_pe)), cat(k_nope, rope(k_pe))) in q_nope's dtype, in one launch;
     a table Dr wide rotates every channel of the pe parts, one F <= Dr / 2 wide (reused for

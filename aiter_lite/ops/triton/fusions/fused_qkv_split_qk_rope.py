@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_qkv_split_qk_rope import _qkv_split_rope_kernel
-from aiter_lite.ops.triton.fusions._common import check_flag, check_positions, max_offset, planned_fusion
+from aiter_lite.ops.triton.fusions._common import check_flag, check_positions, max_offset, planned_rope
 from aiter_lite.ops.triton.rope.rope import _table, rope_launch_config
 from aiter_lite.utils.checks import check_float_tensor, check_triton_device, check_unit_last_stride
 from aiter_lite.utils.custom_ops import launch_op
@@ -48,7 +48,7 @@ def _launch(qkv: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     )
 
 
-@planned_fusion
+@planned_rope
 def fused_qkv_split_qk_rope(qkv, cos, sin, positions, qh, kvh, head_dim, is_neox=True, offsets=None,
                             reuse_freqs_front_part=True, nope_first=False):
     """(q [T, qh, head_dim], k [T, kvh, head_dim], v [T, kvh, head_dim]) from ``qkv``
