@@ -374,9 +374,10 @@ def main(argv=None):
             raise SystemExit("fusions: nothing to time")
     gqa, mla = harness.load_models("llama3-8B,deepseek-v3", []).values()
 
-    def tiny_shapes(op):  # MLA: DeepSeek-V3's 16 heads a GPU at 8-way tensor parallelism
+    def tiny_shapes(op):  # Llama-3-8B's 4 / 1 heads a GPU at 8-way tensor parallelism; DeepSeek-V3's 16 MLA heads
         if op in GQA_OPS:
-            return [("tiny", 5, heads(op, gqa))]
+            h, kh, d, r = heads(op, gqa)
+            return [("tiny", 5, (h // 8, max(kh // 8, 1), d, r))]
         h, kh, d, r = heads(op, mla)
         return [("tiny", 3, (h // 8, kh, d, r))]
     tiny = _cases(args, args.op, tiny_shapes, dtypes)

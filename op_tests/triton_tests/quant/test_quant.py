@@ -166,7 +166,7 @@ def test_per_tensor(dtype, qdtype, shape):
 def test_per_tensor_paths(config):
     """One launch with many small tiles, a single tile and the amax-then-static pair each
     give the reference's scale and codes, call after call (their work words left zeroed)."""
-    x = _input(33, 1076, torch.bfloat16, strided=True)
+    x = _input(9, 333, torch.bfloat16, strided=True)  # 5 x 6 tiles of 2 x 64
     x[3, 5] = -50.0  # the amax in one tile only
     qdtype = SUPPORTED[0]
     scale_ref = torch.empty(1, device=DEVICE)
@@ -226,7 +226,7 @@ def test_scale_ub():
 
 @pytest.mark.parametrize("column_major", [False, True])
 @pytest.mark.parametrize("group", [64, 128])
-@pytest.mark.parametrize("shape", by_device([(0, 128), (1, 128), (5, 200), (33, 1408), (2, 20000)],
+@pytest.mark.parametrize("shape", by_device([(0, 128), (1, 128), (5, 200), (9, 1408), (2, 4100)],
                                             [(0, 128), (1, 128), (5, 200), (33, 1408), (4096, 7168),
                                              (16384, 2048), (3, 65600)]), ids=str)
 @pytest.mark.parametrize("qdtype", Q_DTYPES, ids=str)
