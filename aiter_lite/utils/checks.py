@@ -64,12 +64,28 @@ def rows_view(op: str, name: str, t: torch.Tensor, *, writable: bool) -> torch.T
     if t.dim() == 2:  # already rows (a view op costs a few us a call on a slow host)
         return t
     n = t.shape[-1]
-    try:
+    if _one_row_stride(t):
         return t.view(-1, n)
-    except RuntimeError:
-        if writable:
-            raise ValueError(
-                f"{op}: {name} with shape {tuple(t.shape)} and strides {tuple(t.stride())} cannot be "
-                "viewed as rows of one stride; pass a tensor whose leading dims are contiguous"
-            ) from None
-        return t.reshape(-1, n)
+    if writable:
+        raise ValueError(
+            f"{op}: {name} with shape {tuple(t.shape)} and strides {tuple(t.stride())} cannot be "
+            "viewed as rows of one stride; pass a tensor whose leading dims are contiguous"
+        )
+    return t.reshape(-1, n)
+
+
+def _one_row_stride(t: torch.Tensor) -> bool:
+    """Whether ``t``'s leading dims flatten into rows of one stride (``view(-1, n)`` works),
+    decided from the strides: torch.compile traces no try / except around a failing view."""
+    if t.shape[-1] == 0:
+        return False
+    if t.numel() == 0:
+        return True
+    outer = None  # the stride the next dim out must have
+    for size, stride in zip(reversed(t.shape[:-1]), reversed(t.stride()[:-1])):
+        if size == 1:
+            continue
+        if outer is not None and stride != outer:
+            return False
+        outer = stride * size
+    return True

@@ -102,3 +102,25 @@ def test_the_switch_swaps_in_compiled_ops():
     finally:
         restore()
     assert t_act.silu_and_mul is eager
+
+
+def test_rows_of_two_strides_compile_as_in_eager():
+    # Leading dims that do not flatten into one row stride are gathered by a copy; whether
+    # they flatten is read from the strides (dynamo traces no try / except around a view).
+    from aiter_lite.utils.checks import _one_row_stride
+
+    base = torch.randn(4, 6, 10, device=DEVICE)
+    for t in (base, base[:, 1:], base[:, :, :4], base[::2], base.transpose(0, 1), base[:1, 2:], base[:, :1],
+              base[:0], base[..., ::2].unsqueeze(0), base.expand(3, 4, 6, 10)):
+        try:
+            t.view(-1, t.shape[-1])
+            viewable = True
+        except RuntimeError:
+            viewable = False
+        assert _one_row_stride(t) == viewable, (tuple(t.shape), t.stride())
+    x = torch.randn(2, 4, 2 * 100, device=DEVICE, dtype=torch.float16)[:, 1:]  # rows of two strides
+    op = getattr(act_quant.act_mul_and_fp8_quant, "eager", act_quant.act_mul_and_fp8_quant)
+    got = _compiled(op)(x, "silu", dtype_quant=torch.int8)
+    want = op(x, "silu", dtype_quant=torch.int8)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)

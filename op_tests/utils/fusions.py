@@ -1,4 +1,4 @@
-"""Helpers of the fusion tests: bit views, NaN poisoning of every allocation, bitwise asserts."""
+"""Helpers of the fusion tests: bit views, tolerances, bitwise asserts."""
 
 from __future__ import annotations
 
@@ -10,22 +10,6 @@ _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
 
 def bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(_BITS[t.element_size()])
-
-
-def poison(t: torch.Tensor) -> torch.Tensor:
-    """NaN in every element (fp8: its NaN byte)."""
-    if t.dtype in FP8:
-        t.view(torch.uint8).fill_(0x80 if t.dtype == torch.float8_e4m3fnuz else 0x7F)
-    elif t.is_floating_point():
-        t.fill_(float("nan"))
-    return t
-
-
-def poison_allocations(monkeypatch) -> None:
-    """Every float tensor allocated from here on (an op's own outputs included) starts as NaN."""
-    real_empty, real_like = torch.empty, torch.empty_like
-    monkeypatch.setattr(torch, "empty", lambda *a, **k: poison(real_empty(*a, **k)))
-    monkeypatch.setattr(torch, "empty_like", lambda *a, **k: poison(real_like(*a, **k)))
 
 
 def tol(dtype: torch.dtype) -> dict:

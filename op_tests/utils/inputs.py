@@ -20,3 +20,29 @@ def make_rows(m: int, n: int, dtype=torch.float32, *, strided: bool = False, sca
 def poisoned(shape, dtype, device=DEVICE) -> torch.Tensor:
     """An output buffer full of NaN, so any element the op does not write fails the comparison."""
     return torch.full(tuple(shape), float("nan"), dtype=dtype, device=device)
+
+
+_NAN_BYTE = {torch.float8_e4m3fnuz: 0x80, torch.float8_e5m2fnuz: 0x80}  # fnuz: NaN is the negative zero code
+
+
+def poison(t: torch.Tensor) -> torch.Tensor:
+    """``t`` filled in place with NaN (fp8: its NaN byte; int8: 0x5A), returned. A tensor
+    that requires grad is left alone: no op output starts as one (torch.compile's own
+    leaves do, where a test patches torch.empty)."""
+    if t.requires_grad:
+        return t
+    if t.dtype.is_floating_point and t.element_size() == 1:
+        t.view(torch.uint8).fill_(_NAN_BYTE.get(t.dtype, 0x7F))
+    elif t.is_floating_point():
+        t.fill_(float("nan"))
+    elif t.dtype == torch.int8:
+        t.fill_(0x5A)
+    return t
+
+
+def poison_allocations(monkeypatch) -> None:
+    """Every tensor ``torch.empty`` / ``torch.empty_like`` allocates from here on (an op's own
+    outputs included) starts poisoned, so an element an allocating op leaves unwritten fails."""
+    real_empty, real_like = torch.empty, torch.empty_like
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: poison(real_empty(*a, **k)))
+    monkeypatch.setattr(torch, "empty_like", lambda *a, **k: poison(real_like(*a, **k)))

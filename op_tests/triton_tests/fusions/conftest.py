@@ -1,6 +1,6 @@
 import pytest
 
-from op_tests.utils.fusions import poison_allocations
+from op_tests.utils.inputs import poison_allocations
 
 
 @pytest.fixture(autouse=True)

@@ -25,7 +25,8 @@ from aiter_lite.ops.triton import fusions
 from aiter_lite.ops.triton.quant import quant_range, supported_quant_dtypes
 from aiter_lite.ops.triton.rope import rope as tr
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device
-from op_tests.utils.fusions import FP8, assert_bits, bits, poison, tol
+from op_tests.utils.fusions import FP8, assert_bits, bits, tol
+from op_tests.utils.inputs import poison
 from op_tests.utils.rope import angles
 
 CACHE_DTYPES = (torch.bfloat16, torch.float16, *FP8)
@@ -484,6 +485,7 @@ def _cache_args(flash=True, t=4, qh=4, kh=2, d=64, bs=16, nb=2, dtype=torch.bflo
             "is_neox": True, "flash_layout": flash}
 
 
+@pytest.mark.eager_host_checks
 def test_slot_out_of_range_raises(monkeypatch):
     if ON_GPU:
         monkeypatch.setenv("AITER_KV_CACHE_CHECK_SLOTS", "1")

@@ -150,6 +150,7 @@ def test_qk_rope_cat_dtypes(dtype, pe_dtype):
                     table_dtype=torch.bfloat16 if dtype == torch.float32 else torch.float32)
 
 
+@pytest.mark.eager_host_checks
 def test_positions_out_of_range_raise(monkeypatch):
     if ON_GPU:
         monkeypatch.setenv("AITER_ROPE_CHECK_POSITIONS", "1")

@@ -145,6 +145,7 @@ def test_v_and_passthrough_bits():
     _check(qkv, qh, kvh, d, width=16, reuse=True)
 
 
+@pytest.mark.eager_host_checks
 def test_positions_out_of_range_raise(monkeypatch):
     if ON_GPU:
         monkeypatch.setenv("AITER_ROPE_CHECK_POSITIONS", "1")

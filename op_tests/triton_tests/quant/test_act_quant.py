@@ -30,6 +30,7 @@ from op_tests.triton_tests.quant.test_quant import (  # noqa: F401  (_storable: 
 )
 from op_tests.triton_tests.quant.test_quant import _assert_dequant as _dequant_within
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device, make_rows
+from op_tests.utils.inputs import poison_allocations
 
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
 Q_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.int8)
@@ -56,19 +57,9 @@ GROUP_CASES = by_device(
 
 @pytest.fixture
 def poisoned_empty(monkeypatch):
-    """``torch.empty`` returns poisoned memory (fp32 NaN; quantized dtypes as _poisoned_q),
-    so an element an allocating op does not write fails."""
-    real = torch.empty
-
-    def empty(*args, **kwargs):
-        t = real(*args, **kwargs)
-        if t.dtype in Q_DTYPES:
-            t.view(torch.uint8).fill_(0x7F if t.dtype.is_floating_point else 0x5A)
-        elif t.dtype.is_floating_point:
-            t.fill_(float("nan"))
-        return t
-
-    monkeypatch.setattr(torch, "empty", empty)
+    """Allocations start poisoned (NaN; fp8 its NaN byte; int8 0x5A), so an element an
+    allocating op does not write fails."""
+    poison_allocations(monkeypatch)
 
 
 def _input(m, d, dtype, strided=False, lead=()):
@@ -382,3 +373,23 @@ def test_compiled():
     compiled = torch.compile(block, backend=COMPILE_BACKEND, fullgraph=True)
     for got, want in zip(compiled(x), block(x)):
         assert torch.equal(got, want)
+
+
+def test_compiled_call_refuses_a_dtype_the_device_cannot_store(monkeypatch):
+    # The storable dtypes are a constant to torch.compile: a compiled call refuses one as an
+    # eager call does (no kernel compiled for it), here on a device pretending to lack e4m3fn.
+    from aiter_lite.ops.triton.quant import dtypes
+
+    monkeypatch.setattr(dtypes, "supported_quant_dtypes", lambda device: (torch.float8_e5m2, torch.int8))
+    op = getattr(fused.act_mul_and_fp8_group_quant, "eager", fused.act_mul_and_fp8_group_quant)
+    x = make_rows(2, 128, torch.bfloat16)
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="Observed exception"):  # dynamo's word for a raise
+        torch.compile(op, backend=COMPILE_BACKEND, fullgraph=True)(x, "silu", 64, torch.float8_e4m3fn)
+    torch._dynamo.reset()
+    with pytest.raises(ValueError, match="dtype_quant of dtype torch.float8_e4m3fn cannot be written"):
+        torch.compile(op, backend=COMPILE_BACKEND)(x, "silu", 64, torch.float8_e4m3fn)  # the raise, run eagerly
+    torch._dynamo.reset()
+    q, _ = torch.compile(op, backend=COMPILE_BACKEND, fullgraph=True)(x, "silu", 64, torch.float8_e5m2)
+    assert q.dtype == torch.float8_e5m2
+    torch._dynamo.reset()

@@ -330,6 +330,7 @@ def test_autograd_x_only_and_transpose_output():
 # positions outside the table, bad arguments
 
 
+@pytest.mark.eager_host_checks
 def test_positions_out_of_range_raise_when_checked(monkeypatch):
     x = torch.randn(3, 2, 2, 64, device=DEVICE)
     cos = sin = torch.randn(10, 1, 1, 32, device=DEVICE)

@@ -45,16 +45,19 @@ def supported_quant_dtypes(device: torch.device) -> tuple[torch.dtype, ...]:
     return (torch.float8_e5m2, torch.int8)
 
 
+@torch.compiler.assume_constant_result
+def _unsupported(device_type: str, index: int | None, dtype: torch.dtype) -> str:
+    """"" where ``dtype`` is storable on the device, else the names of those that are. A
+    constant to torch.compile (evaluated while tracing, not traced: a device's formats do
+    not change), so a compiled call checks as an eager one does."""
+    supported = supported_quant_dtypes(torch.device(device_type, index))
+    return "" if dtype in supported else ", ".join(str(d) for d in supported)
+
+
 def check_quant_dtype_supported(op: str, name: str, dtype: torch.dtype, device: torch.device) -> None:
-    """A ValueError naming the dtypes ``device`` supports where ``dtype`` is not one.
-    Eager calls only: while torch.compile traces, the device query behind it becomes a
-    graph node rather than a constant (a compiled call with such a dtype fails as its
-    kernel compiles)."""
-    if torch.compiler.is_compiling():
-        return
-    supported = supported_quant_dtypes(device)
-    if dtype not in supported:
-        names = ", ".join(str(d) for d in supported)
+    """A ValueError naming the dtypes ``device`` supports where ``dtype`` is not one."""
+    names = _unsupported(device.type, device.index, dtype)
+    if names:
         raise ValueError(f"{op}: {name} of dtype {dtype} cannot be written on {device} (this device supports "
                          f"{names}; get_fp8_e4m3_dtype() picks its e4m3)")
 
