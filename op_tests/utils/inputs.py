@@ -26,10 +26,11 @@ _NAN_BYTE = {torch.float8_e4m3fnuz: 0x80, torch.float8_e5m2fnuz: 0x80}  # fnuz: 
 
 
 def poison(t: torch.Tensor) -> torch.Tensor:
-    """``t`` filled in place with NaN (fp8: its NaN byte; int8: 0x5A), returned. A tensor
-    that requires grad is left alone: no op output starts as one (torch.compile's own
-    leaves do, where a test patches torch.empty)."""
-    if t.requires_grad:
+    """``t`` filled in place with NaN (fp8: its NaN byte; int8: 0x5A), returned. Left alone:
+    a tensor that requires grad (no op output starts as one; torch.compile's own leaves
+    do, where a test patches torch.empty), and any while torch.compile traces (the fill
+    would join the compiled graph; inductor cannot build an fp8 fill)."""
+    if t.requires_grad or torch.compiler.is_compiling():
         return t
     if t.dtype.is_floating_point and t.element_size() == 1:
         t.view(torch.uint8).fill_(_NAN_BYTE.get(t.dtype, 0x7F))
