@@ -51,6 +51,10 @@ def _act_quant_kernel(
     ``act_and_mul``. per_token: grid (row blocks,), a program owns whole rows."""
     x_dtype = x_ptr.dtype.element_ty
     q_dtype = q_ptr.dtype.element_ty
+    # fp32 whatever the launcher typed them (inductor passes Python floats of a traced
+    # launch as fp64; div_rn takes fp32 only)
+    eps, min_scale = tl.cast(eps, tl.float32), tl.cast(min_scale, tl.float32)
+    q_min, q_max = tl.cast(q_min, tl.float32), tl.cast(q_max, tl.float32)
     if MODE == "per_token":
         pid_m = tl.program_id(0)
     else:
