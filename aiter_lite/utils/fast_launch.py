@@ -117,8 +117,7 @@ def _key(args: tuple, names: tuple = ()) -> tuple | None:
             if a.requires_grad and torch.is_grad_enabled():
                 return None
             ptr = a.data_ptr()
-            j = first.setdefault(ptr, i)
-            key += (a.shape, a.stride(), a.dtype, a.device, ptr & 15, i if j != i and not a.numel() else j)
+            key += (a.shape, a.stride(), a.dtype, a.device, ptr & 15, first.setdefault(ptr, i) if a.numel() else i)
         else:
             key += (a.__class__, a)
     return tuple(key)
@@ -145,9 +144,8 @@ def _replay(compiled, grid: tuple, template: list, subs: tuple, allocs: tuple, r
     for k, (size, stride, dtype, device) in enumerate(allocs):
         lines.append(f"    out{k} = empty_strided({bind('size', size)}, {bind('stride', stride)}, "
                      f"dtype={bind('dtype', dtype)}, device={bind('device', device)})")
-    names = [bind("arg", a) for a in template]
-    for pos, source, i in subs:
-        names[pos] = f"out{i}" if source else f"inputs[{i}]"
+    call_tensors = {pos: f"out{i}" if source else f"inputs[{i}]" for pos, source, i in subs}
+    names = [call_tensors[pos] if pos in call_tensors else bind("arg", a) for pos, a in enumerate(template)]
     g0, g1, g2 = (*grid, 1, 1)[:3]
     lines.append(f"    run({int(g0)}, {int(g1)}, {int(g2)}, stream, function, packed, None, None, None, "
                  f"{', '.join(names)})")
