@@ -1,28 +1,42 @@
-"""Eager launches with the host work of a repeated call done once.
+"""Eager launches with the host work of a repeated call done once, only where that is sound.
 
 An op's wrapper checks its arguments, picks a launch config, makes 2-D views and
 launches through Triton's ``kernel[grid](...)``, which binds and specializes every
 argument and formats a cache key on each call: 40-60 us on a slow host for a kernel
 of 2-5 us at decode sizes. A serving loop calls each op with the same shapes step
-after step, so :func:`planned` keeps, per op, the launch a first call made, under a
-key of what all that host work depends on (each tensor's shape, strides, dtype,
-device and 16-byte alignment; every other argument's value; the current device and
-stream): the compiled kernel, its grid and every argument but the call's tensors. A
-later call with the same key launches it directly, as torch.compile's generated code
-does, allocating the outputs an allocating op returns.
+after step, so :func:`planned` keeps, per op, the launch a call made, under a key of
+what all that host work depends on (each tensor's shape, strides, dtype, device and
+16-byte alignment, which inputs share memory; every other argument's value; the
+current device and stream): the compiled kernel, its grid and every argument but the
+call's tensors. A later call with the same key launches it directly, as
+torch.compile's generated code does, allocating the outputs an allocating op returns.
 
     @planned
     def static_per_tensor_quant_fp8_i8(qx, x_in, scale_in):
         ...checks, config, views, launch(kernel, grid, *args, **meta); return qx
 
-A plan is kept only when the recorded call made exactly one launch whose tensor
-arguments are the caller's tensors (or views of them: matched by data pointer), the
-tensors it returned, or buffers the op declared persistent (:func:`keep`), and the op
-did not check tensor values on the host (:func:`refuse`). Inputs sharing a data pointer
-(``q_out=q``) are part of the key: a call aliases its inputs as the recorded one did.
+Why a plan gives the checked path's answer, checked rather than assumed:
+
+* a plan repeats exactly what it can see: allocations and one launch. The recorded
+  call runs under a dispatch mode (:class:`_Watch`) that sees every aten op the checked
+  path runs; any op besides an allocation or a view (a copy, a fill, a computation, a
+  read of a tensor's value on the host: ``.item()``, ``int(t)``, ``bool(t)``, a copy to
+  the CPU; an op whose output shape depends on values) makes the key unplannable, for
+  good. A tensor argument on the CPU (values a GPU kernel cannot read, so the wrapper
+  reads them: ``.tolist()`` of a CPU tensor reaches no dispatcher) has no key;
+* every launch argument that is a tensor must be one of the call's tensors, a tensor
+  it returns, or a buffer declared persistent (:func:`keep`, ``utils.launch.stream_buffer``);
+* a call is recorded the second time its key is seen, not the first: a new signature
+  (a new prefill length, say) costs the checked path and a key, nothing more;
+* ``op_tests/integration/test_plans.py`` replays every registered op's plan with fresh
+  argument values of the same key and compares it with the checked path, bit for bit.
+
 Nothing is cached under Triton's interpreter, while torch.compile traces, during
 CUDA-graph capture, while autograd records (a tensor requiring grad), with DEBUG
-logging or launch hooks (profilers) on, or with ``AITER_FAST_LAUNCH=0``.
+logging or launch hooks (profilers) on, inside :func:`plans_off` (this thread), or
+with ``AITER_FAST_LAUNCH=0``. A plan calls the compiled kernel's launcher with the
+calling convention of Triton's own ``CompiledKernel[grid]`` runner; where the installed
+Triton's runner does not have it, plans are off.
 """
 
 from __future__ import annotations
@@ -30,10 +44,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import logging
+import re
 import threading
 from typing import Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from aiter_lite import envs
 from aiter_lite.utils.checks import TRITON_INTERPRET
@@ -46,29 +63,50 @@ try:
 except ImportError:  # Triton before knobs: its hooks live on CompiledKernel
     from triton.compiler import CompiledKernel as _hooks
 
-__all__ = ["planned", "launch", "keep", "refuse", "record", "plans_off", "plan_count", "fast_launch_enabled", "reset"]
+__all__ = ["planned", "launch", "keep", "refuse", "unwatched", "record", "plans_off", "plan_count",
+           "fast_launch_enabled", "reset"]
 
 _MAX_PLANS = 4096
+# A CPU tensor given to a GPU op holds values the wrapper reads on the host (positions to
+# check, an image size): no key. (The recording logic's own tests run on CPU tensors.)
+_CPU_IS_HOST = True
 _state = threading.local()
 _enabled: bool | None = None
 _all_plans: list[Plans] = []
+_log = logging.getLogger("aiter_lite")
+
+
+def _launcher_convention() -> bool:
+    """Whether Triton's ``CompiledKernel[grid]`` runner calls ``run(g0, g1, g2, stream, function,
+    packed_metadata, launch_metadata, enter_hook, exit_hook, *args)``, the call a plan makes."""
+    from triton.compiler.compiler import CompiledKernel
+
+    try:
+        source = re.sub(r"\s+", "", inspect.getsource(CompiledKernel.__getitem__))
+    except (OSError, TypeError):
+        return False
+    return "self.run(grid[0],grid[1],grid[2],stream,self.function,self.packed_metadata,launch_metadata," in source
 
 
 def fast_launch_enabled() -> bool:
-    """Whether plans are kept: a GPU, not the interpreter, AITER_FAST_LAUNCH not 0."""
+    """Whether plans are kept: a GPU, not the interpreter, AITER_FAST_LAUNCH not 0, and a
+    Triton whose launcher convention plans know."""
     global _enabled
     if _enabled is None:
         _enabled = not TRITON_INTERPRET and torch.cuda.is_available() and envs.fast_launch()
+        if _enabled and not _launcher_convention():
+            _log.warning("aiter_lite: launch plans off: this Triton's CompiledKernel launcher takes other arguments")
+            _enabled = False
     return _enabled
 
 
 def plan_count() -> int:
     """Plans held, over every op."""
-    return sum(plan is not _REFUSED for plans in _all_plans for plan in plans.entries.values())
+    return sum(callable(plan) for plans in _all_plans for plan in plans.entries.values())
 
 
 def reset() -> None:
-    """Forget every plan and re-read AITER_FAST_LAUNCH (tests)."""
+    """Forget every plan and every key seen, and re-read AITER_FAST_LAUNCH (tests, benchmarks)."""
     global _enabled
     for plans in _all_plans:
         plans.entries.clear()
@@ -77,15 +115,13 @@ def reset() -> None:
 
 @contextlib.contextmanager
 def plans_off():
-    """No plan used or made inside: every call takes the checked path (tests and
-    benchmarks compare the two)."""
-    global _enabled
-    was = fast_launch_enabled()
-    _enabled = False
+    """No plan used or made inside, in this thread: every call takes the checked path
+    (tests and benchmarks compare the two)."""
+    _state.off = getattr(_state, "off", 0) + 1
     try:
         yield
     finally:
-        _enabled = was
+        _state.off -= 1
 
 
 def _quiet() -> bool:
@@ -99,22 +135,32 @@ def _hooked(hook) -> bool:
     return bool(getattr(hook, "calls", hook))
 
 
+@functools.lru_cache(maxsize=1)
+def _driver():
+    """Triton's active driver: the current device and stream as Triton's own launcher reads them."""
+    from triton.runtime import driver
+
+    return driver.active
+
+
 def _device_stream() -> tuple[int, int]:
     """The current device and its current stream (the raw handle Triton launches on)."""
-    device = torch.cuda.current_device()
-    return device, torch._C._cuda_getCurrentRawStream(device)
+    d = _driver()
+    device = d.get_current_device()
+    return device, d.get_current_stream(device)
 
 
 def _key(args: tuple, names: tuple = ()) -> tuple | None:
-    """What the checked path's work depends on; None where autograd records the call.
-    ``names``: the keywords the last arguments were passed by. A tensor's entry ends with
-    the position of the first input on its data pointer (its own when none; empty tensors
-    share no memory), so calls that alias inputs share plans only with calls aliasing alike."""
+    """What the checked path's work depends on; None where autograd records the call or a
+    tensor is on the CPU. ``names``: the keywords the last arguments were passed by. A
+    tensor's entry ends with the position of the first input on its data pointer (its own
+    when none; empty tensors share no memory), so calls that alias inputs share plans only
+    with calls aliasing alike."""
     key = [*_device_stream(), names]
     first: dict = {}
     for i, a in enumerate(args):
         if isinstance(a, torch.Tensor):
-            if a.requires_grad and torch.is_grad_enabled():
+            if (a.requires_grad and torch.is_grad_enabled()) or (a.is_cpu and _CPU_IS_HOST):
                 return None
             ptr = a.data_ptr()
             key += (a.shape, a.stride(), a.dtype, a.device, ptr & 15, first.setdefault(ptr, i) if a.numel() else i)
@@ -191,6 +237,40 @@ class _Lasting(Exception):
     """No call with the recorded call's key can be replayed from a plan."""
 
 
+# What a plan repeats besides its launch: allocations of uninitialized memory. Views cost
+# nothing to repeat (a launch reads their pointers and strides, which the key fixes).
+_ALLOCATIONS = frozenset(
+    op for op in (getattr(torch.ops.aten.empty, "memory_format", None), torch.ops.aten.empty_strided.default,
+                  torch.ops.aten.empty_like.default, torch.ops.aten.new_empty.default,
+                  torch.ops.aten.new_empty_strided.default) if op is not None)
+
+
+class _Watch(TorchDispatchMode):
+    """Sees every aten op a recorded call runs; an op a plan would not repeat (anything but
+    an allocation or a view) refuses the call's key. Ops inside :func:`unwatched` (buffers
+    made once and kept) pass."""
+
+    def __init__(self, rec: _Recording):
+        super().__init__()
+        self.rec = rec
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not (func in _ALLOCATIONS or func.is_view or getattr(_state, "unwatched", 0)):
+            self.rec.refused = self.rec.refused or str(func)
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def unwatched():
+    """Torch work inside is not the recorded call's (a persistent buffer made or grown once,
+    see ``utils.launch.stream_buffer``): it does not refuse the plan."""
+    _state.unwatched = getattr(_state, "unwatched", 0) + 1
+    try:
+        yield
+    finally:
+        _state.unwatched -= 1
+
+
 class _Recording:
     __slots__ = ("launches", "persistent", "result", "refused")
 
@@ -198,7 +278,7 @@ class _Recording:
         self.launches = []
         self.persistent = set()
         self.result = None
-        self.refused = False
+        self.refused: str | bool = False  # what made the key unplannable: an aten op's name, or True
 
     def plan(self, inputs: tuple) -> Callable | None:
         """The plan of the recorded call; None where calls with its key never have one."""
@@ -270,13 +350,15 @@ class _Recording:
         return "out", out_ptr[ptr]
 
 
-_REFUSED = object()  # a key whose calls cannot be replayed: the checked path, not recorded again
+# Entries besides plans: a key seen once (its next call is recorded), and a key whose calls
+# cannot be replayed (the checked path, not recorded again).
+_SEEN = object()
+_REFUSED = object()
 
 
 class Plans:
-    """Launch plans of one op, by the key of its call's arguments; a key whose calls cannot
-    be replayed (two launches, a buffer of the call's own) holds ``_REFUSED``. One lookup a
-    call: a key is a long tuple, hashed and compared on each lookup."""
+    """Launch plans of one op, by the key of its call's arguments. One lookup a call: a key
+    is a long tuple, hashed and compared on each lookup."""
 
     __slots__ = ("entries",)
 
@@ -288,27 +370,38 @@ class Plans:
         """The plans' key of these arguments (the last ones passed by the keywords ``names``),
         or None where no plan is used or made now (plans off, inside another op's recording,
         quiet)."""
-        if (not (_enabled if _enabled is not None else fast_launch_enabled())
+        if (not (_enabled if _enabled is not None else fast_launch_enabled()) or getattr(_state, "off", 0)
                 or getattr(_state, "recording", None) is not None or _quiet()):
             return None
         return _key(inputs, names)
 
-    def keep(self, key: tuple, rec: _Recording, inputs: tuple) -> None:
-        """Keep the recorded call's plan under ``key``, or the key as refused."""
-        plan = rec.plan(inputs)
+    def note(self, key: tuple, value) -> None:
         if len(self.entries) >= _MAX_PLANS:
             self.entries.clear()
-        self.entries[key] = _REFUSED if plan is None else plan
+        self.entries[key] = value
+
+    def record(self, fn: Callable, key: tuple, inputs: tuple, args: tuple, kwargs: dict):
+        """``fn(*args, **kwargs)`` through the checked path, watched; its plan kept under
+        ``key``, or the key as refused."""
+        rec = _state.recording = _Recording()
+        try:
+            with _Watch(rec):
+                rec.result = fn(*args, **kwargs)
+        finally:
+            _state.recording = None
+        plan = rec.plan(inputs)
+        self.note(key, _REFUSED if plan is None else plan)
+        return rec.result
 
 
 def planned(fn=None, *, unless: Callable[[], bool] | None = None):
     """Decorate an op's public function with launch plans: a call whose arguments match
-    an earlier one's key launches that call's kernel directly and returns the same kind of
-    result (its own tensors, or new ones of the recorded shapes). The function's effects
-    on tensors must be its launches through :func:`launch` (a torch op on a tensor, an
-    allocation passed to a kernel and not returned, or two launches: no plan is kept).
-    ``unless``: asked on each call; True runs the checked path (a switch that asks the op
-    to check tensor values on the host)."""
+    an earlier recorded one's key launches that call's kernel directly and returns the same
+    kind of result (its own tensors, or new ones of the recorded shapes). The function's
+    effects on tensors must be its launches through :func:`launch`; where a recorded call
+    did more (a torch op on a tensor, a host read of a value, a buffer of its own passed to
+    a kernel, two launches) no plan is kept. ``unless``: asked on each call; True runs the
+    checked path (a switch that asks the op to check tensor values on the host)."""
     if fn is None:
         return functools.partial(planned, unless=unless)
     plans = Plans()
@@ -326,17 +419,14 @@ def planned(fn=None, *, unless: Callable[[], bool] | None = None):
             plan = plans.entries.get(key)
         except TypeError:  # an unhashable argument: the checked path says what is wrong with it
             return fn(*args, **kwargs)
+        if plan is None:  # a new signature: the checked path and the key, nothing more
+            plans.note(key, _SEEN)
+            return fn(*args, **kwargs)
         if plan is _REFUSED or (unless is not None and unless()):
             return fn(*args, **kwargs)
-        if plan is not None:
-            return plan(inputs, key[1])
-        rec = _state.recording = _Recording()
-        try:
-            rec.result = fn(*args, **kwargs)
-        finally:
-            _state.recording = None
-        plans.keep(key, rec, inputs)
-        return rec.result
+        if plan is _SEEN:
+            return plans.record(fn, key, inputs, args, kwargs)
+        return plan(inputs, key[1])
 
     call.plans = plans
     return call
@@ -351,8 +441,7 @@ def keep(t: torch.Tensor) -> None:
 
 
 def refuse() -> None:
-    """Keep no plan of the call being recorded, nor of calls with its key: the op checked
-    tensor values on the host, which a plan would skip."""
+    """Keep no plan of the call being recorded, nor of calls with its key."""
     rec = getattr(_state, "recording", None)
     if rec is not None:
         rec.refused = True

@@ -57,7 +57,11 @@ def stream_buffer(tag: str, numel: int, dtype: torch.dtype, device: torch.device
     and grown as needed: no allocation per call, and a launch plan may hold it
     (``fast_launch.keep``). A ``zeroed`` buffer starts zeroed, and the kernels given it must
     leave it zeroed when they finish (the interpreter's CPU launches reuse one too, so the
-    CPU tests check that). Under CUDA-graph capture a new one, the graph's own."""
+    CPU tests check that). Under CUDA-graph capture a new one, the graph's own. Declared
+    persistent to a plan being recorded (``fast_launch.keep``); making or growing it is not
+    the recorded call's work."""
+    from aiter_lite.utils import fast_launch
+
     new = torch.zeros if zeroed else torch.empty
     if device.type != "cuda":
         key = (tag, dtype, device.type, None)
@@ -68,8 +72,10 @@ def stream_buffer(tag: str, numel: int, dtype: torch.dtype, device: torch.device
         key = (tag, dtype, index, torch.cuda.current_stream(index).cuda_stream)
     buf = _stream_buffers.get(key)
     if buf is None or buf.numel() < numel:
-        buf = _stream_buffers[key] = new(max(numel, 2 * (0 if buf is None else buf.numel())), dtype=dtype,
-                                         device=device)
+        with fast_launch.unwatched():
+            buf = _stream_buffers[key] = new(max(numel, 2 * (0 if buf is None else buf.numel())), dtype=dtype,
+                                             device=device)
+    fast_launch.keep(buf)
     return buf
 
 

@@ -23,7 +23,7 @@ from aiter_lite.ops.triton._triton_kernels.softmax import (
 )
 from aiter_lite.utils.checks import check_float_tensor, check_triton_device, rows_view
 from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.fast_launch import keep, launch, planned
+from aiter_lite.utils.fast_launch import launch, planned
 from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2, row_warps, split_row_slots
 from aiter_lite.utils.logger import debug_on, log_call
 
@@ -76,7 +76,6 @@ def _launch_rows(x: torch.Tensor, y: torch.Tensor, log: bool, config: SoftmaxLau
     int64 = any(t.shape[0] * max(t.stride(0), t.shape[1]) + t.shape[1] >= 2**31 for t in (x, y))
     if cfg.SPLIT:
         n_segs, slots, phases = split_row_slots("softmax", n_rows, n_cols, cfg.BLOCK_N, x.device, released=True)
-        keep(slots)
         for phase in phases:
             launch(_softmax_split_kernel, (n_rows * n_segs,),
                    x, y, slots, x.stride(0), y.stride(0), n_rows, n_cols, n_segs, LOG=log, PHASE=phase,

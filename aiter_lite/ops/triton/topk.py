@@ -47,7 +47,7 @@ from aiter_lite.ops.triton._triton_kernels.topk import (
 )
 from aiter_lite.utils.checks import TRITON_INTERPRET, check_float_tensor, check_triton_device
 from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.fast_launch import keep, launch, planned
+from aiter_lite.utils.fast_launch import launch, planned
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2, num_sms, stream_buffer
 from aiter_lite.utils.logger import debug_on, log_call
 
@@ -248,8 +248,6 @@ def _filter_rows(x, x_strides, n, values, indices, out_strides, n_rows, inner, k
     # the kernel leaves its work words zeroed (module doc): both buffers are the stream's own
     work = stream_buffer("topk_work", 4 * n_rows + 1, torch.int32, x.device, zeroed=True)
     scratch = stream_buffer("topk_scratch", n_rows * width, torch.int64, x.device, zeroed=False)
-    keep(work)
-    keep(scratch)
     for meta in launches:
         launch(_topk_filter_kernel, grid, x, work, scratch, values, indices, *x_strides, *out_strides, width, n_rows,
                inner, n, *sizes, **meta)

@@ -55,7 +55,7 @@ from aiter_lite.utils.checks import (
     rows_view,
 )
 from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.fast_launch import keep, launch, planned
+from aiter_lite.utils.fast_launch import launch, planned
 from aiter_lite.utils.launch import (
     WARP_SIZE,
     cdiv,
@@ -314,7 +314,6 @@ def _launch_dynamic_per_tensor(x2, q2, scale, config: QuantLaunchConfig | None =
     q_min, q_max = quant_range(q2.dtype)
     # three int32 words the kernels leave zeroed when they finish
     work = stream_buffer("quant_per_tensor", 3, torch.int32, x2.device, zeroed=True)
-    keep(work)
     if not cfg.LOOPED:
         tiles = cdiv(n_rows, cfg.BLOCK_M) * cdiv(n_cols, cfg.BLOCK_N)
         stride = max(x2.stride(0), q2.stride(0))
