@@ -104,7 +104,7 @@ def main():
                     kw = dict(residual=torch.randn_like(x), residual_out=torch.empty_like(x))
 
                 def run(c, _):
-                    nm.norm_fwd(x, y, w, b, 1e-6, is_rms=rms, config=c, **kw)
+                    nm._launch_norm_fwd(x, y, w, b, 1e-6, rms, config=c, **kw)
                 if a.evict:  # the default's tile and each in-register candidate with every hint
                     tiles = [dataclasses.replace(default, EVICT="")] + [c for c in cands if not c.LOOPED]
                     cands = [dataclasses.replace(c, EVICT=ev) for c in tiles for ev in a.evict.split(",")] + [
@@ -116,12 +116,14 @@ def main():
             else:
                 default = nm.norm_bwd_launch_config(m, n, dev, rms)
                 cands = [(None, None)] + list(bwd_configs(n, sms, a.fams, [int(v) for v in a.mults.split(",")]))
-                nm.norm_fwd(x, y, w, b, 1e-6, is_rms=rms, rstd=rstd, mean=mean)
+                nm._launch_norm_fwd(x, y, w, b, 1e-6, rms, rstd=rstd, mean=mean)
                 nbytes = 6 * m * n
+                dx, dw = torch.empty_like(x), torch.empty(n, dtype=w.dtype, device=dev)
+                db = None if rms else torch.empty(n, dtype=w.dtype, device=dev)
 
                 def run(c, progs):
-                    nm.norm_bwd(dy, x, w, mean, rstd, is_rms=rms, weight_offset=0.0, need_dw=True,
-                                need_db=not rms, dx_dtype=x.dtype, config=None if c is None else (c, progs))
+                    nm._launch_norm_bwd(dy, x, w, mean, rstd, dx, dw, db, rms, 0.0,
+                                        None if c is None else nm.NormBwdLaunchConfig(c, progs))
             res = []
             for c, progs in cands:
                 try:

@@ -1,12 +1,20 @@
 """Argument checks shared by the public wrappers.
 
-Each raises ``TypeError`` (wrong kind or dtype) or ``ValueError`` (wrong shape,
-layout or device) with the op's name, the argument, what was expected and what
-was given. They are plain attribute checks: cheap enough for every call.
+Each raises ``TypeError`` (wrong kind or dtype) or ``ValueError`` (wrong value, shape,
+layout or device) with the op's name, the argument, what was expected and what was
+given. They are plain attribute checks: cheap enough for every call.
+
+Scalars follow one rule, whatever the op: a flag (:func:`check_bool`) is a bool or the
+int 0 or 1 (the dispatcher passes either to a ``bool`` schema argument, and aiter's
+callers write both); a count or index (:func:`check_int`) is an int and never a bool
+(``True`` as a count is a mistake); a real (:func:`check_real`) is an int or a float,
+never a bool, and finite.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 
 import torch
@@ -16,6 +24,45 @@ _FLOAT_DTYPE_NAMES = "float32, float16 or bfloat16"
 
 # Triton reads TRITON_INTERPRET when a kernel module is imported; so do we.
 TRITON_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def check_bool(op: str, name: str, value) -> bool:
+    """A flag: ``True`` / ``False`` or the int 0 / 1; returned as a bool."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{op}: {name} must be a bool, got {value!r}")
+
+
+def check_int(op: str, name: str, value, lo: int | None = None, hi: int | None = None, what: str = "") -> int:
+    """An int (not a bool) in [lo, hi] where those are given; ``what``, after the range in
+    the message, says why the range."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        bounds = f"[{lo}, {hi}]" if lo is not None and hi is not None else f">= {lo}" if lo is not None else f"<= {hi}"
+        raise ValueError(f"{op}: {name} must be {'in ' if hi is not None and lo is not None else ''}{bounds}"
+                         f"{f' {what}' if what else ''}, got {value}")
+    return value
+
+
+def check_real(op: str, name: str, value, *, positive: bool = False) -> float:
+    """A finite real number (an int or a float, not a bool), > 0 where ``positive``; as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{op}: {name} must be a real number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or (positive and not value > 0):
+        raise ValueError(f"{op}: {name} must be {'positive and ' if positive else ''}finite, got {value}")
+    return value
+
+
+def check_choice(op: str, name: str, value, choices: tuple) -> str:
+    """One of ``choices`` (strings)."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{op}: {name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
 
 
 def check_float_tensor(op: str, name: str, t) -> None:

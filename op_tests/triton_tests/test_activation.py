@@ -232,7 +232,7 @@ BAD_ELEMENTWISE = [
     ("not a tensor", lambda: act.silu([1.0, 2.0]), TypeError, "x must be a torch.Tensor"),
     ("int", lambda: act.relu(_x().to(torch.int32)), TypeError, "x must be float32"),
     ("strided last dim", lambda: act.gelu(_x(4, 32)[:, ::2]), ValueError, "x must have unit stride"),
-    ("approximate", lambda: act.gelu(_x(), approximate="erf"), ValueError, "approximate must be 'none' or 'tanh'"),
+    ("approximate", lambda: act.gelu(_x(), approximate="erf"), ValueError, "approximate must be one of 'none', 'tanh'"),
 ]
 
 
@@ -261,7 +261,7 @@ def test_opcheck_act_launch(gated):
 
     x = make_rows(5, 64, torch.float32)
     y = torch.empty(5, 32 if gated else 64, device=DEVICE)
-    opcheck(torch.ops.aiter_lite.act_launch, (x, y, "silu", gated))
+    opcheck(torch.ops.aiter_lite.launch_act_and_mul, (x, y, "silu", gated))
 
 
 def test_compiled_activations():

@@ -333,7 +333,7 @@ def test_every_output_written(geometry):
     x = make_rows(70, n_experts, torch.float32)
     bias = torch.randn(n_experts, device=DEVICE) if has_bias else None
     w, ids = poisoned((70, topk), torch.float32), torch.full((70, topk), -1, dtype=torch.int32, device=DEVICE)
-    tri._launch(x, bias, w, ids, groups, kept, has_bias, True, 2.0)
+    tri._launch_moe_routing(x, bias, w, ids, groups, kept, has_bias, True, 2.0)
     w_ref, ids_ref = ref.moe_routing(x, topk, scoring_func="sigmoid" if has_bias else "softmax", renormalize=True,
                                      num_expert_group=groups, topk_group=kept, correction_bias=bias,
                                      routed_scaling_factor=2.0)
@@ -354,7 +354,7 @@ def test_launch_config():
 
 
 def test_empty_batch_launches_nothing(monkeypatch):
-    monkeypatch.setattr(tri, "_launch", lambda *a: pytest.fail("launched for 0 tokens"))
+    monkeypatch.setattr(tri, "_launch_moe_routing", lambda *a: pytest.fail("launched for 0 tokens"))
     w, ids = tri.biased_grouped_topk(make_rows(0, 256, torch.bfloat16), torch.zeros(256, device=DEVICE), 8, 8, 4, True)
     assert w.shape == ids.shape == (0, 8) and w.dtype == torch.float32 and ids.dtype == torch.int32
 
@@ -367,8 +367,8 @@ def test_opcheck_and_compile():
     x = make_rows(5, 64, torch.float32)
     bias = torch.randn(64, device=DEVICE)
     w, ids = torch.empty(5, 4, device=DEVICE), torch.empty(5, 4, dtype=torch.int32, device=DEVICE)
-    opcheck(torch.ops.aiter_lite.moe_routing_launch, (x, bias, w, ids, 8, 2, True, True, 2.5))
-    opcheck(torch.ops.aiter_lite.moe_routing_launch, (x, None, w, ids, 1, 1, False, False, 1.0))
+    opcheck(torch.ops.aiter_lite.launch_moe_routing, (x, bias, w, ids, 8, 2, True, True, 2.5))
+    opcheck(torch.ops.aiter_lite.launch_moe_routing, (x, None, w, ids, 1, 1, False, False, 1.0))
     torch._dynamo.reset()
 
     def route(x, bias):
@@ -402,7 +402,7 @@ def _bad_calls():
         (ValueError, r"topk must be in \[1, 64\] .* got 65", lambda: tri.topk_softmax(x, 65, True)),
         (TypeError, "topk must be an int, got float", lambda: tri.topk_softmax(x, 2.0, True)),
         (TypeError, "topk must be an int, got bool", lambda: tri.topk_softmax(x, True, True)),
-        (TypeError, "renormalize must be a bool, got int", lambda: tri.topk_softmax(x, 2, 1)),
+        (TypeError, "renormalize must be a bool, got 2", lambda: tri.topk_softmax(x, 2, 2)),
         (ValueError, r"num_expert_group \(3\) must divide the expert count 64",
          lambda: tri.grouped_topk(x, 2, 3, 1, True)),
         (ValueError, r"num_expert_group must be in \[1, 64\] .* got 0", lambda: tri.grouped_topk(x, 2, 0, 1, True)),
@@ -410,7 +410,7 @@ def _bad_calls():
         (ValueError, r"topk_group must be in \[1, 8\] .* got 0", lambda: tri.grouped_topk(x, 2, 8, 0, True)),
         (ValueError, r"topk must be in \[1, 16\] \(at most the 16 experts of the 2 kept groups\), got 17",
          lambda: tri.grouped_topk(x, 17, 8, 2, True)),
-        (ValueError, "scoring_func must be one of softmax, sigmoid, got 'relu'",
+        (ValueError, "scoring_func must be one of 'softmax', 'sigmoid', got 'relu'",
          lambda: tri.grouped_topk(x, 2, 8, 2, True, "relu")),
         (TypeError, "routed_scaling_factor must be a real number, got str",
          lambda: tri.grouped_topk(x, 2, 8, 2, True, "softmax", "2.5")),

@@ -115,7 +115,7 @@ def test_bad_arguments():
     x = torch.randn(2, 3, device=DEVICE)
     with pytest.raises(TypeError, match="softmax: x must be float32, float16 or bfloat16, got torch.int64"):
         tri.softmax(x.long())
-    with pytest.raises(ValueError, match=r"log_softmax: dim must be in \[-2, 1\] for input of shape \(2, 3\), got 2"):
+    with pytest.raises(ValueError, match=r"log_softmax: dim must be in \[-2, 1\] for x of shape \(2, 3\), got 2"):
         tri.log_softmax(x, 2)
     with pytest.raises(TypeError, match="softmax: dim must be an int, got float"):
         tri.softmax(x, 1.0)

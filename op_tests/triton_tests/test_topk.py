@@ -274,8 +274,8 @@ def _bad_calls():
         (TypeError, "dim must be an int, got float", lambda: topk(x, 2, 1.0)),
         (ValueError, r"dim must be in \[-2, 1\] for x of shape \(3, 10\), got 2", lambda: topk(x, 2, 2)),
         (ValueError, r"dim must be in \[-2, 1\] .*got -3", lambda: topk(x, 2, -3)),
-        (TypeError, "largest must be a bool, got int", lambda: topk(x, 2, largest=1)),
-        (TypeError, "sorted must be a bool, got str", lambda: topk(x, 2, sorted="yes")),
+        (TypeError, "largest must be a bool, got 2", lambda: topk(x, 2, largest=2)),
+        (TypeError, "sorted must be a bool, got 'yes'", lambda: topk(x, 2, sorted="yes")),
     ]
 
 
@@ -305,7 +305,7 @@ def test_opcheck_topk_launch():
     x = make_rows(5, 40, torch.float32, lead=(3,))  # (3, 5, 40), selected along dim 1
     values = torch.empty(3, 4, 40, device=DEVICE)
     indices = torch.empty(3, 4, 40, dtype=torch.int64, device=DEVICE)
-    opcheck(torch.ops.aiter_lite.topk_launch, (x, values, indices, 4, 1, True))
+    opcheck(torch.ops.aiter_lite.launch_topk, (x, values, indices, 4, 1, True))
 
 
 def test_compiled_topk():

@@ -7,7 +7,7 @@ from aiter_lite.ops.native.normalization import layernorm as ref_ln
 from aiter_lite.ops.native.normalization import rmsnorm as ref_rms
 from aiter_lite.ops.triton.normalization import layernorm as tri_ln
 from aiter_lite.ops.triton.normalization import rmsnorm as tri_rms
-from aiter_lite.ops.triton.normalization.norm import NormLaunchConfig
+from aiter_lite.ops.triton.normalization.norm import NormBwdLaunchConfig, NormLaunchConfig
 from op_tests.utils.checks import assert_close, tolerance
 from op_tests.utils.device import DEVICE, by_device
 
@@ -91,8 +91,8 @@ LOOPED_FWD = {
     "split_narrow": NormLaunchConfig(1, 64, 4, False, SPLIT=True),  # 129 = 2 x 64 + one column
 }
 BWD_REGIMES = {
-    "looped": ((NormLaunchConfig(2, 64, 4, True), 3), 300),  # (config, programs), N
-    "multirow": ((NormLaunchConfig(4, 128, 4, False), 5), 100),
-    "multirow_prefetch": ((NormLaunchConfig(4, 128, 4, False, PREFETCH=True), 5), 100),
-    "row_prefetch": ((NormLaunchConfig(1, 128, 4, False, PREFETCH=True), 4), 127),
+    "looped": (NormBwdLaunchConfig(NormLaunchConfig(2, 64, 4, True), 3), 300),  # (config, N)
+    "multirow": (NormBwdLaunchConfig(NormLaunchConfig(4, 128, 4, False), 5), 100),
+    "multirow_prefetch": (NormBwdLaunchConfig(NormLaunchConfig(4, 128, 4, False, PREFETCH=True), 5), 100),
+    "row_prefetch": (NormBwdLaunchConfig(NormLaunchConfig(1, 128, 4, False, PREFETCH=True), 4), 127),
 }

@@ -16,16 +16,18 @@ import torch
 
 from aiter_lite.ops.triton._triton_kernels.activation import _act_and_mul_kernel
 from aiter_lite.utils.checks import (
+    check_choice,
     check_float_tensor,
     check_same_device,
     check_triton_device,
     check_unit_last_stride,
     rows_view,
 )
-from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.fast_launch import launch, planned
+from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms
 from aiter_lite.utils.logger import debug_on, log_call
+from aiter_lite.utils.registry import public_op
 
 __all__ = [
     "silu_and_mul",
@@ -94,14 +96,10 @@ def act_launch_config(n_rows: int, n_cols: int, device: torch.device | None = No
     return ActLaunchConfig(block_m, block_n, num_warps)
 
 
-def _launch(
-    x2: torch.Tensor,
-    y2: torch.Tensor,
-    activation: str,
-    gated: bool,
-    config: ActLaunchConfig | None = None,
-) -> None:
-    """Run the kernel over 2-D views; ``config`` pins a launch (tests, tuning)."""
+@launcher(mutates=("y2",))
+def _launch_act_and_mul(x2: torch.Tensor, y2: torch.Tensor, activation: str, gated: bool,
+                        config: ActLaunchConfig | None = None) -> None:
+    """The kernel over 2-D views; ``config`` pins a launch (tests, tuning)."""
     n_rows, n_cols = y2.shape
     cfg = config or act_launch_config(n_rows, n_cols, y2.device)
     row_blocks = cdiv(n_rows, cfg.BLOCK_M)
@@ -112,12 +110,7 @@ def _launch(
     max_offset = row_blocks * cfg.BLOCK_M * max(x2.stride(0), y2.stride(0)) + col_blocks * cfg.BLOCK_N + n_cols
     launch(
         _act_and_mul_kernel, grid,
-        x2,
-        y2,
-        x2.stride(0),
-        y2.stride(0),
-        n_rows,
-        n_cols,
+        x2, y2, x2.stride(0), y2.stride(0), n_rows, n_cols,
         ACTIVATION=activation,
         GATED=gated,
         INT64=max_offset >= 2**31,
@@ -129,13 +122,7 @@ def _launch(
     )
 
 
-@launch_op("act_launch", mutates_args=("y2",))
-def _run(x2: torch.Tensor, y2: torch.Tensor, activation: str, gated: bool) -> None:
-    """The default launch; a torch.ops.aiter_lite custom op under torch.compile."""
-    _launch(x2, y2, activation, gated)
-
-
-@planned
+@public_op(mutates=("out",))
 def act_and_mul(
     out: torch.Tensor,
     input: torch.Tensor,
@@ -143,9 +130,7 @@ def act_and_mul(
     config: ActLaunchConfig | None = None,
 ) -> torch.Tensor:
     """``out = act(input[..., :d]) * input[..., d:]``, d = input.shape[-1] // 2; returns ``out``."""
-    op = f"{activation}_and_mul"
-    if activation not in _ACTIVATIONS:
-        raise ValueError(f"act_and_mul: activation must be one of {', '.join(_ACTIVATIONS)}, got {activation!r}")
+    op = f"{check_choice('act_and_mul', 'activation', activation, _ACTIVATIONS)}_and_mul"
     check_float_tensor(op, "input", input)
     check_float_tensor(op, "out", out)
     if input.dim() == 0 or input.shape[-1] % 2:
@@ -162,33 +147,30 @@ def act_and_mul(
         log_call(op, out=out, input=input)
     if out.numel() == 0:
         return out
-    x2, y2 = rows_view(op, "input", input, writable=False), rows_view(op, "out", out, writable=True)
-    if config is None:
-        _run(x2, y2, activation, True)
-    else:  # a pinned launch (tests, tuning)
-        _launch(x2, y2, activation, True, config)
+    _launch_act_and_mul(rows_view(op, "input", input, writable=False), rows_view(op, "out", out, writable=True),
+                        activation, True, config)
     return out
 
 
-@planned
+@public_op(mutates=("out",))
 def silu_and_mul(out: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
     """``out = silu(input[..., :d]) * input[..., d:]`` (SwiGLU); returns ``out``."""
     return act_and_mul(out, input, "silu")
 
 
-@planned
+@public_op(mutates=("out",))
 def gelu_and_mul(out: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
     """``out = gelu(input[..., :d]) * input[..., d:]`` with exact (erf) GELU (GeGLU); returns ``out``."""
     return act_and_mul(out, input, "gelu")
 
 
-@planned
+@public_op(mutates=("out",))
 def gelu_tanh_and_mul(out: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
     """``out = gelu_tanh(input[..., :d]) * input[..., d:]``; returns ``out``."""
     return act_and_mul(out, input, "gelu_tanh")
 
 
-@planned
+@public_op(buffers=("out",))
 def fused_silu_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """Allocating SwiGLU: ``silu(x[..., :d]) * x[..., d:]`` into ``out`` (allocated when None)."""
     if out is None:
@@ -210,34 +192,33 @@ def _elementwise(op: str, x: torch.Tensor, activation: str) -> torch.Tensor:
         return y
     if not x.is_contiguous():
         x2 = rows_view(op, "x", x, writable=False)
-        _run(x2, y.view(x2.shape), activation, False)
+        _launch_act_and_mul(x2, y.view(x2.shape), activation, False)
         return y
     # Contiguous: rows of _FLAT_WIDTH whatever the shape (full-width tiles even when
     # the last dim is tiny), plus one short row for the remainder.
     xf, yf = x.view(-1), y.view(-1)
     main = xf.numel() - xf.numel() % _FLAT_WIDTH
     if main:
-        _run(xf[:main].view(-1, _FLAT_WIDTH), yf[:main].view(-1, _FLAT_WIDTH), activation, False)
+        _launch_act_and_mul(xf[:main].view(-1, _FLAT_WIDTH), yf[:main].view(-1, _FLAT_WIDTH), activation, False)
     if main < xf.numel():
-        _run(xf[main:].view(1, -1), yf[main:].view(1, -1), activation, False)
+        _launch_act_and_mul(xf[main:].view(1, -1), yf[main:].view(1, -1), activation, False)
     return y
 
 
-@planned
+@public_op
 def silu(x: torch.Tensor) -> torch.Tensor:
     """``x * sigmoid(x)``."""
     return _elementwise("silu", x, "silu")
 
 
-@planned
+@public_op
 def gelu(x: torch.Tensor, approximate: Literal["none", "tanh"] = "none") -> torch.Tensor:
     """GELU, exact (erf) or with the tanh approximation, as ``torch.nn.functional.gelu``."""
-    if approximate not in ("none", "tanh"):
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    check_choice("gelu", "approximate", approximate, ("none", "tanh"))
     return _elementwise("gelu", x, "gelu" if approximate == "none" else "gelu_tanh")
 
 
-@planned
+@public_op
 def relu(x: torch.Tensor) -> torch.Tensor:
     """``max(x, 0)``, NaN propagating."""
     return _elementwise("relu", x, "relu")

@@ -53,21 +53,25 @@ finite.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 
 import torch
 
 from aiter_lite.ops.triton._triton_kernels.moe_routing import _moe_routing_kernel
 from aiter_lite.utils.checks import (
+    check_bool,
+    check_choice,
     check_float_tensor,
+    check_int,
+    check_real,
     check_same_device,
     check_triton_device,
 )
-from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.fast_launch import launch, planned
+from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms
 from aiter_lite.utils.logger import debug_on, log_call
+from aiter_lite.utils.registry import public_op
 
 __all__ = [
     "MoeRoutingLaunchConfig",
@@ -131,28 +135,6 @@ def moe_routing_launch_config(n_tokens: int, row_tile: int,
 # argument checks
 
 
-def _check_int(op: str, name: str, value, lo: int, hi: int, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__}")
-    if not lo <= value <= hi:
-        raise ValueError(f"{op}: {name} must be in [{lo}, {hi}] ({what}), got {value}")
-    return value
-
-
-def _check_bool(op: str, name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{op}: {name} must be a bool, got {type(value).__name__}")
-    return value
-
-
-def _check_scale(op: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{op}: routed_scaling_factor must be a real number, got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"{op}: routed_scaling_factor must be finite, got {value}")
-    return float(value)
-
-
 def _check_gating(op: str, x) -> int:
     """The (T, E) logits; returns E."""
     check_float_tensor(op, "gating_output", x)
@@ -181,8 +163,10 @@ def _check_bias(op: str, bias, n_experts: int, x: torch.Tensor) -> None:
 # launch
 
 
-def _run(x: torch.Tensor, bias: torch.Tensor | None, weights: torch.Tensor, ids: torch.Tensor,
-         num_expert_group: int, topk_group: int, sigmoid: bool, renormalize: bool, scale: float) -> None:
+@launcher(mutates=("weights", "ids"))
+def _launch_moe_routing(x: torch.Tensor, bias: torch.Tensor | None, weights: torch.Tensor, ids: torch.Tensor,
+                        num_expert_group: int, topk_group: int, sigmoid: bool, renormalize: bool,
+                        scale: float) -> None:
     """One kernel launch over n_tokens >= 1 rows."""
     n_tokens, n_experts = x.shape
     topk = weights.shape[1]
@@ -202,28 +186,21 @@ def _run(x: torch.Tensor, bias: torch.Tensor | None, weights: torch.Tensor, ids:
     )
 
 
-@launch_op("moe_routing", mutates_args=("weights", "ids"))
-def _launch(x: torch.Tensor, bias: torch.Tensor | None, weights: torch.Tensor, ids: torch.Tensor,
-            num_expert_group: int, topk_group: int, sigmoid: bool, renormalize: bool, scale: float) -> None:
-    _run(x, bias, weights, ids, num_expert_group, topk_group, sigmoid, renormalize, scale)
-
-
 def _route(op: str, gating_output, topk, scoring_func, renormalize, num_expert_group, topk_group,
            correction_bias, routed_scaling_factor) -> tuple[torch.Tensor, torch.Tensor]:
     """Checks (errors name ``op``), output allocation, one launch."""
     n_experts = _check_gating(op, gating_output)
-    if scoring_func not in SCORING_FUNCS:
-        raise ValueError(f"{op}: scoring_func must be one of {', '.join(SCORING_FUNCS)}, got {scoring_func!r}")
-    _check_int(op, "num_expert_group", num_expert_group, 1, n_experts, "groups of experts")
+    check_choice(op, "scoring_func", scoring_func, SCORING_FUNCS)
+    check_int(op, "num_expert_group", num_expert_group, 1, n_experts, "(groups of experts)")
     if n_experts % num_expert_group:
         raise ValueError(f"{op}: num_expert_group ({num_expert_group}) must divide the expert count "
                          f"{n_experts} (gating_output shape {tuple(gating_output.shape)})")
-    _check_int(op, "topk_group", topk_group, 1, num_expert_group, "groups kept, at most num_expert_group")
+    check_int(op, "topk_group", topk_group, 1, num_expert_group, "(groups kept, at most num_expert_group)")
     kept_experts = topk_group * (n_experts // num_expert_group)
-    _check_int(op, "topk", topk, 1, kept_experts, "at most the expert count" if topk_group == num_expert_group
-               else f"at most the {kept_experts} experts of the {topk_group} kept groups")
-    renormalize = _check_bool(op, "renormalize", renormalize)
-    scale = _check_scale(op, routed_scaling_factor)
+    check_int(op, "topk", topk, 1, kept_experts, "(at most the expert count)" if topk_group == num_expert_group
+              else f"(at most the {kept_experts} experts of the {topk_group} kept groups)")
+    renormalize = check_bool(op, "renormalize", renormalize)
+    scale = check_real(op, "routed_scaling_factor", routed_scaling_factor)
     if correction_bias is not None:
         _check_bias(op, correction_bias, n_experts, gating_output)
     if debug_on():
@@ -234,12 +211,12 @@ def _route(op: str, gating_output, topk, scoring_func, renormalize, num_expert_g
     weights = torch.empty((n_tokens, topk), dtype=torch.float32, device=gating_output.device)
     ids = torch.empty((n_tokens, topk), dtype=torch.int32, device=gating_output.device)
     if n_tokens:
-        _launch(gating_output, correction_bias, weights, ids, num_expert_group, topk_group,
+        _launch_moe_routing(gating_output, correction_bias, weights, ids, num_expert_group, topk_group,
                 scoring_func == "sigmoid", renormalize, scale)
     return weights, ids
 
 
-@planned
+@public_op
 def moe_routing(gating_output: torch.Tensor, topk: int, *, scoring_func: str = "softmax",
                 renormalize: bool = False, num_expert_group: int = 1, topk_group: int = 1,
                 correction_bias: torch.Tensor | None = None,
@@ -251,13 +228,13 @@ def moe_routing(gating_output: torch.Tensor, topk: int, *, scoring_func: str = "
                   correction_bias, routed_scaling_factor)
 
 
-@planned
+@public_op
 def topk_softmax(gating_output: torch.Tensor, topk: int, renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax over the experts, the ``topk`` largest, optionally renormalized to sum to 1."""
     return _route("topk_softmax", gating_output, topk, "softmax", renormalize, 1, 1, None, 1.0)
 
 
-@planned
+@public_op
 def grouped_topk(gating_output: torch.Tensor, topk: int, num_expert_group: int, topk_group: int,
                  renormalize: bool, scoring_func: str = "softmax",
                  routed_scaling_factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -267,7 +244,7 @@ def grouped_topk(gating_output: torch.Tensor, topk: int, num_expert_group: int, 
                   None, routed_scaling_factor)
 
 
-@planned
+@public_op
 def biased_grouped_topk(gating_output: torch.Tensor, correction_bias: torch.Tensor, topk: int,
                         num_expert_group: int, topk_group: int, renormalize: bool,
                         routed_scaling_factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:

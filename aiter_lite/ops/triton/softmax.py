@@ -21,11 +21,12 @@ from aiter_lite.ops.triton._triton_kernels.softmax import (
     _softmax_looped_kernel,
     _softmax_split_kernel,
 )
-from aiter_lite.utils.checks import check_float_tensor, check_triton_device, rows_view
-from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.fast_launch import launch, planned
+from aiter_lite.utils.checks import check_float_tensor, check_int, check_triton_device, rows_view
+from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2, row_warps, split_row_slots
 from aiter_lite.utils.logger import debug_on, log_call
+from aiter_lite.utils.registry import public_op
 
 __all__ = ["softmax", "log_softmax", "SoftmaxLaunchConfig", "softmax_launch_config"]
 
@@ -70,7 +71,9 @@ def softmax_launch_config(n_rows: int, n_cols: int, device: torch.device | None 
     return SoftmaxLaunchConfig(block_m, block_n, warps, False)
 
 
-def _launch_rows(x: torch.Tensor, y: torch.Tensor, log: bool, config: SoftmaxLaunchConfig | None = None) -> None:
+@launcher(mutates=("y",))
+def _launch_softmax(x: torch.Tensor, y: torch.Tensor, log: bool, config: SoftmaxLaunchConfig | None = None) -> None:
+    """Rows of 2-D x into y by the config's regime: in registers, split over programs, or looped."""
     n_rows, n_cols = x.shape
     cfg = config or softmax_launch_config(n_rows, n_cols, x.device)
     int64 = any(t.shape[0] * max(t.stride(0), t.shape[1]) + t.shape[1] >= 2**31 for t in (x, y))
@@ -89,20 +92,6 @@ def _launch_rows(x: torch.Tensor, y: torch.Tensor, log: bool, config: SoftmaxLau
                LOG=log, INT64=int64, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
 
 
-@launch_op("softmax", mutates_args=("y",))
-def _launch(x: torch.Tensor, y: torch.Tensor, log: bool) -> None:
-    _launch_rows(x, y, log)
-
-
-def _check_dim(op: str, x: torch.Tensor, dim) -> int:
-    if isinstance(dim, bool) or not isinstance(dim, int):
-        raise TypeError(f"{op}: dim must be an int, got {type(dim).__name__}")
-    rank = max(x.dim(), 1)
-    if not -rank <= dim < rank:
-        raise ValueError(f"{op}: dim must be in [{-rank}, {rank - 1}] for input of shape {tuple(x.shape)}, got {dim}")
-    return dim % rank
-
-
 def _new_out(x: torch.Tensor) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
@@ -110,7 +99,8 @@ def _new_out(x: torch.Tensor) -> torch.Tensor:
 def _softmax(op: str, x, dim, log: bool) -> torch.Tensor:
     check_float_tensor(op, "x", x)
     check_triton_device(op, "x", x)
-    dim = _check_dim(op, x, dim)
+    rank = max(x.dim(), 1)
+    dim = check_int(op, "dim", dim, -rank, rank - 1, f"for x of shape {tuple(x.shape)}") % rank
     if debug_on():
         log_call(op, x=x, dim=dim)
     if x.dim() == 0:  # a single element: softmax 1, log_softmax 0 (NaN / inf stay NaN)
@@ -123,17 +113,17 @@ def _softmax(op: str, x, dim, log: bool) -> torch.Tensor:
     y = _new_out(x)
     if x.numel() == 0:
         return y
-    _launch(rows_view(op, "x", x, writable=False), y.view(-1, x.shape[-1]), log)
+    _launch_softmax(rows_view(op, "x", x, writable=False), y.view(-1, x.shape[-1]), log)
     return y
 
 
-@planned
+@public_op
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """``exp(x) / sum(exp(x))`` along ``dim``, as a new tensor of x's dtype."""
     return _softmax("softmax", x, dim, False)
 
 
-@planned
+@public_op
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """``x - log(sum(exp(x)))`` along ``dim``, as a new tensor of x's dtype."""
     return _softmax("log_softmax", x, dim, True)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from dataclasses import dataclass
 
 import torch
@@ -45,11 +44,12 @@ from aiter_lite.ops.triton._triton_kernels.topk import (
     _topk_filter_kernel,
     _topk_kernel,
 )
-from aiter_lite.utils.checks import TRITON_INTERPRET, check_float_tensor, check_triton_device
-from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.fast_launch import launch, planned
+from aiter_lite.utils.checks import TRITON_INTERPRET, check_bool, check_float_tensor, check_int, check_triton_device
+from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2, num_sms, stream_buffer
 from aiter_lite.utils.logger import debug_on, log_call
+from aiter_lite.utils.registry import public_op
 
 __all__ = ["TopkLaunchConfig", "topk", "topk_launch_config"]
 
@@ -278,13 +278,10 @@ def _sort_rows(select, device, n_rows: int, n: int, k: int, cfg: TopkLaunchConfi
     select(keys, None, k, block_m, c, c, 2, cfg.num_warps, from_x=False, final=True)
 
 
-@launch_op("topk", mutates_args=("values", "indices"))
-def _launch(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, k: int, dim: int, largest: bool) -> None:
-    """The default launch; a torch.ops.aiter_lite custom op under torch.compile."""
-    _launch_topk(x, values, indices, k, dim, largest)
-
-
-def _launch_topk(x, values, indices, k, dim, largest, config=None) -> None:
+@launcher(mutates=("values", "indices"))
+def _launch_topk(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, k: int, dim: int, largest: bool,
+                 config: TopkLaunchConfig | None = None) -> None:
+    """The top k of x along ``dim`` into values and indices (x's rank, ``dim`` of size k)."""
     n, inner = x.shape[dim], math.prod(x.shape[dim + 1:])
     x_strides = _row_strides(x, dim)
     if x_strides is None:  # the dims around `dim` need more than two strides: gathered (a copy)
@@ -298,24 +295,11 @@ def _launch_topk(x, values, indices, k, dim, largest, config=None) -> None:
 # the public op
 
 
-def _check_int(name: str, value) -> int:
-    if type(value) is int:
-        return value
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"topk: {name} must be an int, got {type(value).__name__}")
-    return int(value)
-
-
-def _check_bool(name: str, value) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"topk: {name} must be a bool, got {type(value).__name__}")
-
-
 def _new_out(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=device)
 
 
-@planned
+@public_op
 def topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True, *,
          config: TopkLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` largest (``largest=False``: smallest) elements of ``x`` along ``dim``:
@@ -325,14 +309,11 @@ def topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: b
 
     ``config`` pins a launch (tests, tuning)."""
     check_float_tensor("topk", "x", x)
-    k = _check_int("k", k)
-    dim = _check_int("dim", dim)
+    k = check_int("topk", "k", k)
     rank = max(x.dim(), 1)
-    if not -rank <= dim < rank:
-        raise ValueError(f"topk: dim must be in [{-rank}, {rank - 1}] for x of shape {tuple(x.shape)}, got {dim}")
-    dim %= rank
-    _check_bool("largest", largest)
-    _check_bool("sorted", sorted)
+    dim = check_int("topk", "dim", dim, -rank, rank - 1, f"for x of shape {tuple(x.shape)}") % rank
+    largest = check_bool("topk", "largest", largest)
+    sorted = check_bool("topk", "sorted", sorted)
     n = x.shape[dim] if x.dim() else 1
     if not 0 <= k <= n:
         raise ValueError(f"topk: k must be in [0, {n}] (x.shape[{dim}] for x of shape {tuple(x.shape)}), got {k}")
@@ -347,8 +328,5 @@ def topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: b
     shape = (*x.shape[:dim], k, *x.shape[dim + 1:])
     values, indices = _new_out(shape, x.dtype, x.device), _new_out(shape, torch.int64, x.device)
     if values.numel():
-        if config is None:
-            _launch(x, values, indices, k, dim, largest)
-        else:
-            _launch_topk(x, values, indices, k, dim, largest, config)
+        _launch_topk(x, values, indices, k, dim, largest, config)
     return torch.return_types.topk((values, indices))

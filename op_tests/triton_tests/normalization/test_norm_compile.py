@@ -36,20 +36,21 @@ def test_opcheck_norm_fwd(case):
         "ln_stats": (x, y, w, b, 1e-5, False, None, None, None, 0.0, mean, rstd),
         "ln_x_bias": (x, y, None, b, 1e-5, False, r, r_out, w, 0.0, None, None),
     }[case]
-    opcheck(torch.ops.aiter_lite.norm_fwd_launch, args)
+    opcheck(torch.ops.aiter_lite.launch_norm_fwd, args)
 
 
 @pytest.mark.parametrize("is_rms, has_weight", [(True, True), (False, True), (True, False)])
 def test_opcheck_norm_bwd(is_rms, has_weight):
-    # (no weight: neither sum is asked for, and the two empty sums are distinct tensors)
+    # (no weight: neither sum is asked for)
     m = 6
     x, w = make_rows(m, N, torch.float32), weights(N, torch.float32) if has_weight else None
     y, rstd, mean = torch.empty_like(x), torch.empty(m, device=DEVICE), torch.empty(m, device=DEVICE)
-    torch.ops.aiter_lite.norm_fwd_launch(x, y, w, None, 1e-6, is_rms, None, None, None, 0.0, None if is_rms else mean, rstd)
-    dy = torch.randn_like(x)
-    opcheck(torch.ops.aiter_lite.norm_bwd_launch,
-            (dy, x, w, None if is_rms else mean, rstd, is_rms, 0.0, has_weight, has_weight and not is_rms,
-             torch.float32))
+    torch.ops.aiter_lite.launch_norm_fwd(x, y, w, None, 1e-6, is_rms, None, None, None, 0.0, None if is_rms else mean,
+                                         rstd)
+    dy, dx = torch.randn_like(x), torch.empty_like(x)
+    dw = torch.empty(N, device=DEVICE) if has_weight else None
+    db = torch.empty(N, device=DEVICE) if has_weight and not is_rms else None
+    opcheck(torch.ops.aiter_lite.launch_norm_bwd, (dy, x, w, None if is_rms else mean, rstd, dx, dw, db, is_rms, 0.0))
 
 
 def test_compiled_rms_norm_and_fused_add():

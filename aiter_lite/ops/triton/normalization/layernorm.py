@@ -11,19 +11,19 @@ from __future__ import annotations
 import torch
 
 from aiter_lite.ops.triton.normalization.norm import norm, norm_with_add
-from aiter_lite.utils.fast_launch import planned
+from aiter_lite.utils.registry import public_op
 
 __all__ = ["layer_norm", "layernorm2d_fwd_with_add"]
 
 
-@planned
+@public_op
 def layer_norm(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float = 1e-5,
                x_bias: torch.Tensor | None = None, weight_offset: float = 0.0) -> torch.Tensor:
     """LayerNorm of ``input`` (+ x_bias) as a new tensor; differentiable in input, weight, bias, x_bias."""
     return norm("layer_norm", input, weight, bias, eps, is_rms=False, x_bias=x_bias, weight_offset=weight_offset)
 
 
-@planned
+@public_op(mutates=("out", "residual_out"))
 def layernorm2d_fwd_with_add(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                              residual_out: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                              epsilon: float, x_bias: torch.Tensor | None = None,

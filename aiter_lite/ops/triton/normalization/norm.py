@@ -7,7 +7,6 @@ short call into :func:`norm_fwd` or :class:`_NormFunction` here.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, replace
 
 import torch
@@ -20,13 +19,14 @@ from aiter_lite.ops.triton._triton_kernels.normalization.norm import (
 )
 from aiter_lite.utils.checks import (
     check_float_tensor,
+    check_real,
     check_row_input,
     check_same_device,
     check_unit_last_stride,
     rows_view,
 )
-from aiter_lite.utils.custom_ops import launch_op
 from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2, row_warps, split_row_slots
 from aiter_lite.utils.logger import debug_on, log_call
 
@@ -42,6 +42,12 @@ class NormLaunchConfig:
     W_FIRST: bool = False  # forward, in-register tiles: weight and bias loaded with the row, not after the sums
     STATIC: bool = False  # forward, looped: the row width compiled in (the whole loop unrolled; one build per width)
     SPLIT: bool = False  # forward: the row cut into BLOCK_N-wide segments, one program each, held in registers
+
+
+@dataclass(frozen=True)
+class NormBwdLaunchConfig:
+    tile: NormLaunchConfig  # LOOPED tiles are BLOCK_N-wide column blocks of a BLOCK_M-row strip
+    programs: int  # programs along rows (each writes a partial row of the weight / bias sums)
 
 
 # Measured on an H200 (bf16 RMSNorm, M * N = 2^26, scripts/tune_norm.py):
@@ -222,14 +228,15 @@ def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = N
 
 
 @functools.lru_cache(maxsize=1024)
-def norm_bwd_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None, is_rms: bool = True):
-    """Backward: (tile config, programs along rows). LOOPED tiles are column blocks of a row strip."""
+def norm_bwd_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None,
+                           is_rms: bool = True) -> NormBwdLaunchConfig:
+    """Backward tile and programs along rows."""
     block_n = next_power_of_2(n_cols)
     sms = grid_sms(device)
     if not is_rms and block_n >= _BWD_MAX_ROW_IN_REGS:
-        return (_BWD_LOOP_LN if block_n <= 65536 else _BWD_LOOP_LN_WIDE), min(n_rows, sms)
+        return NormBwdLaunchConfig(_BWD_LOOP_LN if block_n <= 65536 else _BWD_LOOP_LN_WIDE, min(n_rows, sms))
     if block_n > _BWD_MAX_ROW_IN_REGS:
-        return _BWD_LOOP, min(n_rows, sms)
+        return NormBwdLaunchConfig(_BWD_LOOP, min(n_rows, sms))
     if block_n <= 512 or (block_n == 1024 and not is_rms):
         block_m = min(8192 // block_n, next_power_of_2(n_rows))
         cfg, programs = NormLaunchConfig(block_m, block_n, 16 if block_n <= 512 else 8, False, PREFETCH=True), sms
@@ -241,19 +248,11 @@ def norm_bwd_launch_config(n_rows: int, n_cols: int, device: torch.device | None
         cfg, programs = NormLaunchConfig(block_m, block_n, 8, False, PREFETCH=True), 2 * sms
     else:  # double-buffering a 16384-wide row spills (10x slower)
         cfg, programs = NormLaunchConfig(1, block_n, 16, False, PREFETCH=block_n <= 8192), sms
-    return cfg, min(cdiv(n_rows, cfg.BLOCK_M), programs)
+    return NormBwdLaunchConfig(cfg, min(cdiv(n_rows, cfg.BLOCK_M), programs))
 
 
 # ---------------------------------------------------------------------------
 # argument checks
-
-
-def check_scalar(op: str, name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{op}: {name} must be a real number, got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"{op}: {name} must be finite, got {value}")
-    return float(value)
 
 
 def check_vector(op: str, name: str, v, n: int, ref: torch.Tensor) -> None:
@@ -292,9 +291,14 @@ def _int64(*tensors_and_rows) -> bool:
                for t in tensors_and_rows)
 
 
-def norm_fwd(x, y, weight, bias, eps, *, is_rms, residual=None, residual_out=None, x_bias=None,
-             weight_offset=0.0, mean=None, rstd=None, config=None) -> None:
-    """Launch the forward kernel over 2-D row views (x, y, residual, residual_out)."""
+@launcher(mutates=("y", "residual_out", "mean", "rstd"))
+def _launch_norm_fwd(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                     eps: float, is_rms: bool, residual: torch.Tensor | None = None,
+                     residual_out: torch.Tensor | None = None, x_bias: torch.Tensor | None = None,
+                     weight_offset: float = 0.0, mean: torch.Tensor | None = None, rstd: torch.Tensor | None = None,
+                     config: NormLaunchConfig | None = None) -> None:
+    """The forward over 2-D row views (x, y, residual, residual_out); the statistics into
+    mean (LayerNorm) and rstd when given."""
     n_rows, n_cols = x.shape
     has_res = residual is not None
     cfg = config or norm_launch_config(n_rows, n_cols, x.device, has_res, is_rms)
@@ -317,28 +321,29 @@ def norm_fwd(x, y, weight, bias, eps, *, is_rms, residual=None, residual_out=Non
         N_STATIC=n_cols if cfg.LOOPED and cfg.STATIC else 0, LOOPED=cfg.LOOPED, BLOCK_M=cfg.BLOCK_M, **flags)
 
 
-def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_db, dx_dtype, config=None,
-             dw_dtype=torch.float32, db_dtype=torch.float32):
-    """dx (rows like x, contiguous), and dweight / dbias as (n_cols,) ``dw_dtype`` / ``db_dtype``
-    (summed in fp32) or None.
-
-    ``config`` pins (tile config, programs along rows), for tests and tuning.
-    """
+@launcher(mutates=("dx", "dweight", "dbias"))
+def _launch_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor | None,
+                     rstd: torch.Tensor, dx: torch.Tensor, dweight: torch.Tensor | None, dbias: torch.Tensor | None,
+                     is_rms: bool, weight_offset: float, config: NormBwdLaunchConfig | None = None) -> None:
+    """dx (rows like x) and, where given, dweight / dbias ((n_cols,), any float dtype: summed
+    in fp32). ``config`` pins a launch (tests, tuning)."""
     n_rows, n_cols = x.shape
-    dx = torch.empty((n_rows, n_cols), dtype=dx_dtype, device=x.device)
-    cfg, programs = config or norm_bwd_launch_config(n_rows, n_cols, x.device, is_rms)
-    col_blocks = cdiv(n_cols, cfg.BLOCK_N)
-    rows_per_program = cdiv(cdiv(n_rows, programs), cfg.BLOCK_M) * cfg.BLOCK_M
+    cfg = config or norm_bwd_launch_config(n_rows, n_cols, x.device, is_rms)
+    tile = cfg.tile
+    col_blocks = cdiv(n_cols, tile.BLOCK_N)
+    rows_per_program = cdiv(cdiv(n_rows, cfg.programs), tile.BLOCK_M) * tile.BLOCK_M
     programs = cdiv(n_rows, rows_per_program)
-    # One program along rows writes the sums themselves, in their final dtype (no cast
+    # One program along rows writes the sums themselves, in their final dtype (no reduction
     # launch: host time is what bounds the backward at decode sizes); more write fp32 partials.
-    dw_part = torch.empty((programs, n_cols), dtype=dw_dtype if programs == 1 else torch.float32,
-                          device=x.device) if need_dw else None
-    db_part = torch.empty((programs, n_cols), dtype=db_dtype if programs == 1 else torch.float32,
-                          device=x.device) if need_db else None
+    def partials(out):
+        if out is None or programs == 1:
+            return None if out is None else out.view(1, n_cols)
+        return torch.empty((programs, n_cols), dtype=torch.float32, device=x.device)
+
+    dw_part, db_part = partials(dweight), partials(dbias)
     int64 = _int64(dy, x, dx)
     c1 = c2 = None
-    if cfg.LOOPED:
+    if tile.LOOPED:
         # Few wide rows: split each row's sums over column ranges until the grid holds
         # about two programs per SM.
         sums_n = _BWD_SUMS[0]
@@ -359,46 +364,14 @@ def norm_bwd(dy, x, weight, mean, rstd, *, is_rms, weight_offset, need_dw, need_
         _norm_bwd_kernel, (programs, col_blocks),
         dy, x, weight, mean, rstd, c1, c2, dx, dw_part, db_part,
         dy.stride(0), x.stride(0), dx.stride(0), n_rows, n_cols, rows_per_program, weight_offset,
-        IS_RMS=is_rms, HAS_WEIGHT=weight is not None, NEED_DW=need_dw, NEED_DB=need_db, ROW_SUMS=cfg.LOOPED,
-        INT64=int64, PREFETCH=cfg.PREFETCH, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
+        IS_RMS=is_rms, HAS_WEIGHT=weight is not None, NEED_DW=dweight is not None, NEED_DB=dbias is not None,
+        ROW_SUMS=tile.LOOPED, INT64=int64, PREFETCH=tile.PREFETCH, BLOCK_M=tile.BLOCK_M, BLOCK_N=tile.BLOCK_N,
+        num_warps=tile.num_warps,
     )
-    # Partial sums reduced in a fixed order: the same bits on every run (one partial
-    # row, the decode case, is the sum already: no reduction launch).
-    dw = (dw_part[0] if programs == 1 else dw_part.sum(0).to(dw_dtype)) if need_dw else None
-    db = (db_part[0] if programs == 1 else db_part.sum(0).to(db_dtype)) if need_db else None
-    return dx, dw, db
-
-
-# ---------------------------------------------------------------------------
-# the launches as torch.ops.aiter_lite custom ops under torch.compile (utils.custom_ops)
-
-
-@launch_op("norm_fwd", mutates_args=("y", "residual_out", "mean", "rstd"))
-def _launch_fwd(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                eps: float, is_rms: bool, residual: torch.Tensor | None, residual_out: torch.Tensor | None,
-                x_bias: torch.Tensor | None, weight_offset: float, mean: torch.Tensor | None,
-                rstd: torch.Tensor | None) -> None:
-    norm_fwd(x, y, weight, bias, eps, is_rms=is_rms, residual=residual, residual_out=residual_out, x_bias=x_bias,
-             weight_offset=weight_offset, mean=mean, rstd=rstd)
-
-
-def _bwd_fake(dy, x, weight, mean, rstd, is_rms, weight_offset, need_dw, need_db, db_dtype):
-    n = x.shape[1]
-    return (x.new_empty(x.shape), x.new_empty(n if need_dw else 0, dtype=weight.dtype if need_dw else torch.float32),
-            x.new_empty(n if need_db else 0, dtype=db_dtype if need_db else torch.float32))
-
-
-@launch_op("norm_bwd", fake=_bwd_fake)
-def _launch_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor | None,
-                rstd: torch.Tensor, is_rms: bool, weight_offset: float, need_dw: bool, need_db: bool,
-                db_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dx, dweight (weight's dtype), dbias (``db_dtype``); a sum not asked for is an empty
-    fp32 tensor of its own (an op returns no None, and no output aliases another)."""
-    dx, dw, db = norm_bwd(dy, x, weight, mean, rstd, is_rms=is_rms, weight_offset=weight_offset, need_dw=need_dw,
-                          need_db=need_db, dx_dtype=x.dtype, dw_dtype=weight.dtype if need_dw else torch.float32,
-                          db_dtype=db_dtype)
-    return (dx, x.new_empty(0, dtype=torch.float32) if dw is None else dw,
-            x.new_empty(0, dtype=torch.float32) if db is None else db)
+    # Partial sums reduced in a fixed order: the same bits on every run.
+    for out, part in ((dweight, dw_part), (dbias, db_part)):
+        if out is not None and programs > 1:
+            out.copy_(part.sum(0))
 
 
 def _forward(x2, weight, bias, x_bias, eps, weight_offset, is_rms, *, stats):
@@ -408,7 +381,7 @@ def _forward(x2, weight, bias, x_bias, eps, weight_offset, is_rms, *, stats):
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device) if stats else None
     mean = torch.empty(n_rows, dtype=torch.float32, device=x2.device) if stats and not is_rms else None
     if n_rows:
-        _launch_fwd(x2, y, weight, bias, eps, is_rms, None, None, x_bias, weight_offset, mean, rstd)
+        _launch_norm_fwd(x2, y, weight, bias, eps, is_rms, None, None, x_bias, weight_offset, mean, rstd)
     return y, mean, rstd
 
 
@@ -435,15 +408,18 @@ class _NormFunction(torch.autograd.Function):
         need_dw = weight is not None and ctx.needs_input_grad[1]
         need_db = ctx.bias_dtype is not None and ctx.needs_input_grad[2]
         need_dxb = ctx.has_x_bias and ctx.needs_input_grad[3]
-        if xs.shape[0] == 0:  # no rows: zero sums
+        n_rows, n_cols = xs.shape
+        if n_rows == 0:  # no rows: zero sums
             dx = torch.zeros_like(xs)
-            dw = xs.new_zeros(xs.shape[1], dtype=weight.dtype) if need_dw else None
-            db = xs.new_zeros(xs.shape[1], dtype=ctx.bias_dtype) if need_db else None
+            dw = xs.new_zeros(n_cols, dtype=weight.dtype) if need_dw else None
+            db = xs.new_zeros(n_cols, dtype=ctx.bias_dtype) if need_db else None
         else:
             if dy.stride(-1) != 1:  # e.g. an expanded gradient; a zero row stride is fine
                 dy = dy.contiguous()
-            dx, dw, db = _launch_bwd(dy, xs, weight, mean, rstd, ctx.is_rms, ctx.weight_offset, need_dw, need_db,
-                                     ctx.bias_dtype or torch.float32)
+            dx = torch.empty((n_rows, n_cols), dtype=xs.dtype, device=xs.device)
+            dw = torch.empty(n_cols, dtype=weight.dtype, device=xs.device) if need_dw else None
+            db = torch.empty(n_cols, dtype=ctx.bias_dtype, device=xs.device) if need_db else None
+            _launch_norm_bwd(dy, xs, weight, mean, rstd, dx, dw, db, ctx.is_rms, ctx.weight_offset)
         return (dx,
                 dw if need_dw else None,  # already in the parameters' dtypes
                 db if need_db else None,
@@ -457,7 +433,7 @@ def _check_params(op, input, weight, bias, x_bias, eps, weight_offset) -> tuple[
     check_vector(op, "weight", weight, n, input)
     check_vector(op, "bias", bias, n, input)
     check_vector(op, "x_bias", x_bias, n, input)
-    return check_scalar(op, "epsilon", eps), check_scalar(op, "weight_offset", weight_offset)
+    return check_real(op, "epsilon", eps), check_real(op, "weight_offset", weight_offset)
 
 
 def norm(op: str, input, weight, bias, eps, *, is_rms, x_bias=None, weight_offset=0.0) -> torch.Tensor:
@@ -491,6 +467,6 @@ def norm_with_add(op: str, out, input, residual_in, residual_out, weight, bias, 
                  bias=bias, x_bias=x_bias, epsilon=eps, weight_offset=weight_offset)
     if input.numel() == 0:
         return
-    _launch_fwd(rows_view(op, "input", input, writable=False), rows_view(op, out_name, out, writable=True), weight,
-                bias, eps, is_rms, rows_view(op, r_name, residual_in, writable=False),
-                rows_view(op, r_out_name, residual_out, writable=True), x_bias, weight_offset, None, None)
+    _launch_norm_fwd(rows_view(op, "input", input, writable=False), rows_view(op, out_name, out, writable=True),
+                     weight, bias, eps, is_rms, rows_view(op, r_name, residual_in, writable=False),
+                     rows_view(op, r_out_name, residual_out, writable=True), x_bias, weight_offset, None, None)

@@ -11,19 +11,19 @@ from __future__ import annotations
 import torch
 
 from aiter_lite.ops.triton.normalization.norm import norm, norm_with_add
-from aiter_lite.utils.fast_launch import planned
+from aiter_lite.utils.registry import public_op
 
 __all__ = ["rms_norm", "rmsnorm2d_fwd_with_add", "fused_add_rms_norm"]
 
 
-@planned
+@public_op
 def rms_norm(input: torch.Tensor, weight: torch.Tensor | None, epsilon: float,
              weight_offset: float = 0.0) -> torch.Tensor:
     """RMSNorm of ``input`` as a new tensor; differentiable in input and weight."""
     return norm("rms_norm", input, weight, None, epsilon, is_rms=True, weight_offset=weight_offset)
 
 
-@planned
+@public_op(mutates=("out", "residual_out"))
 def rmsnorm2d_fwd_with_add(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                            residual_out: torch.Tensor, weight: torch.Tensor | None, epsilon: float,
                            weight_offset: float = 0.0) -> torch.Tensor:
@@ -36,7 +36,7 @@ def rmsnorm2d_fwd_with_add(out: torch.Tensor, input: torch.Tensor, residual_in: 
     return out
 
 
-@planned
+@public_op(mutates=("input", "residual"))
 def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
                        epsilon: float, weight_offset: float = 0.0) -> None:
     """In place, as vLLM's: ``residual += input``; ``input = rms_norm(residual)``. Allocates nothing."""

@@ -42,7 +42,6 @@ from aiter_lite.ops.triton.normalization.norm import (
     _static_chunks,
     check_input,
     check_like,
-    check_scalar,
     check_vector,
 )
 from aiter_lite.ops.triton.quant.dtypes import min_scale, quant_range
@@ -52,7 +51,7 @@ from aiter_lite.ops.triton.quant.quant import (
     _scale_vector,
     _soft_round,
 )
-from aiter_lite.utils.checks import rows_view
+from aiter_lite.utils.checks import check_real, rows_view
 from aiter_lite.utils.custom_ops import launch_op
 from aiter_lite.utils.fast_launch import launch, planned
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2
@@ -201,7 +200,7 @@ def norm_quant(op: str, out, input, weight, bias, epsilon, *, is_rms: bool, ysca
         _check_scale(op, "scale", scale, 1, input, "input")
     if scale_ub is not None:
         _check_scale(op, "scale_ub", scale_ub, 1, input, "input")
-    eps = check_scalar(op, "epsilon", epsilon)
+    eps = check_real(op, "epsilon", epsilon)
     if debug_on():
         log_call(op, out=out, input=input, residual_in=residual_in, residual_out=residual_out, weight=weight,
                  bias=bias, x_bias=x_bias, xscale=xscale, yscale=yscale, scale=scale, scale_ub=scale_ub,
