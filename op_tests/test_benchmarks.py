@@ -54,10 +54,11 @@ def test_bench_host_runs(tmp_path, capsys):
                  "-o", str(out)])
     df = pd.read_csv(out)
     assert list(df.op) == ["rms_norm", "fused_qk_rope_reshape_and_cache"]
-    for path in ("bare", "eager", "checked", "registered"):
+    for path in ("bare", "repeated", "checked", "new", "new_checked", "registered"):
         assert (df[f"{path}_us"] > 0).all()
     assert (df.launches == 1).all() and (df.limit_us >= df.bare_us + 5).all()
+    assert (df.new_ratio > 0).all()
     assert df.plan.all() == ON_GPU  # plans hold compiled kernels: a GPU's only
-    assert "eager within the limit" in capsys.readouterr().out
+    assert "repeated within the limit" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="unknown"):
         module.main(["--op", "no_such_op"])

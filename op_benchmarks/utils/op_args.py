@@ -107,7 +107,7 @@ def _rope(m: _Make, name: str) -> tuple:
         height, width = 3, 2
         ch, sh = m.tab(d.head_dim // 4)
         cw, sw = m.tab(d.head_dim // 4)
-        return (m.r(d.batch, height * width, d.heads, d.head_dim), ch, sh, cw, sw, height, width, *_ROPE_TAIL)
+        return (m.r(d.tokens, height * width, d.heads, d.head_dim), ch, sh, cw, sw, height, width, *_ROPE_TAIL)
     if name.startswith("rope_thd"):
         t = d.tokens
         cu = torch.tensor([0, t // 2, t] if t > 1 else [0, t], device=m.device, dtype=torch.int32)
