@@ -27,16 +27,16 @@ from typing import Callable
 
 import torch
 
-from aiter_lite.ops.native import act_quant as n_act_quant
 from aiter_lite.ops.native import activation as n_act
 from aiter_lite.ops.native import fusions as n_fusions
 from aiter_lite.ops.native import moe_routing as n_moe
-from aiter_lite.ops.native import norm_quant as n_norm_quant
-from aiter_lite.ops.native import quant as n_quant
 from aiter_lite.ops.native import softmax as n_softmax
 from aiter_lite.ops.native import topk as n_topk
 from aiter_lite.ops.native.normalization import layernorm as n_ln
 from aiter_lite.ops.native.normalization import rmsnorm as n_rms
+from aiter_lite.ops.native.quant import act_quant as n_act_quant
+from aiter_lite.ops.native.quant import norm_quant as n_norm_quant
+from aiter_lite.ops.native.quant import quant as n_quant
 from aiter_lite.ops.native.rope import rope as n_rope
 from aiter_lite.ops.triton import activation as t_act
 from aiter_lite.ops.triton import fusions as t_fusions
@@ -49,6 +49,8 @@ from aiter_lite.ops.triton.quant import act_quant as t_act_quant
 from aiter_lite.ops.triton.quant import norm_quant as t_norm_quant
 from aiter_lite.ops.triton.quant import quant as t_quant
 from aiter_lite.ops.triton.rope import rope as t_rope
+from aiter_lite.spec.normalization import LAYER_NORM_EPS
+from aiter_lite.spec.quant import GROUP_EPS
 
 __all__ = ["OPS", "OpSpec"]
 
@@ -112,7 +114,7 @@ def _rope_specs() -> list[OpSpec]:
 
 
 def _int8_group(fn):
-    def run(x, group_size, eps=1e-10, dtype=None):
+    def run(x, group_size, eps=GROUP_EPS, dtype=None):
         return fn(x, group_size, eps, torch.int8 if dtype is None else dtype)
     return run
 
@@ -163,8 +165,8 @@ def _specs() -> list[OpSpec]:
               "Tensor? weight, float epsilon, float weight_offset=0.0) -> ()", t_rms, n_rms),
         _same("fused_add_rms_norm", "(Tensor(a!) input, Tensor(b!) residual, Tensor? weight, float epsilon, "
               "float weight_offset=0.0) -> ()", t_rms, n_rms),
-        _same("layer_norm", "(Tensor input, Tensor? weight, Tensor? bias, float eps=1e-05, Tensor? x_bias=None, "
-              "float weight_offset=0.0) -> Tensor", t_ln, n_ln),
+        _same("layer_norm", f"(Tensor input, Tensor? weight, Tensor? bias, float eps={LAYER_NORM_EPS}, "
+              "Tensor? x_bias=None, float weight_offset=0.0) -> Tensor", t_ln, n_ln),
         _same("layernorm2d_fwd_with_add", "(Tensor(a!) out, Tensor input, Tensor residual_in, "
               "Tensor(b!) residual_out, Tensor? weight, Tensor? bias, float epsilon, Tensor? x_bias=None, "
               "float weight_offset=0.0) -> ()", t_ln, n_ln),
@@ -192,14 +194,14 @@ def _specs() -> list[OpSpec]:
         _same("dynamic_per_token_quant_fp8_i8", "(Tensor(a!) qx, Tensor x_in, Tensor(b!) scale_out, "
               "Tensor? scale_ub=None) -> ()", t_quant, n_quant),
         _same("per_token_group_quant", "(Tensor(a!) qx, Tensor x_in, Tensor(b!) scale_out, int group_size, "
-              "float eps=1e-10) -> ()", t_quant, n_quant),
+              f"float eps={GROUP_EPS}) -> ()", t_quant, n_quant),
         OpSpec("scaled_fp8_quant(Tensor input, Tensor? scale=None, Tensor? scale_ub=None, "
                "bool use_per_token_if_dynamic=False, ScalarType? dtype=None) -> (Tensor, Tensor)",
                *(_no_output(m.scaled_fp8_quant) for m in (t_quant, n_quant))),
-        _same("per_token_group_quant_fp8", "(Tensor x, int group_size, float eps=1e-10, ScalarType? dtype=None, "
-              "bool column_major_scales=False) -> (Tensor, Tensor)", t_quant, n_quant),
-        OpSpec("per_token_group_quant_int8(Tensor x, int group_size, float eps=1e-10, ScalarType? dtype=None) -> "
-               "(Tensor, Tensor)", _int8_group(t_quant.per_token_group_quant_int8),
+        _same("per_token_group_quant_fp8", f"(Tensor x, int group_size, float eps={GROUP_EPS}, "
+              "ScalarType? dtype=None, bool column_major_scales=False) -> (Tensor, Tensor)", t_quant, n_quant),
+        OpSpec(f"per_token_group_quant_int8(Tensor x, int group_size, float eps={GROUP_EPS}, "
+               "ScalarType? dtype=None) -> (Tensor, Tensor)", _int8_group(t_quant.per_token_group_quant_int8),
                _int8_group(n_quant.per_token_group_quant_int8)),
         OpSpec("rmsnorm2d_fwd_with_dynamicquant(Tensor(a!) out, Tensor input, Tensor(b!) yscale, Tensor? weight, "
                "float epsilon, Tensor? scale_ub=None, bool clamp_out=False) -> ()",
@@ -213,17 +215,17 @@ def _specs() -> list[OpSpec]:
               "Tensor(b!) residual_out, Tensor xscale, Tensor(c!) yscale, Tensor? weight, float epsilon) -> ()",
               t_norm_quant, n_norm_quant),
         _same("layernorm2d_fwd_with_dynamicquant", "(Tensor(a!) out, Tensor input, Tensor(b!) yscale, "
-              "Tensor? weight, Tensor? bias, float epsilon=1e-05, Tensor? x_bias=None) -> ()", t_norm_quant,
-              n_norm_quant),
+              f"Tensor? weight, Tensor? bias, float epsilon={LAYER_NORM_EPS}, Tensor? x_bias=None) -> ()",
+              t_norm_quant, n_norm_quant),
         _same("layernorm2d_fwd_with_smoothquant", "(Tensor(a!) out, Tensor input, Tensor xscale, Tensor(b!) yscale, "
-              "Tensor? weight, Tensor? bias, float epsilon=1e-05, Tensor? x_bias=None) -> ()", t_norm_quant,
-              n_norm_quant),
+              f"Tensor? weight, Tensor? bias, float epsilon={LAYER_NORM_EPS}, Tensor? x_bias=None) -> ()",
+              t_norm_quant, n_norm_quant),
         _same("layernorm2d_fwd_with_add_dynamicquant", "(Tensor(a!) out, Tensor input, Tensor residual_in, "
-              "Tensor(b!) residual_out, Tensor(c!) yscale, Tensor? weight, Tensor? bias, float epsilon=1e-05, "
-              "Tensor? x_bias=None) -> ()", t_norm_quant, n_norm_quant),
+              "Tensor(b!) residual_out, Tensor(c!) yscale, Tensor? weight, Tensor? bias, "
+              f"float epsilon={LAYER_NORM_EPS}, Tensor? x_bias=None) -> ()", t_norm_quant, n_norm_quant),
         _same("layernorm2d_fwd_with_add_smoothquant", "(Tensor(a!) out, Tensor input, Tensor residual_in, "
               "Tensor(b!) residual_out, Tensor xscale, Tensor(c!) yscale, Tensor? weight, Tensor? bias, "
-              "float epsilon=1e-05, Tensor? x_bias=None) -> ()", t_norm_quant, n_norm_quant),
+              f"float epsilon={LAYER_NORM_EPS}, Tensor? x_bias=None) -> ()", t_norm_quant, n_norm_quant),
         _same("rms_norm_static_fp8_quant", "(Tensor(a!) out, Tensor input, Tensor? weight, Tensor scale, "
               "float epsilon) -> ()", t_norm_quant, n_norm_quant),
         _same("fused_add_rms_norm_static_fp8_quant", "(Tensor(a!) out, Tensor input, Tensor(b!) residual, "

@@ -42,9 +42,9 @@ from op_benchmarks.utils import harness  # noqa: E402  (sets TRITON_INTERPRET on
 
 import torch  # noqa: E402
 
-from aiter_lite.ops.native import act_quant as native_act  # noqa: E402
-from aiter_lite.ops.native import norm_quant as native_nq  # noqa: E402
-from aiter_lite.ops.native import quant as native  # noqa: E402
+from aiter_lite.ops.native.quant import act_quant as native_act  # noqa: E402
+from aiter_lite.ops.native.quant import norm_quant as native_nq  # noqa: E402
+from aiter_lite.ops.native.quant import quant as native  # noqa: E402
 from aiter_lite.ops.triton import quant as tri  # noqa: E402
 from aiter_lite.ops.triton import activation as tri_act  # noqa: E402
 from aiter_lite.ops.triton.normalization import layernorm as tri_ln  # noqa: E402

@@ -22,6 +22,7 @@ from aiter_lite.ops.native.normalization import layernorm as native_ln
 from aiter_lite.ops.native.normalization import rmsnorm as native_rms
 from aiter_lite.ops.triton.normalization import layernorm as triton_ln
 from aiter_lite.ops.triton.normalization import rmsnorm as triton_rms
+from aiter_lite.spec.normalization import LAYER_NORM_EPS, RMS_NORM_EPS
 
 
 class _Norm(BackendLayer):
@@ -51,7 +52,7 @@ class RMSNorm(_Norm):
 
     weight_offset = 0.0
 
-    def __init__(self, hidden_size: int, eps: float = 1e-6, has_weight: bool = True,
+    def __init__(self, hidden_size: int, eps: float = RMS_NORM_EPS, has_weight: bool = True,
                  dtype: torch.dtype | None = None, backend: str | None = None):
         super().__init__(hidden_size, eps, backend)
         init = torch.zeros if self.weight_offset else torch.ones
@@ -84,7 +85,7 @@ class GemmaRMSNorm(RMSNorm):
 
     weight_offset = 1.0
 
-    def __init__(self, hidden_size: int, eps: float = 1e-6, dtype: torch.dtype | None = None,
+    def __init__(self, hidden_size: int, eps: float = RMS_NORM_EPS, dtype: torch.dtype | None = None,
                  backend: str | None = None):
         super().__init__(hidden_size, eps, True, dtype, backend)
 
@@ -92,8 +93,8 @@ class GemmaRMSNorm(RMSNorm):
 class LayerNorm(_Norm):
     """LayerNorm over the last dim (``torch.nn.LayerNorm``'s arguments for one normalized dim)."""
 
-    def __init__(self, hidden_size: int, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
-                 dtype: torch.dtype | None = None, backend: str | None = None):
+    def __init__(self, hidden_size: int, eps: float = LAYER_NORM_EPS, elementwise_affine: bool = True,
+                 bias: bool = True, dtype: torch.dtype | None = None, backend: str | None = None):
         super().__init__(hidden_size, eps, backend)
         self.elementwise_affine = elementwise_affine
         self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype)) if elementwise_affine else None

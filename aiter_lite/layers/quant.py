@@ -35,7 +35,7 @@ import torch
 from aiter_lite.layers.base import BackendLayer
 from aiter_lite.ops.native import quant as native_quant
 from aiter_lite.ops.triton import quant as triton_quant
-from aiter_lite.ops.triton.quant import get_fp8_e4m3_dtype
+from aiter_lite.spec.quant import get_fp8_e4m3_dtype
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 _MAX_GROUP = 8192

@@ -30,8 +30,8 @@ import torch
 from aiter_lite import envs
 from aiter_lite.layers.base import BackendLayer
 from aiter_lite.ops.native.rope import rope as native_rope
-from aiter_lite.ops.native.rope.rope import RotateStyle
 from aiter_lite.ops.triton.rope import rope as triton_rope
+from aiter_lite.spec.rope import RotateStyle
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 _INDICES = (torch.int32, torch.int64)

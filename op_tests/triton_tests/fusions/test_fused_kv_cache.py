@@ -1,5 +1,5 @@
-"""fused_qk_rope_reshape_and_cache and cat_and_cache_mla (aiter_lite.ops.triton.fusions)
-against the fp32 reference (aiter_lite.ops.native.fusions) and the project's own RoPE op.
+"""fused_qk_rope_reshape_and_cache and cat_and_cache_mla (aiter_lite.ops.triton.fusions) against
+the fp32 reference (aiter_lite.ops.native.fusions.fused_kv_cache) and the project's own RoPE op.
 
 * q_out / k_out equal rope_cached_thd_positions(_offsets)_2c_fwd on the same inputs bit for
   bit, and the fp32 reference within one rounding, for every token, with a slot or not.
@@ -20,7 +20,7 @@ import math
 import pytest
 import torch
 
-from aiter_lite.ops.native import fusions as native
+from aiter_lite.ops.native.fusions import fused_kv_cache as native
 from aiter_lite.ops.triton import fusions
 from aiter_lite.ops.triton.quant import quant_range, supported_quant_dtypes
 from aiter_lite.ops.triton.rope import rope as tr

@@ -5,8 +5,8 @@ fused_qk_cat equals torch.cat bit for bit (the rope part of one head broadcast);
 second dtype, the reference's rounding to q1's dtype. fused_qk_rope_cat's nope channels
 keep their bits and its pe channels equal the project's RoPE op
 (rope_cached_thd_positions_2c_fwd) on q_pe / k_pe bit for bit, and the fp32 reference
-(aiter_lite.ops.native.fusions) within one rounding. Every tensor the ops allocate starts
-as NaN, so an element they do not write fails.
+(aiter_lite.ops.native.fusions.fused_qk_concat) within one rounding. Every tensor the ops
+allocate starts as NaN, so an element they do not write fails.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from aiter_lite.ops.native import fusions as native
+from aiter_lite.ops.native.fusions import fused_qk_concat as native
 from aiter_lite.ops.triton import fusions
 from aiter_lite.ops.triton.rope import rope as tr
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device

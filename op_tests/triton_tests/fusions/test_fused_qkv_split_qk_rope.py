@@ -1,5 +1,5 @@
 """fused_qkv_split_qk_rope (aiter_lite.ops.triton.fusions) against the project's own RoPE op
-and the fp32 reference (aiter_lite.ops.native.fusions).
+and the fp32 reference (aiter_lite.ops.native.fusions.fused_qkv_split_qk_rope).
 
 q and k equal rope_cached_thd_positions(_offsets)_2c_fwd on the q / k column views of qkv
 bit for bit (any even rotary width, nope_first, reuse or not), and the reference within one

@@ -15,7 +15,7 @@ element fails.
 import pytest
 import torch
 
-from aiter_lite.ops.native import act_quant as native
+from aiter_lite.ops.native.quant import act_quant as native
 from aiter_lite.ops.native.activation import gated
 from aiter_lite.ops.triton import quant
 from aiter_lite.ops.triton.activation import act_and_mul

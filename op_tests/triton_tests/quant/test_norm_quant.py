@@ -12,7 +12,7 @@ that rounding. Outputs start poisoned, so an unwritten element fails.
 import pytest
 import torch
 
-from aiter_lite.ops.native import norm_quant as native
+from aiter_lite.ops.native.quant import norm_quant as native
 from aiter_lite.ops.triton import quant
 from aiter_lite.ops.triton.normalization import layernorm, rmsnorm
 from aiter_lite.ops.triton.quant import norm_quant as fused

@@ -1,4 +1,4 @@
-"""fp8 / int8 quantization against the fp32 reference (aiter_lite.ops.native.quant).
+"""fp8 / int8 quantization against the fp32 reference (aiter_lite.ops.native.quant.quant).
 
 Scales defined by an amax equal the reference's bit for bit; quantized values are
 within one step of the reference's (adjacent codes: ``x * (1 / scale)`` and
@@ -8,7 +8,7 @@ within one step of the reference's (adjacent codes: ``x * (1 / scale)`` and
 import pytest
 import torch
 
-from aiter_lite.ops.native import quant as native
+from aiter_lite.ops.native.quant import quant as native
 from aiter_lite.ops.triton import quant
 from aiter_lite.ops.triton.quant.quant import QuantLaunchConfig, per_token_launch_config
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, by_device, make_rows

@@ -316,6 +316,59 @@ def test_autograd_classes():
             assert_close(gt, wt, dtype=torch.float32, atol=1e-5, rtol=1e-5, name=f"{fn.__self__.__name__} grad {i}")
 
 
+def _grads_match(name, y, want_y, inputs):
+    """Every gradient of ``y`` (the Triton class) equals the native reference's autograd."""
+    g = torch.randn_like(y)
+    got = torch.autograd.grad(y, inputs, g)
+    want = torch.autograd.grad(want_y, inputs, g)
+    for i, (gt, wt) in enumerate(zip(got, want)):
+        assert_close(gt, wt, dtype=torch.float32, atol=1e-5, rtol=1e-5, name=f"{name} grad {i}")
+
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("reuse", [False, True])
+@pytest.mark.parametrize("nope_first", [False, True])
+def test_autograd_table_grads(style, reuse, nope_first):
+    """Table gradients of every class for each rotary layout: a partial rotary part (16 of 48
+    channels, two for 2-D) at either end, tables with rows no token reads, THD tokens past
+    cu_seqlens[-1] (they pass through: no gradient into the table), transpose_output."""
+    s, b, h, d = 4, 2, 2, 48
+    f = 8 if reuse else 16
+    leaf = lambda *shape: torch.randn(*shape, device=DEVICE, requires_grad=True)  # noqa: E731
+    flags = (style, reuse, nope_first)
+    x, freqs = leaf(s, b, h, d), leaf(s + 2, 1, 1, f)
+    _grads_match("RoPE", tr.RoPE.apply(x, freqs, *flags, not nope_first), native.rope_fwd(x, freqs, *flags),
+                 [x, freqs])
+    xt, cu, freqs_t = leaf(7, h, d), torch.tensor([0, 2, 5], device=DEVICE), leaf(4, f)
+    _grads_match("RoPETHD", tr.RoPETHD.apply(xt, cu, freqs_t, *flags), native.rope_thd_fwd(xt, cu, freqs_t, *flags),
+                 [xt, freqs_t])
+    cos, sin = leaf(s + 1, 1, 1, f), leaf(s + 1, 1, 1, f)
+    _grads_match("RoPECached", tr.RoPECached.apply(x, cos, sin, *flags, nope_first),
+                 native.rope_cached_fwd(x, cos, sin, *flags), [x, cos, sin])
+    x2, tabs2 = leaf(b, 2 * 3, h, d), [leaf(1, 4, 1, f) for _ in range(4)]
+    _grads_match("RoPE2D", tr.RoPE2D.apply(x2, *tabs2, 2, 3, *flags), native.rope_fwd_2d(x2, *tabs2, 2, 3, *flags),
+                 [x2, *tabs2])
+
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("reuse", [False, True])
+@pytest.mark.parametrize("nope_first", [False, True])
+def test_table_grads_positions_offsets(style, reuse, nope_first):
+    """The table gradient rule with rows from positions + offsets (repeated rows, rows no
+    token reads), against the native positions op's autograd."""
+    s, b, h, d, rows = 3, 4, 2, 40, 9
+    f = 8 if reuse else 16
+    x, g = torch.randn(s, b, h, d, device=DEVICE), torch.randn(s, b, h, d, device=DEVICE)
+    cos, sin = (torch.randn(rows, f, device=DEVICE, requires_grad=True) for _ in range(2))
+    pos = torch.randint(0, 5, (s, b), device=DEVICE)
+    off = torch.randint(0, 4, (s, b), device=DEVICE)
+    y = native.rope_cached_positions_offsets_fwd(x, cos, sin, pos, off, style, reuse, nope_first)
+    want = torch.autograd.grad(y, [cos, sin], g)
+    got = rope_mod._table_grads([True, True], x, g, [((cos, sin), pos + off)], style, reuse, nope_first)
+    for name, gt, wt in zip(("cos", "sin"), got, want):
+        assert_close(gt, wt, dtype=torch.float32, atol=1e-5, rtol=1e-5, name=f"d{name}")
+
+
 def test_autograd_x_only_and_transpose_output():
     x = torch.randn(4, 3, 2, 32, device=DEVICE, requires_grad=True)
     freqs = angles(4, 16).float()[:, None, None, :]

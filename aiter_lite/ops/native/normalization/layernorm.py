@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from aiter_lite.spec.normalization import LAYER_NORM_EPS
+
 
 def _ln(x, weight, bias, eps, weight_offset):
     mean = x.mean(-1, keepdim=True)
@@ -18,7 +20,7 @@ def _ln(x, weight, bias, eps, weight_offset):
     return y if bias is None else y + bias.float()
 
 
-def layer_norm(input, weight, bias, eps=1e-5, x_bias=None, weight_offset=0.0) -> torch.Tensor:
+def layer_norm(input, weight, bias, eps=LAYER_NORM_EPS, x_bias=None, weight_offset=0.0) -> torch.Tensor:
     x = input.float() if x_bias is None else input.float() + x_bias.float()
     return _ln(x, weight, bias, eps, weight_offset).to(input.dtype)
 

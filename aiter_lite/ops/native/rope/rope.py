@@ -20,24 +20,9 @@ it the backward reference too.
 
 from __future__ import annotations
 
-from enum import IntEnum
-
 import torch
 
-
-class RotateStyle(IntEnum):
-    NEOX = 0  # halves: (x[j], x[j + R/2]) pairs
-    GPTJ = 1  # interleaved: (x[2i], x[2i + 1]) pairs
-
-
-def rotary_width(op: str, head_dim: int, table_width: int, reuse_freqs_front_part: bool) -> int:
-    """The rotated width R for a ``table_width``-wide table; a ValueError where it cannot fit."""
-    r = table_width * (2 if reuse_freqs_front_part else 1)
-    if r < 2 or r % 2 or r > head_dim:
-        raise ValueError(
-            f"{op}: a table {table_width} wide (reuse_freqs_front_part={reuse_freqs_front_part}) rotates {r} "
-            f"channels; expected an even count from 2 up to the head dim {head_dim}")
-    return r
+from aiter_lite.spec.rope import RotateStyle, check_rotate_style, rotary_width
 
 
 def _wide(t: torch.Tensor) -> torch.Tensor:
@@ -60,12 +45,6 @@ def _rotate(x: torch.Tensor, rotate_style: int) -> torch.Tensor:
     return torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)
 
 
-def _check_style(op: str, rotate_style) -> int:
-    if rotate_style not in (RotateStyle.NEOX, RotateStyle.GPTJ):
-        raise ValueError(f"{op}: rotate_style must be RotateStyle.NEOX (0) or RotateStyle.GPTJ (1), got {rotate_style!r}")
-    return int(rotate_style)
-
-
 def _rotate_part(xr, cos, sin, rotate_style, reuse, backward):
     """The rotary part ``xr`` (fp32, ..., R) turned by tables broadcastable to (..., F)."""
     c = _full_width(_wide(cos), rotate_style, reuse)
@@ -80,7 +59,7 @@ def rotate(op: str, x: torch.Tensor, tables, rotate_style: int, reuse_freqs_fron
     """``x`` (..., d) with consecutive rotary parts turned by ``tables``, a list of (cos, sin)
     pairs broadcastable to (..., F): one pair for 1-D RoPE, (height, width) for 2-D. A new
     tensor of x's dtype."""
-    style = _check_style(op, rotate_style)
+    style = check_rotate_style(op, rotate_style)
     d = x.shape[-1]
     widths = [t.shape[-1] for pair in tables for t in pair]  # a list: symbolic sizes do not hash
     if any(w != widths[0] for w in widths):

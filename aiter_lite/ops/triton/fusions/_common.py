@@ -7,14 +7,14 @@ import operator
 import torch
 
 from aiter_lite import envs
-from aiter_lite.ops.native.fusions import cache_rotary_reuse
-from aiter_lite.ops.triton.quant.dtypes import check_quant_dtype_supported, quant_range
+from aiter_lite.ops.triton.quant.dtypes import check_quant_dtype_supported
 from aiter_lite.ops.triton.rope.rope import _check_flag as check_flag  # noqa: F401 (shared with the wrappers)
 from aiter_lite.ops.triton.rope.rope import _check_indices, _table, _Table, host_check_wanted
+from aiter_lite.spec.quant import FP8_DTYPES, quant_range
+from aiter_lite.spec.rope import cache_rotary_reuse
 from aiter_lite.utils.checks import TRITON_INTERPRET, check_float_tensor, check_same_device, check_triton_device
 from aiter_lite.utils.fast_launch import planned, refuse
 
-FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2)
 CACHE_DTYPES = (torch.bfloat16, torch.float16, torch.float32, *FP8_DTYPES)
 _NO_FP8 = (-1.0, 1.0)  # the fp8 range argument of an output that is not fp8 (unused)
 # Eager calls launch from plans (utils.fast_launch) unless the switch of the indices an op

@@ -1,6 +1,6 @@
 """RoPE fused with the paged KV-cache write, and MLA's latent-cache write (aiter's names
-and argument orders). Semantics are ``aiter_lite.ops.native.fusions``'s; where aiter is
-limited this does more, and checks it:
+and argument orders). Semantics are ``aiter_lite.ops.native.fusions.fused_kv_cache``'s;
+where aiter is limited this does more, and checks it:
 
 * any head dim and block size (aiter: powers of two); a partial rotary part (a table
   narrower than head_dim / 2); fp16 and fp32 caches as well as bf16 and fp8;

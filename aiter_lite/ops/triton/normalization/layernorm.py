@@ -11,14 +11,16 @@ from __future__ import annotations
 import torch
 
 from aiter_lite.ops.triton.normalization.norm import norm, norm_with_add
+from aiter_lite.spec.normalization import LAYER_NORM_EPS
 from aiter_lite.utils.registry import public_op
 
 __all__ = ["layer_norm", "layernorm2d_fwd_with_add"]
 
 
 @public_op
-def layer_norm(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float = 1e-5,
-               x_bias: torch.Tensor | None = None, weight_offset: float = 0.0) -> torch.Tensor:
+def layer_norm(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+               eps: float = LAYER_NORM_EPS, x_bias: torch.Tensor | None = None,
+               weight_offset: float = 0.0) -> torch.Tensor:
     """LayerNorm of ``input`` (+ x_bias) as a new tensor; differentiable in input, weight, bias, x_bias."""
     return norm("layer_norm", input, weight, bias, eps, is_rms=False, x_bias=x_bias, weight_offset=weight_offset)
 

@@ -28,13 +28,7 @@ import torch
 
 from aiter_lite.ops.triton._triton_kernels.quant.act_quant import _act_quant_kernel
 from aiter_lite.ops.triton.activation import act_launch_config
-from aiter_lite.ops.triton.quant.dtypes import (
-    QUANT_DTYPES,
-    check_quant_dtype_supported,
-    get_fp8_e4m3_dtype,
-    min_scale,
-    quant_range,
-)
+from aiter_lite.ops.triton.quant.dtypes import check_quant_dtype_supported
 from aiter_lite.ops.triton.quant.quant import (
     QuantLaunchConfig,
     _check_group,
@@ -43,6 +37,7 @@ from aiter_lite.ops.triton.quant.quant import (
     _soft_round,
     per_token_launch_config,
 )
+from aiter_lite.spec.quant import GROUP_EPS, QUANT_DTYPES, get_fp8_e4m3_dtype, min_scale, quant_range
 from aiter_lite.utils.checks import check_row_input, rows_view
 from aiter_lite.utils.custom_ops import launch_op
 from aiter_lite.utils.fast_launch import launch, planned
@@ -58,7 +53,6 @@ __all__ = [
 
 Activation = Literal["silu", "gelu", "gelu_tanh"]
 _ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
-_GROUP_EPS = 1e-10  # per_token_group_quant's amax floor
 _MAX_GRID_Y = 65535  # CUDA and HIP limit of grid axis 1
 
 
@@ -163,7 +157,7 @@ def _launch_rows(x2, q2, scale, scale_ub, activation: str, mode: str, group_size
         _act_quant_kernel, (row_blocks,) if per_token else (cdiv(n_cols, cfg.BLOCK_N), row_blocks),
         x2, q2, scale, scale if scale_ub is None else scale_ub,
         x2.stride(0), q2.stride(0), s_row, s_group,
-        n_rows, n_cols, _GROUP_EPS, q_min, q_max, min_scale(q2.dtype) if per_token else 0.0,
+        n_rows, n_cols, GROUP_EPS, q_min, q_max, min_scale(q2.dtype) if per_token else 0.0,
         ACTIVATION=activation, MODE=mode, HAS_UB=scale_ub is not None, LOOPED=per_token and cfg.LOOPED,
         EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
         INT64=_needs_int64(n_rows, n_cols, cfg, max(x2.stride(0), q2.stride(0), s_row), s_group),
@@ -209,7 +203,7 @@ def act_mul_and_fp8_group_quant(x: torch.Tensor, activation: Activation, group_s
     op = "act_mul_and_fp8_group_quant"
     d = _check_input(op, "x", x, activation)
     dtype = _q_dtype(op, dtype_quant, x)
-    _check_group(op, group_size, _GROUP_EPS)
+    _check_group(op, group_size, GROUP_EPS)
     n_groups = cdiv(d, group_size)
     if column_major_scales:
         if x.dim() != 2:

@@ -1,4 +1,6 @@
-"""Quantized dtypes: which fp8 e4m3 a device wants, and each dtype's range."""
+"""Which quantized dtypes a device can store, on the Triton backend. The dtypes themselves,
+their ranges and which e4m3 a device wants are ``aiter_lite.spec.quant``'s (re-exported
+here)."""
 
 from __future__ import annotations
 
@@ -6,26 +8,13 @@ import functools
 
 import torch
 
-QUANT_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.int8)
-
-# MI300-class (CDNA3) GPUs compute in the "fnuz" e4m3 (no negative zero, bias 8, max 240);
-# everything else (NVIDIA sm_89+, CDNA4 gfx950) in OCP e4m3fn (max 448).
-_FNUZ_ARCHS = ("gfx940", "gfx941", "gfx942")
-
-
-@functools.lru_cache(maxsize=16)
-def _arch(device_index: int) -> str:
-    return getattr(torch.cuda.get_device_properties(device_index), "gcnArchName", "")
-
-
-def get_fp8_e4m3_dtype(device: torch.device | int | None = None) -> torch.dtype:
-    """``torch.float8_e4m3fnuz`` on MI300-class AMD GPUs (gfx942), ``torch.float8_e4m3fn``
-    elsewhere (NVIDIA, other AMD, no GPU). :func:`quant_range` gives its max (240 / 448)."""
-    if not (torch.version.hip and torch.cuda.is_available()):
-        return torch.float8_e4m3fn
-    index = torch.device(device).index if isinstance(device, (str, torch.device)) else device
-    arch = _arch(torch.cuda.current_device() if index is None else index)
-    return torch.float8_e4m3fnuz if arch.split(":")[0] in _FNUZ_ARCHS else torch.float8_e4m3fn
+from aiter_lite.spec.quant import (  # noqa: F401  (re-exported)
+    QUANT_DTYPES,
+    get_fp8_e4m3_dtype,
+    is_fnuz_arch,
+    min_scale,
+    quant_range,
+)
 
 
 @functools.lru_cache(maxsize=64)
@@ -37,8 +26,7 @@ def supported_quant_dtypes(device: torch.device) -> tuple[torch.dtype, ...]:
         return QUANT_DTYPES
     index = torch.cuda.current_device() if device.index is None else device.index
     if torch.version.hip:
-        fnuz = _arch(index).split(":")[0] in _FNUZ_ARCHS
-        e4m3 = torch.float8_e4m3fnuz if fnuz else torch.float8_e4m3fn
+        e4m3 = torch.float8_e4m3fnuz if is_fnuz_arch(index) else torch.float8_e4m3fn
         return (e4m3, torch.float8_e5m2, torch.int8)
     if torch.cuda.get_device_capability(index) >= (8, 9):
         return (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)
@@ -60,20 +48,3 @@ def check_quant_dtype_supported(op: str, name: str, dtype: torch.dtype, device: 
     if names:
         raise ValueError(f"{op}: {name} of dtype {dtype} cannot be written on {device} (this device supports "
                          f"{names}; get_fp8_e4m3_dtype() picks its e4m3)")
-
-
-@functools.lru_cache(maxsize=16)
-def quant_range(dtype: torch.dtype) -> tuple[float, float]:
-    """(min, max) a quantized dtype holds: (-448, 448) for e4m3fn, (-240, 240) for
-    e4m3fnuz, (-57344, 57344) for e5m2, (-128, 127) for int8."""
-    if dtype.is_floating_point:
-        info = torch.finfo(dtype)
-    else:
-        info = torch.iinfo(dtype)
-    return float(info.min), float(info.max)
-
-
-def min_scale(dtype: torch.dtype) -> float:
-    """The floor of a dynamic per-tensor / per-token scale, ``1 / (q_max * 512)`` (vLLM's
-    fp8 kernels'): an all-zero input quantizes to zeros with a finite scale."""
-    return 1.0 / (quant_range(dtype)[1] * 512.0)

@@ -44,13 +44,14 @@ from aiter_lite.ops.triton.normalization.norm import (
     check_like,
     check_vector,
 )
-from aiter_lite.ops.triton.quant.dtypes import min_scale, quant_range
 from aiter_lite.ops.triton.quant.quant import (
     _check_q,
     _check_scale,
     _scale_vector,
     _soft_round,
 )
+from aiter_lite.spec.normalization import LAYER_NORM_EPS
+from aiter_lite.spec.quant import min_scale, quant_range
 from aiter_lite.utils.checks import check_real, rows_view
 from aiter_lite.utils.custom_ops import launch_op
 from aiter_lite.utils.fast_launch import launch, planned
@@ -271,7 +272,7 @@ def rmsnorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor, r
 @planned
 def layernorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, yscale: torch.Tensor,
                                       weight: torch.Tensor | None, bias: torch.Tensor | None,
-                                      epsilon: float = 1e-5, x_bias: torch.Tensor | None = None) -> None:
+                                      epsilon: float = LAYER_NORM_EPS, x_bias: torch.Tensor | None = None) -> None:
     """``out, yscale = dynamic_per_token_quant(layer_norm(input + x_bias, weight, bias, epsilon))``."""
     norm_quant("layernorm2d_fwd_with_dynamicquant", out, input, weight, bias, epsilon, is_rms=False,
                yscale=yscale, x_bias=x_bias)
@@ -280,7 +281,7 @@ def layernorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, ys
 @planned
 def layernorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xscale: torch.Tensor,
                                      yscale: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                                     epsilon: float = 1e-5, x_bias: torch.Tensor | None = None) -> None:
+                                     epsilon: float = LAYER_NORM_EPS, x_bias: torch.Tensor | None = None) -> None:
     """``out, yscale = dynamic_per_token_quant(layer_norm(...) * xscale)``."""
     norm_quant("layernorm2d_fwd_with_smoothquant", out, input, weight, bias, epsilon, is_rms=False,
                yscale=yscale, xscale=xscale, x_bias=x_bias)
@@ -290,7 +291,7 @@ def layernorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xsc
 def layernorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                                           residual_out: torch.Tensor, yscale: torch.Tensor,
                                           weight: torch.Tensor | None, bias: torch.Tensor | None,
-                                          epsilon: float = 1e-5, x_bias: torch.Tensor | None = None) -> None:
+                                          epsilon: float = LAYER_NORM_EPS, x_bias: torch.Tensor | None = None) -> None:
     """``residual_out = input + residual_in (+ x_bias)``; ``out, yscale`` its LayerNorm quantized per row."""
     norm_quant("layernorm2d_fwd_with_add_dynamicquant", out, input, weight, bias, epsilon, is_rms=False,
                yscale=yscale, residual_in=residual_in, residual_out=residual_out, x_bias=x_bias)
@@ -300,7 +301,7 @@ def layernorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor
 def layernorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                                          residual_out: torch.Tensor, xscale: torch.Tensor, yscale: torch.Tensor,
                                          weight: torch.Tensor | None, bias: torch.Tensor | None,
-                                         epsilon: float = 1e-5, x_bias: torch.Tensor | None = None) -> None:
+                                         epsilon: float = LAYER_NORM_EPS, x_bias: torch.Tensor | None = None) -> None:
     """``residual_out = input + residual_in (+ x_bias)``; ``out, yscale`` its LayerNorm times xscale, per row."""
     norm_quant("layernorm2d_fwd_with_add_smoothquant", out, input, weight, bias, epsilon, is_rms=False,
                yscale=yscale, xscale=xscale, residual_in=residual_in, residual_out=residual_out, x_bias=x_bias)

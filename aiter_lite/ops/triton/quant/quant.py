@@ -40,13 +40,8 @@ from aiter_lite.ops.triton._triton_kernels.quant.quant import (
     _per_token_split_kernel,
     _static_quant_kernel,
 )
-from aiter_lite.ops.triton.quant.dtypes import (
-    QUANT_DTYPES,
-    check_quant_dtype_supported,
-    get_fp8_e4m3_dtype,
-    min_scale,
-    quant_range,
-)
+from aiter_lite.ops.triton.quant.dtypes import check_quant_dtype_supported
+from aiter_lite.spec.quant import GROUP_EPS, QUANT_DTYPES, get_fp8_e4m3_dtype, min_scale, quant_range
 from aiter_lite.utils.checks import (
     TRITON_INTERPRET,
     check_row_input,
@@ -465,7 +460,7 @@ def _scale_vector(op: str, name: str, scale: torch.Tensor) -> torch.Tensor:
 
 @planned
 def per_token_group_quant(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor, group_size: int,
-                          eps: float = 1e-10) -> tuple[torch.Tensor, torch.Tensor]:
+                          eps: float = GROUP_EPS) -> tuple[torch.Tensor, torch.Tensor]:
     """Each ``group_size`` columns of a row quantized with their own scale
     ``max(amax, eps) / q_max``; ``scale_out`` fp32 of shape (*x_in.shape[:-1], G) with
     G = ceil(width / group_size) (a last group may be partial), any strides (a
@@ -531,8 +526,8 @@ def scaled_fp8_quant(input: torch.Tensor, scale: torch.Tensor | None = None, sca
 
 
 @planned
-def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = 1e-10, dtype: torch.dtype | None = None,
-                              column_major_scales: bool = False,
+def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = GROUP_EPS,
+                              dtype: torch.dtype | None = None, column_major_scales: bool = False,
                               out_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM's ``per_token_group_quant_fp8``: ``(q, scales)``, scales (*x.shape[:-1], G)
     fp32, column-major (stride 1 along the rows) with ``column_major_scales`` for 2-D x."""
@@ -552,7 +547,7 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = 1e-
 
 
 @planned
-def per_token_group_quant_int8(x: torch.Tensor, group_size: int, eps: float = 1e-10,
+def per_token_group_quant_int8(x: torch.Tensor, group_size: int, eps: float = GROUP_EPS,
                                dtype: torch.dtype = torch.int8) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM's ``per_token_group_quant_int8``: ``(q, scales)`` with int8 values."""
     return per_token_group_quant_fp8(x, group_size, eps, dtype)

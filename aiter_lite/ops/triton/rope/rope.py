@@ -1,7 +1,8 @@
 """Rotary position embedding on the Triton backend, with aiter's names and argument orders.
 
 Every name is a short call into :func:`_rope` (checks, views, launch config) and one
-kernel, ``_rope_kernel``. Semantics are those of ``aiter_lite.ops.native.rope``:
+kernel, ``_rope_kernel``. Semantics are those of ``aiter_lite.ops.native.rope`` (the
+rules both follow are ``aiter_lite.spec.rope``'s):
 
 * the rotary part is ``R = F * (2 if reuse_freqs_front_part else 1)`` channels for a
   table ``F`` wide (any even ``R`` up to the head dim), ``x[..., :R]`` or, with
@@ -30,9 +31,8 @@ from dataclasses import dataclass
 import torch
 
 from aiter_lite import envs
-from aiter_lite.ops.native.rope import rope as _native
-from aiter_lite.ops.native.rope.rope import RotateStyle, rotary_width
 from aiter_lite.ops.triton._triton_kernels.rope.rope import _rope_kernel
+from aiter_lite.spec.rope import RotateStyle, check_rotate_style, rotary_width
 from aiter_lite.utils.checks import check_float_tensor, check_same_device, check_triton_device
 from aiter_lite.utils.custom_ops import launch_op
 from aiter_lite.utils.fast_launch import launch, planned, refuse
@@ -106,13 +106,6 @@ def rope_launch_config(n_tokens: int, n_heads: int, n_heads2: int, head_dim: int
 
 # ---------------------------------------------------------------------------
 # argument checks
-
-
-def _check_style(op: str, rotate_style) -> int:
-    if isinstance(rotate_style, bool) or rotate_style not in (RotateStyle.NEOX, RotateStyle.GPTJ):
-        raise ValueError(f"{op}: rotate_style must be RotateStyle.NEOX (0) or RotateStyle.GPTJ (1), "
-                         f"got {rotate_style!r}")
-    return int(rotate_style)
 
 
 def _check_flag(op: str, name: str, value) -> bool:
@@ -295,7 +288,7 @@ def _rope(op: str, x, tab: _Table, rotate_style, reuse, nope_first, *, row_mode:
           backward: bool = False, inplace: bool = False, transpose_output: bool = False, x2=None,
           pos=None, off=None, cu=None, tab2: _Table | None = None, img_width: int = 1):
     """Checked flags and widths, then one launch; returns out (and out2)."""
-    style = _check_style(op, rotate_style)
+    style = check_rotate_style(op, rotate_style)
     reuse = _check_flag(op, "reuse_freqs_front_part", reuse)
     nope_first = _check_flag(op, "nope_first", nope_first)
     d = x.shape[-1]
@@ -602,20 +595,72 @@ def rope_bwd_2d(x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_sty
 
 # ---------------------------------------------------------------------------
 # autograd: aiter's classes and argument orders, a gradient (or None) for every input.
-# dx comes from the *_bwd kernel; table gradients, rarely wanted, from the native
-# reference's autograd.
+# dx comes from the *_bwd kernel. The tables' gradients, rarely wanted, in plain torch: over
+# a rotary part the forward is linear in the tables, y = x * C + rotate(x) * S (C, S the row a
+# token reads, widened to the part's R channels), so dC = g * x and dS = g * rotate(x), summed
+# over the heads, folded back to the table's F columns (the two channels of a pair share a
+# column when the table is reused) and added into the row each token reads.
 
 
-def _table_grads(needs, native_fwd, x, tables, grad, lead=(), args=()):
-    """Gradients of the tables whose ``needs`` flag is set (None for the others), through
-    the native reference ``native_fwd(x, *lead, *tables, *args)``."""
+def _pairs(t: torch.Tensor, neox: bool) -> torch.Tensor:
+    """(..., R) as (..., 2, R / 2): [..., 0, j] and [..., 1, j] are the j-th rotated pair
+    (NEOX: channel j of each half; GPTJ: channels 2j and 2j + 1)."""
+    return t.unflatten(-1, (2, -1)) if neox else t.unflatten(-1, (-1, 2)).transpose(-1, -2)
+
+
+def _unpairs(t: torch.Tensor, neox: bool) -> torch.Tensor:
+    """:func:`_pairs` undone: (..., 2, R / 2) back to the channel order (..., R)."""
+    return t.flatten(-2) if neox else t.transpose(-1, -2).flatten(-2)
+
+
+def _row_grads(x, grad, lo: int, r: int, rows, n_rows: int, neox: bool, reuse: bool, dtype):
+    """(dC, dS), each (n_rows, F): the gradients of the cos and sin rows read by the rotary
+    part x[..., lo:lo + r] of x (*lead, heads, d), token ``lead`` reading row ``rows[lead]``."""
+    xp = _pairs(x[..., lo:lo + r].to(dtype), neox)  # (*lead, heads, 2, R / 2)
+    gp = _pairs(grad[..., lo:lo + r].to(dtype), neox)
+    rotated = torch.stack([-xp[..., 1, :], xp[..., 0, :]], dim=-2)  # rotate(x): pair (a, b) -> (-b, a)
+    d = torch.stack([gp * xp, gp * rotated]).sum(-3)  # (2, *lead, 2, R / 2): dC, dS of each token
+    d = d.sum(-2) if reuse else _unpairs(d, neox)  # (2, *lead, F)
+    out = d.new_zeros(2, n_rows, d.shape[-1])
+    out.index_add_(1, rows.reshape(-1), d.flatten(1, -2))
+    return out[0], out[1]
+
+
+def _table_grads(needs, x, grad, parts, rotate_style, reuse, nope_first):
+    """The tables' gradients, None where ``needs`` is unset. ``parts``, one per rotary part
+    in head-dim order: its tables, (cos, sin) or (freqs,) for raw angles, and the row each
+    token reads (x's leading dims). fp32 math (fp64 for fp64 inputs)."""
     if not any(needs):
-        return [None] * len(tables)
-    with torch.enable_grad():
-        leaves = [t.detach().requires_grad_(bool(need)) for t, need in zip(tables, needs)]
-        y = native_fwd(x.detach(), *lead, *leaves, *args)
-        grads = iter(torch.autograd.grad(y, [t for t in leaves if t.requires_grad], grad))
-    return [next(grads) if t.requires_grad else None for t in leaves]
+        return [None] * len(needs)
+    neox = int(rotate_style) == RotateStyle.NEOX
+    f = parts[0][0][0].shape[-1]
+    r = f * (2 if reuse else 1)
+    lo = x.shape[-1] - r * len(parts) if nope_first else 0
+    grads = []
+    for i, (tables, rows) in enumerate(parts):
+        dtype = torch.promote_types(torch.promote_types(x.dtype, tables[0].dtype), torch.float32)
+        n_rows = tables[0].numel() // f
+        dc, ds = _row_grads(x, grad, lo + i * r, r, rows, n_rows, neox, reuse, dtype)
+        if len(tables) == 1:  # raw angles: C = cos(freqs), S = sin(freqs)
+            angle = tables[0].reshape(n_rows, f).to(dtype)
+            dc, ds = ds * torch.cos(angle) - dc * torch.sin(angle), None
+        grads += [g.reshape(t.shape).to(t.dtype) for g, t in zip((dc, ds), tables)]
+    return [g if need else None for g, need in zip(grads, needs)]
+
+
+def _outer_rows(x: torch.Tensor) -> torch.Tensor:
+    """SBHD: token (i, b) reads row i."""
+    return torch.arange(x.shape[0], device=x.device)[:, None].expand(x.shape[:2])
+
+
+def _varlen_rows(x: torch.Tensor, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """THD: (row, covered) per token: its position within its sequence, and whether it lies
+    in one (tokens outside cu_seqlens pass through)."""
+    cu = cu_seqlens.long()
+    tok = torch.arange(x.shape[0], device=x.device)
+    covered = (tok >= cu[0]) & (tok < cu[-1])
+    start = cu[torch.searchsorted(cu[1:], tok, right=True)]
+    return torch.where(covered, tok - start, 0), covered
 
 
 class RoPE(torch.autograd.Function):
@@ -632,7 +677,7 @@ class RoPE(torch.autograd.Function):
     def backward(ctx, grad):
         x, freqs = ctx.saved_tensors
         dx = rope_bwd(grad, freqs, *ctx.args, ctx.transpose_output) if ctx.needs_input_grad[0] else None
-        (dfreqs,) = _table_grads(ctx.needs_input_grad[1:2], _native.rope_fwd, x, [freqs], grad, args=ctx.args)
+        (dfreqs,) = _table_grads(ctx.needs_input_grad[1:2], x, grad, [((freqs,), _outer_rows(x))], *ctx.args)
         return dx, dfreqs, None, None, None, None
 
 
@@ -649,8 +694,9 @@ class RoPETHD(torch.autograd.Function):
     def backward(ctx, grad):
         x, cu, freqs = ctx.saved_tensors
         dx = rope_thd_bwd(grad, cu, freqs, *ctx.args) if ctx.needs_input_grad[0] else None
-        (dfreqs,) = _table_grads(ctx.needs_input_grad[2:3], _native.rope_thd_fwd, x, [freqs], grad, (cu,),
-                                 ctx.args)
+        rows, covered = _varlen_rows(x, cu)
+        grad = torch.where(covered[:, None, None], grad, 0)
+        (dfreqs,) = _table_grads(ctx.needs_input_grad[2:3], x, grad, [((freqs,), rows)], *ctx.args)
         return dx, None, dfreqs, None, None, None
 
 
@@ -669,8 +715,7 @@ class RoPECached(torch.autograd.Function):
     def backward(ctx, grad):
         x, cos, sin = ctx.saved_tensors
         dx = rope_cached_bwd(grad, cos, sin, *ctx.args, ctx.transpose_output) if ctx.needs_input_grad[0] else None
-        dcos, dsin = _table_grads(ctx.needs_input_grad[1:3], _native.rope_cached_fwd, x, [cos, sin], grad,
-                                  args=ctx.args)
+        dcos, dsin = _table_grads(ctx.needs_input_grad[1:3], x, grad, [((cos, sin), _outer_rows(x))], *ctx.args)
         return dx, dcos, dsin, None, None, None, None
 
 
@@ -690,6 +735,8 @@ class RoPE2D(torch.autograd.Function):
     def backward(ctx, grad):
         x, *tables = ctx.saved_tensors
         dx = rope_bwd_2d(grad, *tables, *ctx.size, *ctx.args) if ctx.needs_input_grad[0] else None
-        grads = _table_grads(ctx.needs_input_grad[1:5], _native.rope_fwd_2d, x, tables, grad,
-                             args=(*ctx.size, *ctx.args))
+        img_width = int(ctx.size[1])
+        tok = torch.arange(x.shape[1], device=x.device).expand(x.shape[:2])  # row-major: (row, column)
+        parts = [(tables[:2], tok // img_width), (tables[2:], tok % img_width)]
+        grads = _table_grads(ctx.needs_input_grad[1:5], x, grad, parts, *ctx.args)
         return (dx, *grads, None, None, None, None, None)

@@ -10,7 +10,8 @@ import torch
 
 from aiter_lite.ops.native.normalization.layernorm import layer_norm, layernorm2d_fwd_with_add
 from aiter_lite.ops.native.normalization.rmsnorm import rms_norm, rmsnorm2d_fwd_with_add
-from aiter_lite.ops.native.quant import dynamic_per_token_quant_fp8_i8, static_per_tensor_quant_fp8_i8
+from aiter_lite.ops.native.quant.quant import dynamic_per_token_quant_fp8_i8, static_per_tensor_quant_fp8_i8
+from aiter_lite.spec.normalization import LAYER_NORM_EPS
 
 
 def _normed(input, weight, bias, eps, is_rms, residual_in=None, residual_out=None, x_bias=None):
@@ -55,22 +56,22 @@ def rmsnorm2d_fwd_with_add_smoothquant(out, input, residual_in, residual_out, xs
                residual_in=residual_in, residual_out=residual_out)
 
 
-def layernorm2d_fwd_with_dynamicquant(out, input, yscale, weight, bias, epsilon=1e-5, x_bias=None):
+def layernorm2d_fwd_with_dynamicquant(out, input, yscale, weight, bias, epsilon=LAYER_NORM_EPS, x_bias=None):
     norm_quant(out, input, weight, bias, epsilon, is_rms=False, yscale=yscale, x_bias=x_bias)
 
 
-def layernorm2d_fwd_with_smoothquant(out, input, xscale, yscale, weight, bias, epsilon=1e-5, x_bias=None):
+def layernorm2d_fwd_with_smoothquant(out, input, xscale, yscale, weight, bias, epsilon=LAYER_NORM_EPS, x_bias=None):
     norm_quant(out, input, weight, bias, epsilon, is_rms=False, yscale=yscale, xscale=xscale, x_bias=x_bias)
 
 
 def layernorm2d_fwd_with_add_dynamicquant(out, input, residual_in, residual_out, yscale, weight, bias,
-                                          epsilon=1e-5, x_bias=None):
+                                          epsilon=LAYER_NORM_EPS, x_bias=None):
     norm_quant(out, input, weight, bias, epsilon, is_rms=False, yscale=yscale, residual_in=residual_in,
                residual_out=residual_out, x_bias=x_bias)
 
 
 def layernorm2d_fwd_with_add_smoothquant(out, input, residual_in, residual_out, xscale, yscale, weight, bias,
-                                         epsilon=1e-5, x_bias=None):
+                                         epsilon=LAYER_NORM_EPS, x_bias=None):
     norm_quant(out, input, weight, bias, epsilon, is_rms=False, yscale=yscale, xscale=xscale,
                residual_in=residual_in, residual_out=residual_out, x_bias=x_bias)
 

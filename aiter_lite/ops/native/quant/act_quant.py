@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from aiter_lite.ops.native import quant
 from aiter_lite.ops.native.activation import gated
-from aiter_lite.ops.triton.quant.dtypes import get_fp8_e4m3_dtype
+from aiter_lite.ops.native.quant import quant
+from aiter_lite.spec.quant import get_fp8_e4m3_dtype
 
 
 def act_mul_and_fp8_group_quant(x, activation, group_size, dtype_quant=None, *, column_major_scales=False):

@@ -1,6 +1,6 @@
 """fp8 / int8 quantization in plain PyTorch (fp32 math).
 
-Same names and signatures as ``aiter_lite.ops.triton.quant``; the reference the tests
+Same names and signatures as ``aiter_lite.ops.triton.quant.quant``; the reference the tests
 compare against and the "native" backend.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from aiter_lite.ops.triton.quant.dtypes import get_fp8_e4m3_dtype, min_scale, quant_range
+from aiter_lite.spec.quant import GROUP_EPS, get_fp8_e4m3_dtype, min_scale, quant_range
 
 
 def quantize(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -50,7 +50,7 @@ def dynamic_per_token_quant_fp8_i8(qx, x_in, scale_out, scale_ub=None):
     return qx, scale_out
 
 
-def per_token_group_quant(qx, x_in, scale_out, group_size, eps=1e-10):
+def per_token_group_quant(qx, x_in, scale_out, group_size, eps=GROUP_EPS):
     x = x_in.float()
     n = x.shape[-1]
     full = n - n % group_size
@@ -74,7 +74,7 @@ def scaled_fp8_quant(input, scale=None, scale_ub=None, use_per_token_if_dynamic=
     return dynamic_per_tensor_quant_fp8_i8(q, input, torch.empty(1, dtype=torch.float32, device=input.device))
 
 
-def per_token_group_quant_fp8(x, group_size, eps=1e-10, dtype=None, column_major_scales=False, out_q=None):
+def per_token_group_quant_fp8(x, group_size, eps=GROUP_EPS, dtype=None, column_major_scales=False, out_q=None):
     dtype = dtype or get_fp8_e4m3_dtype()
     q = torch.empty(x.shape, dtype=dtype, device=x.device) if out_q is None else out_q
     n_groups = -(-x.shape[-1] // group_size)
@@ -85,5 +85,5 @@ def per_token_group_quant_fp8(x, group_size, eps=1e-10, dtype=None, column_major
     return per_token_group_quant(q, x, s, group_size, eps)
 
 
-def per_token_group_quant_int8(x, group_size, eps=1e-10, dtype=torch.int8):
+def per_token_group_quant_int8(x, group_size, eps=GROUP_EPS, dtype=torch.int8):
     return per_token_group_quant_fp8(x, group_size, eps, dtype)

@@ -1,0 +1,85 @@
+"""RoPE + paged KV-cache write and MLA's latent-cache write in plain PyTorch (fp32 math):
+the reference of ``aiter_lite.ops.triton.fusions.fused_kv_cache``, same names and argument
+orders (aiter's). RoPE as :mod:`aiter_lite.ops.native.fusions._common` says; caches:
+
+* Paged KV caches as vLLM lays them out: ``flash_layout`` key and value
+  ``[num_blocks, block_size, kv_heads, head_dim]``; otherwise key
+  ``[num_blocks, kv_heads, head_dim // x, block_size, x]`` (``x = key_cache.shape[-1]``)
+  and value ``[num_blocks, kv_heads, head_dim, block_size]``. Token ``t`` goes to slot
+  ``slot_mapping[t]`` = ``block * block_size + offset``; a negative slot, or a token past
+  the end of ``slot_mapping`` (CUDA-graph padding), writes nothing.
+* Values written to a cache are scaled as the quant ops scale, ``x * (1 / scale)`` in
+  fp32, when a scale is given and ``apply_scale``; fp8 caches are saturated to the
+  format's range (never inf), other dtypes rounded.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from aiter_lite.ops.native.fusions._common import pe_heads, rotate_qk
+from aiter_lite.spec.quant import quant_range
+
+
+def _to_cache(x: torch.Tensor, scale, apply_scale: bool, dtype: torch.dtype) -> torch.Tensor:
+    y = x.float()
+    if scale is not None and apply_scale:
+        y = y * (1.0 / scale.reshape(()).float())
+    if dtype.is_floating_point and dtype.itemsize == 1:
+        lo, hi = quant_range(dtype)
+        y = y.clamp(lo, hi)
+    return y.to(dtype)
+
+
+def _slots(slot_mapping: torch.Tensor, n_tokens: int):
+    """(tokens, slots) of the tokens that write: index < len(slot_mapping), slot >= 0."""
+    s = slot_mapping.long()[:n_tokens]
+    t = torch.nonzero(s >= 0).flatten()
+    return t, s[t]
+
+
+def fused_qk_rope_reshape_and_cache(q, k, v, key_cache, value_cache, slot_mapping, pos, cos, sin, k_scale, v_scale,
+                                    is_neox, flash_layout, apply_scale=True, offs=None, q_out=None, k_out=None,
+                                    output_zeros=True, zeros_out=None):
+    """q and k rotated (into ``q_out`` / ``k_out``, new if None), k (rotated) and v written
+    into the caches at their slots; returns (q_out, k_out, key_cache, value_cache) and,
+    with ``output_zeros`` or a ``zeros_out``, a zeroed ``zeros_out`` (q's shape) last."""
+    op = "fused_qk_rope_reshape_and_cache"
+    d = q.shape[-1]
+    qr, kr = rotate_qk(op, q, k, cos, sin, pos, offs, is_neox)
+    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device) if q_out is None else q_out
+    k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device) if k_out is None else k_out
+    q_out.copy_(_to_cache(qr, None, False, q_out.dtype))
+    k_out.copy_(_to_cache(kr, None, False, k_out.dtype))
+    toks, slots = _slots(slot_mapping, q.shape[0])
+    if flash_layout:
+        bs = key_cache.shape[1]
+        blk, off = slots // bs, slots % bs
+        key_cache[blk, off] = _to_cache(kr[toks], k_scale, apply_scale, key_cache.dtype)
+        value_cache[blk, off] = _to_cache(v[toks], v_scale, apply_scale, value_cache.dtype)
+    else:
+        x = key_cache.shape[-1]
+        bs = key_cache.shape[3]
+        blk, off = slots // bs, slots % bs
+        kc = _to_cache(kr[toks], k_scale, apply_scale, key_cache.dtype)  # (n, kvh, d)
+        key_cache[blk, :, :, off, :] = kc.reshape(kc.shape[0], kc.shape[1], d // x, x)
+        value_cache[blk, :, :, off] = _to_cache(v[toks], v_scale, apply_scale, value_cache.dtype)
+    out = (q_out, k_out, key_cache, value_cache)
+    if output_zeros or zeros_out is not None:
+        zeros_out = torch.empty(q.shape, dtype=q.dtype, device=q.device) if zeros_out is None else zeros_out
+        zeros_out.zero_()
+        out = (*out, zeros_out)
+    return out
+
+
+def cat_and_cache_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale, apply_scale=True):
+    """cat(k_nope, k_pe) of each token (scaled, saturated for fp8) written at its slot of
+    ``kv_cache`` ([slots, kv_heads, d] or [num_blocks, block_size, kv_heads, d]); inputs
+    [B, kv_heads, d] or [B, d] (one head), k_pe of one head shared by every head."""
+    kn = k_nope if k_nope.dim() == 3 else k_nope[:, None, :]
+    kp = k_pe if k_pe.dim() == 3 else k_pe[:, None, :]
+    kv = torch.cat([kn, pe_heads(kp, kn.shape[1])], -1)
+    toks, slots = _slots(slot_mapping, kn.shape[0])
+    flat = kv_cache.view(-1, *kv_cache.shape[-2:]) if kv_cache.dim() == 4 else kv_cache
+    flat[slots] = _to_cache(kv[toks], k_scale, apply_scale, kv_cache.dtype)
+    return None
