@@ -38,11 +38,12 @@ from aiter_lite.ops.triton.quant.quant import (
     per_token_launch_config,
 )
 from aiter_lite.spec.quant import GROUP_EPS, QUANT_DTYPES, get_fp8_e4m3_dtype, min_scale, quant_range
-from aiter_lite.utils.checks import check_row_input, rows_view
-from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.fast_launch import launch, planned
+from aiter_lite.utils.checks import check_choice, check_row_input, rows_view
+from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, row_warps
 from aiter_lite.utils.logger import debug_on, log_call
+from aiter_lite.utils.registry import public_op
 
 __all__ = [
     "act_mul_and_fp8_group_quant",
@@ -94,8 +95,7 @@ def act_quant_launch_config(mode: str, n_rows: int, n_cols: int, device: torch.d
 
 def _check_input(op: str, name: str, x, activation) -> int:
     """x's output width d (x holds gate, then up)."""
-    if activation not in _ACTIVATIONS:
-        raise ValueError(f"{op}: activation must be one of {', '.join(_ACTIVATIONS)}, got {activation!r}")
+    check_choice(op, "activation", activation, _ACTIVATIONS)
     check_row_input(op, name, x)
     if x.shape[-1] % 2:
         raise ValueError(f"{op}: {name} last dim must be even (gate, then up), got shape {tuple(x.shape)}")
@@ -122,8 +122,9 @@ def _needs_int64(n_rows: int, n_cols: int, cfg: QuantLaunchConfig, row_stride: i
     return rows * row_stride + cols + n_cols + cols * s_group >= 2**31
 
 
-def _launch(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, scale_ub: torch.Tensor | None, activation: str,
-            mode: str, group_size: int, config: QuantLaunchConfig | None = None) -> None:
+@launcher(mutates=("q2", "scale"))
+def _launch_act_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, scale_ub: torch.Tensor | None,
+                      activation: str, mode: str, group_size: int, config: QuantLaunchConfig | None = None) -> None:
     """The kernel over 2-D views: x2 (M, 2d), q2 (M, d); scale one element ("static"),
     (M,) ("per_token") or (M, G) ("group"). ``config`` pins a launch (tests, tuning)."""
     n_rows, n_cols = q2.shape
@@ -132,21 +133,21 @@ def _launch(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, scale_ub: t
         raise ValueError(f"act_quant: a group launch's BLOCK_N must be a multiple of group_size {group_size}, "
                          f"got {cfg.BLOCK_N}")
     if mode == "per_token":  # a program owns whole rows: a 1-D grid
-        _launch_rows(x2, q2, scale, scale_ub, activation, mode, 1, cfg)
+        _act_quant_rows(x2, q2, scale, scale_ub, activation, mode, 1, cfg)
         return
     # Tiles, columns fastest (as act_and_mul); grid axis 1 stops at 65535, so further
     # row blocks go to further launches.
     step = _MAX_GRID_Y * cfg.BLOCK_M
     if n_rows <= step:
-        _launch_rows(x2, q2, scale, None, activation, mode, group_size, cfg)
+        _act_quant_rows(x2, q2, scale, None, activation, mode, group_size, cfg)
         return
     for start in range(0, n_rows, step):
         rows = slice(start, min(start + step, n_rows))
-        _launch_rows(x2[rows], q2[rows], scale if mode == "static" else scale[rows], None, activation, mode,
+        _act_quant_rows(x2[rows], q2[rows], scale if mode == "static" else scale[rows], None, activation, mode,
                      group_size, cfg)
 
 
-def _launch_rows(x2, q2, scale, scale_ub, activation: str, mode: str, group_size: int, cfg: QuantLaunchConfig) -> None:
+def _act_quant_rows(x2, q2, scale, scale_ub, activation: str, mode: str, group_size: int, cfg: QuantLaunchConfig) -> None:
     n_rows, n_cols = q2.shape
     q_min, q_max = quant_range(q2.dtype)
     s_row = 0 if mode == "static" else scale.stride(0)
@@ -166,22 +167,6 @@ def _launch_rows(x2, q2, scale, scale_ub, activation: str, mode: str, group_size
     )
 
 
-@launch_op("act_quant_static", mutates_args=("q2",))
-def _run_static(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, activation: str) -> None:
-    _launch(x2, q2, scale, None, activation, "static", 1)
-
-
-@launch_op("act_quant_per_token", mutates_args=("q2", "scale"))
-def _run_per_token(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, scale_ub: torch.Tensor | None,
-                   activation: str) -> None:
-    _launch(x2, q2, scale, scale_ub, activation, "per_token", 1)
-
-
-@launch_op("act_quant_group", mutates_args=("q2", "scale"))
-def _run_group(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, activation: str, group_size: int) -> None:
-    _launch(x2, q2, scale, None, activation, "group", group_size)
-
-
 def _rows(op: str, name: str, x: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return rows_view(op, name, x, writable=False), rows_view(op, "out", q, writable=True)
 
@@ -190,7 +175,7 @@ def _rows(op: str, name: str, x: torch.Tensor, q: torch.Tensor) -> tuple[torch.T
 # public ops
 
 
-@planned
+@public_op
 def act_mul_and_fp8_group_quant(x: torch.Tensor, activation: Activation, group_size: int,
                                 dtype_quant: torch.dtype | None = None, *, column_major_scales: bool = False,
                                 config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -203,7 +188,7 @@ def act_mul_and_fp8_group_quant(x: torch.Tensor, activation: Activation, group_s
     op = "act_mul_and_fp8_group_quant"
     d = _check_input(op, "x", x, activation)
     dtype = _q_dtype(op, dtype_quant, x)
-    _check_group(op, group_size, GROUP_EPS)
+    group_size, _ = _check_group(op, group_size, GROUP_EPS)
     n_groups = cdiv(d, group_size)
     if column_major_scales:
         if x.dim() != 2:
@@ -217,16 +202,12 @@ def act_mul_and_fp8_group_quant(x: torch.Tensor, activation: Activation, group_s
                  column_major_scales=column_major_scales)
     if q.numel() == 0:
         return q, scales
-    x2, q2 = _rows(op, "x", x, q)
-    s2 = scales.view(-1, n_groups)
-    if config is None:
-        _run_group(x2, q2, s2, activation, group_size)
-    else:
-        _launch(x2, q2, s2, None, activation, "group", group_size, config)
+    _launch_act_quant(*_rows(op, "x", x, q), scales.view(-1, n_groups), None, activation, "group", group_size,
+                      config)
     return q, scales
 
 
-@planned
+@public_op
 def act_mul_and_fp8_quant(x: torch.Tensor, activation: Activation, scale: torch.Tensor | None = None,
                           dtype_quant: torch.dtype | None = None, *, scale_ub: torch.Tensor | None = None,
                           config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -249,26 +230,18 @@ def act_mul_and_fp8_quant(x: torch.Tensor, activation: Activation, scale: torch.
     q = torch.empty((*x.shape[:-1], d), dtype=dtype, device=x.device)
     if scale is not None:
         if q.numel():
-            args = (*_rows(op, "x", x, q), scale.reshape(1))
-            if config is None:
-                _run_static(*args, activation)
-            else:
-                _launch(*args, None, activation, "static", 1, config)
+            _launch_act_quant(*_rows(op, "x", x, q), scale.reshape(1), None, activation, "static", 1, config)
         return q, scale
     scales = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
     if q.numel():
         ub = None if scale_ub is None else scale_ub.reshape(1)
-        args = (*_rows(op, "x", x, q), scales.view(-1), ub, activation)
-        if config is None:
-            _run_per_token(*args)
-        else:
-            _launch(*args, "per_token", 1, config)
+        _launch_act_quant(*_rows(op, "x", x, q), scales.view(-1), ub, activation, "per_token", 1, config)
     elif scales.numel():  # rows of no columns: the floor
         scales.fill_(min_scale(dtype))
     return q, scales
 
 
-@planned
+@public_op(mutates=("out",))
 def silu_and_mul_quant(out: torch.Tensor, input: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """vLLM's fused SwiGLU + static quantization: ``out = silu(input[..., :d]) * input[..., d:]``
     quantized with ``scale`` (one fp32 element) to out's dtype. Returns ``out``."""
@@ -279,5 +252,5 @@ def silu_and_mul_quant(out: torch.Tensor, input: torch.Tensor, scale: torch.Tens
     if debug_on():
         log_call(op, out=out, input=input, scale=scale)
     if out.numel():
-        _run_static(*_rows(op, "input", input, out), scale.reshape(1), "silu")
+        _launch_act_quant(*_rows(op, "input", input, out), scale.reshape(1), None, "silu", "static", 1)
     return out

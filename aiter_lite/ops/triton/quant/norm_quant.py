@@ -53,10 +53,11 @@ from aiter_lite.ops.triton.quant.quant import (
 from aiter_lite.spec.normalization import LAYER_NORM_EPS
 from aiter_lite.spec.quant import min_scale, quant_range
 from aiter_lite.utils.checks import check_real, rows_view
-from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.fast_launch import launch, planned
+from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2
 from aiter_lite.utils.logger import debug_on, log_call
+from aiter_lite.utils.registry import public_op
 
 __all__ = [
     "rmsnorm2d_fwd_with_dynamicquant",
@@ -147,17 +148,15 @@ def norm_quant_launch_config(n_rows: int, n_cols: int, device: torch.device | No
     return NormQuantLaunchConfig(block_m, row, _warps(block_m * row))
 
 
-@launch_op("norm_quant", mutates_args=("q2", "scale", "r_out2", "y2"))
-def _run(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, r2: torch.Tensor | None,
-         r_out2: torch.Tensor | None, x_bias: torch.Tensor | None, weight: torch.Tensor | None,
-         bias: torch.Tensor | None, xscale: torch.Tensor | None, scale_ub: torch.Tensor | None,
-         y2: torch.Tensor | None, eps: float, weight_offset: float, is_rms: bool, dynamic: bool) -> None:
-    _launch(x2, q2, scale, r2, r_out2, x_bias, weight, bias, xscale, scale_ub, y2, eps, weight_offset, is_rms,
-            dynamic)
-
-
-def _launch(x2, q2, scale, r2, r_out2, x_bias, weight, bias, xscale, scale_ub, y2, eps, weight_offset, is_rms,
-            dynamic, config: NormQuantLaunchConfig | None = None) -> None:
+@launcher(mutates=("q2", "scale", "r_out2", "y2"))
+def _launch_norm_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, r2: torch.Tensor | None,
+                       r_out2: torch.Tensor | None, x_bias: torch.Tensor | None, weight: torch.Tensor | None,
+                       bias: torch.Tensor | None, xscale: torch.Tensor | None, scale_ub: torch.Tensor | None,
+                       y2: torch.Tensor | None, eps: float, weight_offset: float, is_rms: bool, dynamic: bool,
+                       config: NormQuantLaunchConfig | None = None) -> None:
+    """The fused norm + quant over 2-D row views: q2, and the per-row scales (``dynamic``)
+    into ``scale``, or by the one-element ``scale``; residual_out and the normalized rows
+    (y2) where given."""
     n_rows, n_cols = x2.shape
     cfg = config or norm_quant_launch_config(n_rows, n_cols, x2.device, r2 is not None, is_rms)
     q_min, q_max = quant_range(q2.dtype)
@@ -217,10 +216,7 @@ def norm_quant(op: str, out, input, weight, bias, epsilon, *, is_rms: bool, ysca
             rows(r_name, residual_in, False), rows(r_out_name, residual_out, True), x_bias, weight, bias, xscale,
             None if scale_ub is None else scale_ub.reshape(1), rows("dump", y, True), eps, float(weight_offset),
             is_rms, dynamic)
-    if config is None:
-        _run(*args)
-    else:
-        _launch(*args, config)
+    _launch_norm_quant(*args, config)
     return y
 
 
@@ -228,7 +224,7 @@ def norm_quant(op: str, out, input, weight, bias, epsilon, *, is_rms: bool, ysca
 # aiter's names: RMSNorm
 
 
-@planned
+@public_op(mutates=("out", "yscale"))
 def rmsnorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, yscale: torch.Tensor,
                                     weight: torch.Tensor | None, epsilon: float,
                                     scale_ub: torch.Tensor | None = None, clamp_out: bool = False,
@@ -239,7 +235,7 @@ def rmsnorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, ysca
                       yscale=yscale, scale_ub=scale_ub, dump=dump_rms_norm)
 
 
-@planned
+@public_op(mutates=("out", "yscale"))
 def rmsnorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xscale: torch.Tensor,
                                    yscale: torch.Tensor, weight: torch.Tensor | None, epsilon: float) -> None:
     """``out, yscale = dynamic_per_token_quant(rms_norm(input, weight, epsilon) * xscale)``."""
@@ -247,7 +243,7 @@ def rmsnorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xscal
                xscale=xscale)
 
 
-@planned
+@public_op(mutates=("out", "residual_out", "yscale"))
 def rmsnorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                                         residual_out: torch.Tensor, yscale: torch.Tensor,
                                         weight: torch.Tensor | None, epsilon: float) -> None:
@@ -256,7 +252,7 @@ def rmsnorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor, 
                yscale=yscale, residual_in=residual_in, residual_out=residual_out)
 
 
-@planned
+@public_op(mutates=("out", "residual_out", "yscale"))
 def rmsnorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                                        residual_out: torch.Tensor, xscale: torch.Tensor, yscale: torch.Tensor,
                                        weight: torch.Tensor | None, epsilon: float) -> None:
@@ -269,7 +265,7 @@ def rmsnorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor, r
 # aiter's names: LayerNorm
 
 
-@planned
+@public_op(mutates=("out", "yscale"))
 def layernorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, yscale: torch.Tensor,
                                       weight: torch.Tensor | None, bias: torch.Tensor | None,
                                       epsilon: float = LAYER_NORM_EPS, x_bias: torch.Tensor | None = None) -> None:
@@ -278,7 +274,7 @@ def layernorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, ys
                yscale=yscale, x_bias=x_bias)
 
 
-@planned
+@public_op(mutates=("out", "yscale"))
 def layernorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xscale: torch.Tensor,
                                      yscale: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                                      epsilon: float = LAYER_NORM_EPS, x_bias: torch.Tensor | None = None) -> None:
@@ -287,7 +283,7 @@ def layernorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xsc
                yscale=yscale, xscale=xscale, x_bias=x_bias)
 
 
-@planned
+@public_op(mutates=("out", "residual_out", "yscale"))
 def layernorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                                           residual_out: torch.Tensor, yscale: torch.Tensor,
                                           weight: torch.Tensor | None, bias: torch.Tensor | None,
@@ -297,7 +293,7 @@ def layernorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor
                yscale=yscale, residual_in=residual_in, residual_out=residual_out, x_bias=x_bias)
 
 
-@planned
+@public_op(mutates=("out", "residual_out", "yscale"))
 def layernorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                                          residual_out: torch.Tensor, xscale: torch.Tensor, yscale: torch.Tensor,
                                          weight: torch.Tensor | None, bias: torch.Tensor | None,
@@ -311,14 +307,14 @@ def layernorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor,
 # vLLM's names
 
 
-@planned
+@public_op(mutates=("out",))
 def rms_norm_static_fp8_quant(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None,
                               scale: torch.Tensor, epsilon: float) -> None:
     """``out = static_per_tensor_quant(rms_norm(input, weight, epsilon), scale)``."""
     norm_quant("rms_norm_static_fp8_quant", out, input, weight, None, epsilon, is_rms=True, scale=scale)
 
 
-@planned
+@public_op(mutates=("out", "residual"))
 def fused_add_rms_norm_static_fp8_quant(out: torch.Tensor, input: torch.Tensor, residual: torch.Tensor,
                                         weight: torch.Tensor | None, scale: torch.Tensor, epsilon: float) -> None:
     """``residual += input`` (in place); ``out = static_per_tensor_quant(rms_norm(residual), scale)``."""
@@ -326,7 +322,7 @@ def fused_add_rms_norm_static_fp8_quant(out: torch.Tensor, input: torch.Tensor, 
                residual_in=residual, residual_out=residual, names=("out", "residual", "residual"))
 
 
-@planned
+@public_op(mutates=("out", "scales", "residual"))
 def rms_norm_dynamic_per_token_quant(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None,
                                      scales: torch.Tensor, epsilon: float, scale_ub: torch.Tensor | None = None,
                                      residual: torch.Tensor | None = None) -> None:

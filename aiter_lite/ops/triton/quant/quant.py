@@ -43,14 +43,16 @@ from aiter_lite.ops.triton._triton_kernels.quant.quant import (
 from aiter_lite.ops.triton.quant.dtypes import check_quant_dtype_supported
 from aiter_lite.spec.quant import GROUP_EPS, QUANT_DTYPES, get_fp8_e4m3_dtype, min_scale, quant_range
 from aiter_lite.utils.checks import (
+    check_int,
+    check_real,
     TRITON_INTERPRET,
     check_row_input,
     check_same_device,
     check_unit_last_stride,
     rows_view,
 )
-from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.fast_launch import launch, planned
+from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.launch import (
     WARP_SIZE,
     cdiv,
@@ -61,6 +63,7 @@ from aiter_lite.utils.launch import (
     stream_buffer,
 )
 from aiter_lite.utils.logger import debug_on, log_call
+from aiter_lite.utils.registry import public_op
 
 __all__ = [
     "static_per_tensor_quant_fp8_i8",
@@ -212,13 +215,11 @@ def _check_scale(op: str, name: str, scale, numel: int, x_in: torch.Tensor, x_na
     check_same_device(op, name, scale, x_name, x_in)
 
 
-def _check_group(op: str, group_size, eps) -> None:
-    if isinstance(group_size, bool) or not isinstance(group_size, int):
-        raise TypeError(f"{op}: group_size must be an int, got {type(group_size).__name__}")
-    if group_size <= 0 or group_size & (group_size - 1) or group_size > 8192:
+def _check_group(op: str, group_size, eps) -> tuple[int, float]:
+    group_size = check_int(op, "group_size", group_size, 1, 8192)
+    if group_size & (group_size - 1):
         raise ValueError(f"{op}: group_size must be a power of 2 from 1 to 8192, got {group_size}")
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
-        raise ValueError(f"{op}: eps must be a positive float, got {eps!r}")
+    return group_size, check_real(op, "eps", eps, positive=True)
 
 
 def _check_input(op: str, x_in) -> None:
@@ -252,7 +253,10 @@ def _tiles(n_rows: int, n_cols: int, device: torch.device):
     return cfg, cdiv(n_rows, cfg.BLOCK_M), cdiv(n_cols, cfg.BLOCK_N)
 
 
-def _launch_static(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor) -> None:
+@launcher(mutates=("q2",))
+def _launch_static_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor) -> None:
+    """``q2 = x2 / scale`` (one element) over 2-D views; rows past grid axis 1's 65535
+    blocks in further launches."""
     n_rows, n_cols = x2.shape
     cfg, row_blocks, col_blocks = _tiles(n_rows, n_cols, x2.device)
     q_min, q_max = quant_range(q2.dtype)
@@ -271,11 +275,6 @@ def _launch_static(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor) -> N
             SOFT_ROUND=_soft_round(q2.dtype),
             BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
         )
-
-
-@launch_op("quant_static", mutates_args=("q2",))
-def _run_static(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor) -> None:
-    _launch_static(x2, q2, scale)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -298,12 +297,11 @@ def dynamic_per_tensor_launch_config(n_rows: int, n_cols: int,
     return QuantLaunchConfig(block_m, block_n, _lane_warps(block_m * block_n))
 
 
-@launch_op("quant_dynamic_per_tensor", mutates_args=("q2", "scale"))
-def _run_dynamic_per_tensor(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor) -> None:
-    _launch_dynamic_per_tensor(x2, q2, scale)
-
-
-def _launch_dynamic_per_tensor(x2, q2, scale, config: QuantLaunchConfig | None = None) -> None:
+@launcher(mutates=("q2", "scale"))
+def _launch_dynamic_per_tensor(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor,
+                               config: QuantLaunchConfig | None = None) -> None:
+    """The tensor's scale into ``scale`` (one element), then q2; in one launch, or (LOOPED)
+    an amax launch and the static one."""
     n_rows, n_cols = x2.shape
     cfg = config or dynamic_per_tensor_launch_config(n_rows, n_cols, x2.device)
     q_min, q_max = quant_range(q2.dtype)
@@ -335,15 +333,14 @@ def _launch_dynamic_per_tensor(x2, q2, scale, config: QuantLaunchConfig | None =
         EVEN=n_rows % block_m == 0 and n_cols % block_n == 0,
         INT64=(n_rows + block_m) * x2.stride(0) >= 2**31, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
     )
-    _launch_static(x2, q2, scale)
+    _launch_static_quant(x2, q2, scale)
 
 
-@launch_op("quant_per_token", mutates_args=("q2", "scale"))
-def _run_per_token(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, scale_ub: torch.Tensor | None) -> None:
-    _launch_per_token(x2, q2, scale, scale_ub)
-
-
-def _launch_per_token(x2, q2, scale, scale_ub, config: QuantLaunchConfig | None = None) -> None:
+@launcher(mutates=("q2", "scale"))
+def _launch_per_token_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, scale_ub: torch.Tensor | None,
+                            config: QuantLaunchConfig | None = None) -> None:
+    """A scale per row of x2 into ``scale`` ((M,)), then q2; rows in registers, looped, or
+    split over programs (SPLIT)."""
     n_rows, n_cols = x2.shape
     cfg = config or per_token_launch_config(n_rows, n_cols, x2.device)
     q_min, q_max = quant_range(q2.dtype)
@@ -370,8 +367,9 @@ def _launch_per_token(x2, q2, scale, scale_ub, config: QuantLaunchConfig | None 
     )
 
 
-@launch_op("quant_group", mutates_args=("q2", "scale"))
-def _run_group(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, group_size: int, eps: float) -> None:
+@launcher(mutates=("q2", "scale"))
+def _launch_group_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, group_size: int, eps: float) -> None:
+    """A scale per ``group_size`` columns of a row into ``scale`` ((M, G), any strides), then q2."""
     n_rows, n_cols = x2.shape
     n_groups = cdiv(n_cols, group_size)
     block_g = min(max(_GROUP_TILE // group_size, 1), next_power_of_2(n_rows * n_groups))
@@ -390,17 +388,17 @@ def _run_group(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, group_si
 # aiter's names
 
 
-@planned
+@public_op(mutates=("qx",))
 def static_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_in: torch.Tensor) -> torch.Tensor:
     """``qx = x_in / scale_in`` saturated to qx's dtype; ``scale_in`` one fp32 element. Returns ``qx``."""
     op = "static_per_tensor_quant_fp8_i8"
     _check_per_tensor(op, qx, x_in, "scale_in", scale_in)
     if x_in.numel():
-        _run_static(*_rows(op, qx, x_in), scale_in if scale_in.dim() == 1 else scale_in.reshape(1))
+        _launch_static_quant(*_rows(op, qx, x_in), scale_in if scale_in.dim() == 1 else scale_in.reshape(1))
     return qx
 
 
-@planned
+@public_op(mutates=("qx", "scale_out"))
 def dynamic_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor, *,
                                     config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The tensor's scale ``max(amax / q_max, 1 / (q_max * 512))`` written to ``scale_out``
@@ -409,17 +407,13 @@ def dynamic_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_
     op = "dynamic_per_tensor_quant_fp8_i8"
     _check_per_tensor(op, qx, x_in, "scale_out", scale_out)
     if x_in.numel():
-        args = (*_rows(op, qx, x_in), _scale_vector(op, "scale_out", scale_out))
-        if config is None:
-            _run_dynamic_per_tensor(*args)
-        else:
-            _launch_dynamic_per_tensor(*args, config)
+        _launch_dynamic_per_tensor(*_rows(op, qx, x_in), _scale_vector(op, "scale_out", scale_out), config)
     else:  # no elements: the floor
         scale_out.fill_(min_scale(qx.dtype))
     return qx, scale_out
 
 
-@planned
+@public_op(mutates=("qx", "scale_out"))
 def dynamic_per_token_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor,
                                    scale_ub: torch.Tensor | None = None, *,
                                    config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -437,11 +431,7 @@ def dynamic_per_token_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_o
         log_call(op, qx=qx, x_in=x_in, scale_out=scale_out, scale_ub=scale_ub)
     if x_in.numel():
         ub = None if scale_ub is None else scale_ub.reshape(1)
-        args = (*_rows(op, qx, x_in), _scale_vector(op, "scale_out", scale_out), ub)
-        if config is None:
-            _run_per_token(*args)
-        else:
-            _launch_per_token(*args, config)
+        _launch_per_token_quant(*_rows(op, qx, x_in), _scale_vector(op, "scale_out", scale_out), ub, config)
     elif scale_out.numel():  # rows of no columns: the floor
         scale_out.fill_(min_scale(qx.dtype))
     return qx, scale_out
@@ -458,7 +448,7 @@ def _scale_vector(op: str, name: str, scale: torch.Tensor) -> torch.Tensor:
                          "cannot be viewed as one vector; pass a contiguous tensor") from None
 
 
-@planned
+@public_op(mutates=("qx", "scale_out"))
 def per_token_group_quant(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor, group_size: int,
                           eps: float = GROUP_EPS) -> tuple[torch.Tensor, torch.Tensor]:
     """Each ``group_size`` columns of a row quantized with their own scale
@@ -468,7 +458,7 @@ def per_token_group_quant(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch
     op = "per_token_group_quant"
     _check_input(op, x_in)
     _check_q(op, qx, x_in)
-    _check_group(op, group_size, eps)
+    group_size, eps = _check_group(op, group_size, eps)
     n_groups = cdiv(x_in.shape[-1], group_size)
     want = (*x_in.shape[:-1], n_groups)
     if not isinstance(scale_out, torch.Tensor) or tuple(scale_out.shape) != want:
@@ -485,7 +475,7 @@ def per_token_group_quant(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch
         except RuntimeError:
             raise ValueError(f"{op}: scale_out with strides {tuple(scale_out.stride())} cannot be viewed as "
                              f"({n_rows}, {n_groups}); its leading dims must flatten") from None
-        _run_group(*_rows(op, qx, x_in), s2, group_size, float(eps))
+        _launch_group_quant(*_rows(op, qx, x_in), s2, group_size, eps)
     return qx, scale_out
 
 
@@ -501,7 +491,7 @@ def _quant_dtype(op: str, dtype: torch.dtype | None) -> torch.dtype:
     return dtype
 
 
-@planned
+@public_op(buffers=("output",))
 def scaled_fp8_quant(input: torch.Tensor, scale: torch.Tensor | None = None, scale_ub: torch.Tensor | None = None,
                      use_per_token_if_dynamic: bool = False, output: torch.Tensor | None = None,
                      dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -525,7 +515,7 @@ def scaled_fp8_quant(input: torch.Tensor, scale: torch.Tensor | None = None, sca
     return dynamic_per_tensor_quant_fp8_i8(q, input, torch.empty(1, dtype=torch.float32, device=input.device))
 
 
-@planned
+@public_op(buffers=("out_q",))
 def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = GROUP_EPS,
                               dtype: torch.dtype | None = None, column_major_scales: bool = False,
                               out_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -546,7 +536,7 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = GRO
     return per_token_group_quant(q, x, s, group_size, eps)
 
 
-@planned
+@public_op
 def per_token_group_quant_int8(x: torch.Tensor, group_size: int, eps: float = GROUP_EPS,
                                dtype: torch.dtype = torch.int8) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM's ``per_token_group_quant_int8``: ``(q, scales)`` with int8 values."""
