@@ -47,6 +47,8 @@ def _moe_routing_kernel(
     BLOCK_S: tl.constexpr,      # >= group_size
     BLOCK_K: tl.constexpr,      # >= topk
 ):
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
+    scale = tl.cast(scale, tl.float32)
     BLOCK_E: tl.constexpr = BLOCK_G * BLOCK_S
     tok = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
     tok_ok = tok < n_tokens

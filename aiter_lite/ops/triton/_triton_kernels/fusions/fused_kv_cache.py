@@ -180,6 +180,13 @@ def _rope_cache_kernel(
     BLOCK_H: tl.constexpr,
     INT64: tl.constexpr,
 ):
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
+    qo_min = tl.cast(qo_min, tl.float32)
+    qo_max = tl.cast(qo_max, tl.float32)
+    ko_min = tl.cast(ko_min, tl.float32)
+    ko_max = tl.cast(ko_max, tl.float32)
+    c_min = tl.cast(c_min, tl.float32)
+    c_max = tl.cast(c_max, tl.float32)
     first, heads, tok, t_mask, th_mask = _two_part_block(n_q_heads, n_kv_heads, n_tokens, BLOCK_T, BLOCK_H, INT64)
     if first:
         _turn_and_store(q_ptr, sq_t, sq_h, sq_d, q_out_ptr, sqo_t, sqo_h, sqo_d, qo_min, qo_max,

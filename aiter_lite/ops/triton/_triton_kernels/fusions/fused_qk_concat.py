@@ -82,6 +82,9 @@ def _cat_kernel(
     BLOCK_H: tl.constexpr,
     INT64: tl.constexpr,
 ):
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
+    q_min = tl.cast(q_min, tl.float32)
+    q_max = tl.cast(q_max, tl.float32)
     first, heads, tok, t_mask, th_mask = _two_part_block(n_heads1, n_heads2, n_tokens, BLOCK_T, BLOCK_H, INT64)
     if first:
         dest = (o1_ptr + tok * so1_t)[:, None] + heads[None, :] * so1_h

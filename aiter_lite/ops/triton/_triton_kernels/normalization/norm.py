@@ -149,6 +149,9 @@ def _norm_fwd_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
+    eps = tl.cast(eps, tl.float32)
+    weight_offset = tl.cast(weight_offset, tl.float32)
     pid = tl.program_id(0)
     if INT64:
         pid = pid.to(tl.int64)
@@ -311,6 +314,9 @@ def _norm_fwd_split_kernel(
     their segment in start order (a ticket), so the siblings a program waits for have
     started or start as earlier rows finish (n_segs programs must fit the GPU at once).
     The ticket and the slots are int64, so every offset below is 64-bit."""
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
+    eps = tl.cast(eps, tl.float32)
+    weight_offset = tl.cast(weight_offset, tl.float32)
     row, seg = _segment_ticket(slot_ptr, n_rows, n_segs, PHASE)
     cols = seg * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
@@ -356,6 +362,8 @@ def _norm_bwd_row_sums_kernel(
     Grid (rows, splits): program (row, s) sums columns [s * cols_per_split, (s + 1) *
     cols_per_split) of one row, so that few wide rows still fill the GPU; the splits'
     shares are added afterwards in a fixed order."""
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
+    weight_offset = tl.cast(weight_offset, tl.float32)
     row = tl.program_id(0)
     split = tl.program_id(1)
     if INT64:
@@ -418,6 +426,8 @@ def _norm_bwd_kernel(
     row of the partial buffers, reduced afterwards in a fixed order:
     deterministic, no atomics.
     """
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
+    weight_offset = tl.cast(weight_offset, tl.float32)
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)

@@ -49,12 +49,13 @@ def _act_quant_kernel(
 ):
     """static and group: grid (column blocks, row blocks), columns fastest, as
     ``act_and_mul``. per_token: grid (row blocks,), a program owns whole rows."""
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
+    eps = tl.cast(eps, tl.float32)
+    q_min = tl.cast(q_min, tl.float32)
+    q_max = tl.cast(q_max, tl.float32)
+    min_scale = tl.cast(min_scale, tl.float32)
     x_dtype = x_ptr.dtype.element_ty
     q_dtype = q_ptr.dtype.element_ty
-    # fp32 whatever the launcher typed them (inductor passes Python floats of a traced
-    # launch as fp64; div_rn takes fp32 only)
-    eps, min_scale = tl.cast(eps, tl.float32), tl.cast(min_scale, tl.float32)
-    q_min, q_max = tl.cast(q_min, tl.float32), tl.cast(q_max, tl.float32)
     if MODE == "per_token":
         pid_m = tl.program_id(0)
     else:

@@ -131,6 +131,12 @@ def _norm_quant_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
+    eps = tl.cast(eps, tl.float32)
+    weight_offset = tl.cast(weight_offset, tl.float32)
+    q_min = tl.cast(q_min, tl.float32)
+    q_max = tl.cast(q_max, tl.float32)
+    min_scale = tl.cast(min_scale, tl.float32)
     pid = tl.program_id(0)
     if INT64:
         pid = pid.to(tl.int64)

@@ -99,6 +99,9 @@ def _static_quant_kernel(
     BLOCK_N: tl.constexpr,
 ):
     """Static per-tensor quantization of an (n_rows, n_cols) tile grid, columns fastest."""
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
+    q_min = tl.cast(q_min, tl.float32)
+    q_max = tl.cast(q_max, tl.float32)
     rows, cols, mask = _tile(tl.program_id(1), tl.program_id(0), n_rows, n_cols, EVEN, INT64, BLOCK_M, BLOCK_N)
     inv_scale = tl.math.div_rn(1.0, tl.load(scale_ptr))
     x = _load_f32(x_ptr + rows[:, None] * stride_x_row + cols[None, :], mask, EVEN)
@@ -125,6 +128,9 @@ def _amax_scale_kernel(
     exact, so the same in any order); the last program to arrive writes
     ``_scale_of(amax)`` and zeroes the work words for the next call. The scale is
     written, never read first: the caller need not zero it."""
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
+    q_max = tl.cast(q_max, tl.float32)
+    min_scale = tl.cast(min_scale, tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for pid_m in range(tl.program_id(1), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(1)):
         rows, cols, mask = _tile(pid_m, tl.program_id(0), n_rows, n_cols, EVEN, INT64, BLOCK_M, BLOCK_N)
@@ -158,6 +164,10 @@ def _dynamic_per_tensor_kernel(
     max, as ``_amax_scale_kernel``); each program raises the arrival count, waits for
     all, then quantizes its tile with the one scale. The last program to leave zeroes
     the work words for the next call."""
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
+    q_min = tl.cast(q_min, tl.float32)
+    q_max = tl.cast(q_max, tl.float32)
+    min_scale = tl.cast(min_scale, tl.float32)
     col_blocks = tl.cdiv(n_cols, BLOCK_N)
     pid = tl.program_id(0)
     n_programs = tl.num_programs(0)
@@ -199,6 +209,10 @@ def _per_token_quant_kernel(
 ):
     """Dynamic per-token (per-row) quantization: a row's scale from its amax (capped at
     the bound when HAS_UB), then the row quantized with it."""
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
+    q_min = tl.cast(q_min, tl.float32)
+    q_max = tl.cast(q_max, tl.float32)
+    min_scale = tl.cast(min_scale, tl.float32)
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < n_rows
     x_rows = x_ptr + rows[:, None] * stride_x_row
@@ -250,6 +264,10 @@ def _per_token_split_kernel(
     segment writes the scale. Programs take their (row, segment) in start order (a
     ticket), so the siblings a program waits for have started or start as earlier rows
     finish; every offset is 64-bit (the ticket is int64)."""
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
+    q_min = tl.cast(q_min, tl.float32)
+    q_max = tl.cast(q_max, tl.float32)
+    min_scale = tl.cast(min_scale, tl.float32)
     row, seg = _segment_ticket(slot_ptr, n_rows, n_segs, PHASE)
     cols = seg * BLOCK_N + tl.arange(0, BLOCK_N)
     x = _load_f32(x_ptr + row * stride_x_row + cols, cols < n_cols, EVEN)
@@ -293,6 +311,10 @@ def _group_quant_kernel(
     """Per-token-group quantization (DeepSeek-style): each GROUP columns of a row get
     their own scale ``max(amax, eps) / q_max``. A program takes BLOCK_G consecutive
     groups of the flattened (row, group) order, a group a tile row."""
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
+    eps = tl.cast(eps, tl.float32)
+    q_min = tl.cast(q_min, tl.float32)
+    q_max = tl.cast(q_max, tl.float32)
     g = tl.program_id(0).to(tl.int64) * BLOCK_G + tl.arange(0, BLOCK_G)
     row = g // n_groups
     grp = g % n_groups

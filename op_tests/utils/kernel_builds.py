@@ -1,0 +1,256 @@
+"""Every entry kernel built for sm_90 with its float scalars typed fp64, on any machine.
+
+torch.compile (inductor compiling a user Triton kernel, or a launch it traced) hands a
+kernel the Python floats of a launch typed fp64. A kernel that does not pin them to fp32
+first either fails to build (fp32-only intrinsics such as ``tl.math.div_rn``; fp64 to fp8
+conversions, which sm_90 lacks) or computes in fp64, at a fraction of the fp32 rate.
+
+Nothing here needs a GPU. The wrappers are called on meta tensors with every
+``kernel[grid](...)`` recorded instead of launched (``fast_launch.record``): the launches,
+their arguments and constexprs are the wrappers' own (every registered op at tiny sizes,
+plus the regimes tiny sizes leave out, at sizes that select them on an H100). A launch is
+typed as Triton's binder types it (its specialization rules, alignment included), its
+Python floats as fp64, and built for ``GPUTarget("cuda", 90, 32)``: a kernel with float
+scalars once per regime of its constexpr flags, any other kernel once. The Triton IR of a
+build must hold no fp64 operation but each such parameter's conversion to fp32 (the pin).
+
+The kernels must be JITFunctions, so this runs in a process without TRITON_INTERPRET:
+``python -m op_tests.utils.kernel_builds`` prints one JSON object a build, then one for
+the entry kernels found (op_tests/test_kernel_scalars.py runs it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+SM90 = ("cuda", 90, 32)
+H100_SMS = 132  # what the meta device stands for when a launch config sizes its grid
+KERNEL_PACKAGE = "aiter_lite.ops.triton._triton_kernels"
+
+
+def _offline() -> None:
+    """Launches recorded, not run; launch configs sized for an H100 on the meta device."""
+    from triton.runtime.jit import JITFunction
+
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        raise RuntimeError("kernel_builds needs JITFunctions: run it without TRITON_INTERPRET")
+    JITFunction.__getitem__ = lambda self, grid: (lambda *args, **meta: None)
+
+    import aiter_lite.utils.launch as launch_utils
+
+    def sms(device=None, *_):
+        return H100_SMS
+
+    originals = (launch_utils.grid_sms, launch_utils.num_sms)
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("aiter_lite") and mod is not None:
+            for attr, original in zip(("grid_sms", "num_sms"), originals):
+                if getattr(mod, attr, None) is original:
+                    setattr(mod, attr, sms)
+
+
+def _meta(*shape, dtype=torch.bfloat16, grad=False) -> torch.Tensor:
+    return torch.empty(*shape, device="meta", dtype=dtype, requires_grad=grad)
+
+
+def _norm_backward(op, n_rows: int, n_cols: int, layer_norm: bool = False) -> Callable:
+    """An RMSNorm / LayerNorm forward and backward (the backward's launches recorded too)."""
+    def run():
+        x, w = _meta(n_rows, n_cols, grad=True), _meta(n_cols, grad=True)
+        y = op(x, w, _meta(n_cols, grad=True), 1e-5, None, 0.0) if layer_norm else op(x, w, 1e-6, 0.0)
+        y.backward(torch.empty_like(y))
+    return run
+
+
+def cases() -> list[tuple[str, Callable]]:
+    """(name, call): every registered op at tiny sizes (bf16 activations, e4m3fn outputs),
+    then the regimes tiny sizes leave out, at sizes that select them on an H100."""
+    from aiter_lite.library import OPS
+    from op_benchmarks.utils.op_args import TINY, op_args
+
+    fp8, f32 = torch.float8_e4m3fn, torch.float32
+    out = []
+    for name, spec in OPS.items():
+        args = op_args(name, TINY, "meta", torch.bfloat16, fp8)
+        out.append((f"{name} tiny", lambda fn=spec.triton, args=args: fn(*args)))
+
+    op = {name: spec.triton for name, spec in OPS.items()}
+    cache_args = op_args("fused_qk_rope_reshape_and_cache", TINY, "meta", torch.bfloat16, fp8)
+    q, k, v, kc, vc, slots, pos, cos, sin = cache_args[:9]
+    mla = op_args("cat_and_cache_mla", TINY, "meta", torch.bfloat16, fp8)
+    out += [
+        ("rms_norm looped", lambda: op["rms_norm"](_meta(264, 65536), _meta(65536), 1e-6, 0.0)),
+        ("layer_norm looped, width compiled in",
+         lambda: op["layer_norm"](_meta(264, 65536), _meta(65536), _meta(65536), 1e-5, None, 0.0)),
+        ("rms_norm split", lambda: op["rms_norm"](_meta(4, 262144), _meta(262144), 1e-6, 1.0)),
+        ("fused_add_rms_norm split",
+         lambda: op["fused_add_rms_norm"](_meta(4, 65536), _meta(4, 65536), _meta(65536), 1e-6, 0.0)),
+        ("rms_norm backward", _norm_backward(op["rms_norm"], 8, 4096)),
+        ("layer_norm backward looped", _norm_backward(op["layer_norm"], 4, 65536, layer_norm=True)),
+        ("softmax split", lambda: op["softmax"](_meta(4, 1 << 17), -1)),
+        ("log_softmax looped", lambda: op["log_softmax"](_meta(4, 1 << 22), -1)),
+        ("topk filter", lambda: op["topk"](_meta(4, 128256), 50, -1, True, True)),
+        ("topk filter, k = 1", lambda: op["topk"](_meta(4, 128256), 1, -1, True, True)),
+        ("topk sorted rows", lambda: op["topk"](_meta(4, 1 << 17), 4096, -1, True, True)),
+        ("dynamic_per_tensor_quant amax, then static",
+         lambda: op["dynamic_per_tensor_quant_fp8_i8"](_meta(4096, 7168, dtype=fp8), _meta(4096, 7168),
+                                                       _meta(1, dtype=f32))),
+        ("dynamic_per_token_quant looped",
+         lambda: op["dynamic_per_token_quant_fp8_i8"](_meta(4, 65536, dtype=fp8), _meta(4, 65536),
+                                                      _meta(4, 1, dtype=f32), _meta(1, dtype=f32))),
+        ("dynamic_per_token_quant split",
+         lambda: op["dynamic_per_token_quant_fp8_i8"](_meta(264, 131072, dtype=fp8), _meta(264, 131072),
+                                                      _meta(264, 1, dtype=f32), None)),
+        ("act_mul_and_fp8_quant per token",
+         lambda: op["act_mul_and_fp8_quant"](_meta(4, 2 * 4096), "silu", None, fp8, None)),
+        ("act_mul_and_fp8_quant per token looped, bound",
+         lambda: op["act_mul_and_fp8_quant"](_meta(4, 2 * 65536), "silu", None, fp8, _meta(1, dtype=f32))),
+        ("rms_norm dynamic quant looped",
+         lambda: op["rmsnorm2d_fwd_with_dynamicquant"](_meta(4, 65536, dtype=fp8), _meta(4, 65536),
+                                                       _meta(4, 1, dtype=f32), _meta(65536), 1e-6)),
+        ("fused_qk_rope_reshape_and_cache fp8 caches and outputs, scaled",
+         lambda: op["fused_qk_rope_reshape_and_cache"](
+             q, k, v, _meta(*kc.shape, dtype=fp8), _meta(*vc.shape, dtype=fp8), slots, pos, cos, sin,
+             _meta(1, dtype=f32), _meta(1, dtype=f32), True, True, True, None,
+             _meta(*q.shape, dtype=fp8), _meta(*k.shape, dtype=fp8), None)),
+        ("cat_and_cache_mla fp8 cache, scaled",
+         lambda: op["cat_and_cache_mla"](mla[0], mla[1], _meta(*mla[2].shape, dtype=fp8), mla[3],
+                                         _meta(1, dtype=f32), True)),
+    ]
+    return out
+
+
+def entry_kernels() -> list[str]:
+    """``module.name`` of every ``*_kernel`` JITFunction defined under the kernel package
+    (its subfolders are namespace packages: walked as files)."""
+    from triton.runtime.jit import JITFunction
+
+    root = Path(importlib.import_module(KERNEL_PACKAGE).__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        module = ".".join((KERNEL_PACKAGE, *path.relative_to(root).with_suffix("").parts))
+        mod = importlib.import_module(module.removesuffix(".__init__"))
+        for name, obj in vars(mod).items():
+            if isinstance(obj, JITFunction) and name.endswith("_kernel") and obj.fn.__module__ == mod.__name__:
+                found.append(f"{mod.__name__}.{name}")
+    return found
+
+
+def _typed(kernel, args: tuple, meta: dict, backend):
+    """(signature, constexprs, attrs, options, float parameter names) of a launch, as the
+    binder types it, with its Python floats typed fp64."""
+    from triton.runtime.jit import create_function_from_signature
+
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    bound, specialization, options = binder(*args, **meta)
+    options, signature, constexprs, attrs = kernel._pack_args(backend, meta, bound, specialization, options)
+    floats = [name for name, value in bound.items() if type(value) is float and signature[name] != "constexpr"]
+    signature = {name: "fp64" if name in floats else ty for name, ty in signature.items()}
+    return signature, constexprs, attrs, options, floats
+
+
+def fp64_ops(ttir: str, floats: list[str]) -> list[str]:
+    """Operations of a kernel's Triton IR on fp64 values but the conversion of the fp64
+    parameters ``floats`` to fp32 (libdevice's own fp64, in the PTX of sin / cos, is not
+    the kernel's)."""
+    pins = {f"= arith.truncf %{name} : f64 to f32" for name in floats}
+    return [line.strip() for line in ttir.splitlines()
+            if "f64" in line and not line.lstrip().startswith("tt.func")
+            and not any(pin in line for pin in pins)]
+
+
+@contextlib.contextmanager
+def _stderr_to(file):
+    """File descriptor 2 into ``file``: where MLIR and LLVM print why a pass failed."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(file.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _error(e: Exception, diagnostics: str) -> str:
+    """A build's error: the exception, its cause, and what the compiler printed ahead of
+    the IR it dumps (``Unsupported conversion from f64 to f8E4M3FN`` and the like)."""
+    lines = [f"{type(e).__name__}: {e}"]
+    cause = e
+    while cause.__cause__ is not None:  # a helper's error inside the kernel's: the innermost says why
+        cause = cause.__cause__
+    if cause is not e:
+        lines.append(f"caused by {type(cause).__name__}: {cause}")
+    for line in diagnostics.splitlines():
+        if line.startswith(("#", "module", "{-#")):
+            break
+        if line.strip() and "warn" not in line.lower():
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def _regime(kernel, meta: dict) -> tuple:
+    """A launch's constexpr flags, tile sizes (BLOCK_*) left out."""
+    return tuple((p.name, repr(meta.get(p.name))) for p in kernel.params
+                 if p.is_constexpr and not p.name.startswith("BLOCK"))
+
+
+def build_all() -> list[dict]:
+    """Every case's launches built: a kernel taking float scalars once per regime (its
+    constexpr flags), any other kernel once (nothing to pin: its build is the check). A
+    dict each: the kernel, the first case that launched it, its fp64 parameters, its
+    constexprs, and the build's error or the fp64 operations of its Triton IR."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+
+    from aiter_lite.utils.fast_launch import record
+
+    _offline()
+    target = GPUTarget(*SM90)
+    backend = make_backend(target)
+    jobs = {}
+    for case, call in cases():
+        _, launches = record(call)
+        for kernel, _grid, args, meta in launches:
+            signature, constexprs, attrs, options, floats = _typed(kernel, args, meta, backend)
+            key = (id(kernel), _regime(kernel, meta) if floats else ())
+            if key not in jobs:
+                jobs[key] = (case, kernel, signature, constexprs, attrs, options, floats)
+
+    def build(job) -> dict:
+        case, kernel, signature, constexprs, attrs, options, floats = job
+        result = {"kernel": f"{kernel.fn.__module__}.{kernel.fn.__name__}", "case": case, "fp64": floats,
+                  "constexprs": {kernel.arg_names[i]: repr(v) for (i,), v in constexprs.items()}}
+        with tempfile.TemporaryFile("w+") as diagnostics:
+            try:
+                with _stderr_to(diagnostics):
+                    compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target,
+                                              options=options.__dict__)
+            except Exception as e:  # noqa: BLE001 (the error is the result)
+                diagnostics.seek(0)
+                result["error"] = _error(e, diagnostics.read())
+                return result
+        result["fp64_ops"] = fp64_ops(compiled.asm["ttir"], floats)
+        return result
+
+    return [build(job) for job in jobs.values()]
+
+
+def main() -> None:
+    for result in build_all():
+        print(json.dumps(result), flush=True)
+    print(json.dumps({"entry_kernels": entry_kernels()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
