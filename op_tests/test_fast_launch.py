@@ -135,7 +135,7 @@ def test_a_different_key_takes_the_checked_path(on):
 
 
 @pytest.mark.parametrize("case", ["host read", "copy", "fill", "requires grad", "own buffer", "two launches",
-                                  "raised", "refused"])
+                                  "raised"])
 def test_no_plan_where_reuse_could_be_wrong(on, case):
     k = _Kernel()
     x, y = torch.randn(2, 8), torch.randn(2, 8)
@@ -159,16 +159,11 @@ def test_no_plan_where_reuse_could_be_wrong(on, case):
         op = _op(k, buffer=torch.empty(16))
     elif case == "two launches":
         op = _op(k, launches=2)
-    elif case == "raised":
+    else:
         @fl.planned
         def op(x, y):
             fl.launch(k, (3,), x, y, 4, 0.5, BLOCK=16)
             raise ValueError("a check failed")
-    else:
-        @fl.planned
-        def op(x, y):
-            fl.refuse()
-            fl.launch(k, (3,), x, y, 4, 0.5, BLOCK=16)
 
     for _ in range(3):
         try:

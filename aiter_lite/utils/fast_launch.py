@@ -63,8 +63,8 @@ try:
 except ImportError:  # Triton before knobs: its hooks live on CompiledKernel
     from triton.compiler import CompiledKernel as _hooks
 
-__all__ = ["planned", "launch", "keep", "refuse", "unwatched", "record", "plans_off", "plan_count",
-           "fast_launch_enabled", "reset"]
+__all__ = ["planned", "launch", "keep", "unwatched", "record", "plans_off", "plan_count", "fast_launch_enabled",
+           "reset"]
 
 _MAX_PLANS = 4096
 # A CPU tensor given to a GPU op holds values the wrapper reads on the host (positions to
@@ -278,7 +278,7 @@ class _Recording:
         self.launches = []
         self.persistent = set()
         self.result = None
-        self.refused: str | bool = False  # what made the key unplannable: an aten op's name, or True
+        self.refused: str | bool = False  # what made the key unplannable: an aten op's name
 
     def plan(self, inputs: tuple) -> Callable | None:
         """The plan of the recorded call; None where calls with its key never have one."""
@@ -438,13 +438,6 @@ def keep(t: torch.Tensor) -> None:
     rec = getattr(_state, "recording", None)
     if rec is not None:
         rec.persistent.add(t.data_ptr())
-
-
-def refuse() -> None:
-    """Keep no plan of the call being recorded, nor of calls with its key."""
-    rec = getattr(_state, "recording", None)
-    if rec is not None:
-        rec.refused = True
 
 
 def record(fn: Callable, *args, **kwargs) -> tuple:

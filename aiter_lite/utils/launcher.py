@@ -102,6 +102,8 @@ def launcher(*, mutates: tuple[str, ...]):
         hints = typing.get_type_hints(fn)
         if hints.get("return", type(None)) is not type(None):
             raise TypeError(f"{fn.__name__}: a launcher returns None (its outputs are arguments it writes)")
+        if "mode" in sig.parameters:  # torch's dispatch to modes passes a keyword of that name
+            raise TypeError(f"{fn.__name__}: a registered op's argument cannot be named 'mode'")
         configs = {name: cls for name in sig.parameters if (cls := _config_class(hints.get(name))) is not None}
         params = [p.replace(annotation=(str | None) if p.name in configs else hints[p.name])
                   for p in sig.parameters.values()]

@@ -3,7 +3,8 @@
 One source of arguments for the checks that run each op the same way: the registry
 tests (opcheck, tiny sizes), the CUDA-graph and launch-plan tests, and the host-time
 benchmark (decode sizes of real models). Arguments are positional, in the registered
-schema's order; RoPE ops rotate NEOX style with the table reused, nope channels last.
+schema's order (the public function's, less an allocating op's output buffers); RoPE ops
+rotate NEOX style with the table reused, nope channels last.
 """
 
 from __future__ import annotations
@@ -152,7 +153,8 @@ def _cache(m: _Make) -> tuple:
     caches = (torch.zeros(d.blocks, d.block_size, d.kv_heads, d.head_dim, device=m.device, dtype=m.dtype)
               for _ in range(2))
     return (q, k, v, *caches, m.slots(d.blocks * d.block_size), m.i(d.rope_rows, d.tokens), cos, sin, None, None,
-            True, True, False, None, m.e(d.tokens, d.heads, d.head_dim), m.e(d.tokens, d.kv_heads, d.head_dim), None)
+            True, True, False, None, m.e(d.tokens, d.heads, d.head_dim), m.e(d.tokens, d.kv_heads, d.head_dim), False,
+            None)
 
 
 def op_args(name: str, dims: Dims = TINY, device="cpu", dtype=torch.float32, qdtype=torch.int8) -> tuple:
@@ -189,7 +191,7 @@ def op_args(name: str, dims: Dims = TINY, device="cpu", dtype=torch.float32, qdt
         "per_token_group_quant": lambda: (m.q(t, n), x, m.f32(t, n // g), g, 1e-10),
         "scaled_fp8_quant": lambda: (x, None, None, True, None),
         "per_token_group_quant_fp8": lambda: (x, g, 1e-10, None, True),
-        "per_token_group_quant_int8": lambda: (x, g, 1e-10, None),
+        "per_token_group_quant_int8": lambda: (x, g, 1e-10, torch.int8),
         "act_mul_and_fp8_group_quant": lambda: (gated, "silu", g, None, False),
         "act_mul_and_fp8_quant": lambda: (gated, "gelu", m.scale(), None, None),
         "silu_and_mul_quant": lambda: (m.q(t, d.inter), gated, m.scale()),

@@ -121,7 +121,7 @@ def cases() -> list[tuple[str, Callable]]:
          lambda: op["fused_qk_rope_reshape_and_cache"](
              q, k, v, _meta(*kc.shape, dtype=fp8), _meta(*vc.shape, dtype=fp8), slots, pos, cos, sin,
              _meta(1, dtype=f32), _meta(1, dtype=f32), True, True, True, None,
-             _meta(*q.shape, dtype=fp8), _meta(*k.shape, dtype=fp8), None)),
+             _meta(*q.shape, dtype=fp8), _meta(*k.shape, dtype=fp8), False, None)),
         ("cat_and_cache_mla fp8 cache, scaled",
          lambda: op["cat_and_cache_mla"](mla[0], mla[1], _meta(*mla[2].shape, dtype=fp8), mla[3],
                                          _meta(1, dtype=f32), True)),

@@ -17,7 +17,7 @@ def _ranked(keys: torch.Tensor) -> torch.Tensor:
     return torch.sort(keys, dim=-1, descending=True, stable=True).indices
 
 
-def moe_routing(gating_output: torch.Tensor, topk: int, *, scoring_func: str = "softmax",
+def moe_routing(gating_output: torch.Tensor, topk: int, scoring_func: str = "softmax",
                 renormalize: bool = False, num_expert_group: int = 1, topk_group: int = 1,
                 correction_bias: torch.Tensor | None = None,
                 routed_scaling_factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:

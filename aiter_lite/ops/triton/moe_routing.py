@@ -166,7 +166,7 @@ def _check_bias(op: str, bias, n_experts: int, x: torch.Tensor) -> None:
 @launcher(mutates=("weights", "ids"))
 def _launch_moe_routing(x: torch.Tensor, bias: torch.Tensor | None, weights: torch.Tensor, ids: torch.Tensor,
                         num_expert_group: int, topk_group: int, sigmoid: bool, renormalize: bool,
-                        scale: float) -> None:
+                        scale: float, config: MoeRoutingLaunchConfig | None = None) -> None:
     """One kernel launch over n_tokens >= 1 rows."""
     n_tokens, n_experts = x.shape
     topk = weights.shape[1]
@@ -174,7 +174,7 @@ def _launch_moe_routing(x: torch.Tensor, bias: torch.Tensor | None, weights: tor
     n_groups = num_expert_group if grouped else 1
     group_size = n_experts // n_groups
     block_g, block_s = next_power_of_2(n_groups), next_power_of_2(group_size)
-    cfg = moe_routing_launch_config(n_tokens, block_g * block_s, x.device)
+    cfg = config or moe_routing_launch_config(n_tokens, block_g * block_s, x.device)
     launch(
         _moe_routing_kernel, (cdiv(n_tokens, cfg.BLOCK_T),),
         x, bias, weights, ids,
@@ -217,7 +217,7 @@ def _route(op: str, gating_output, topk, scoring_func, renormalize, num_expert_g
 
 
 @public_op
-def moe_routing(gating_output: torch.Tensor, topk: int, *, scoring_func: str = "softmax",
+def moe_routing(gating_output: torch.Tensor, topk: int, scoring_func: str = "softmax",
                 renormalize: bool = False, num_expert_group: int = 1, topk_group: int = 1,
                 correction_bias: torch.Tensor | None = None,
                 routed_scaling_factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:

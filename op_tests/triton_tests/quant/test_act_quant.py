@@ -296,7 +296,7 @@ def test_bad_inputs():
         per_tensor(x[:, :127], "silu")
     with pytest.raises(ValueError, match=r"input last dim must be even"):
         fused.silu_and_mul_quant(out, x[:, :127], one)
-    with pytest.raises(ValueError, match="activation must be one of silu, gelu, gelu_tanh, got 'swish'"):
+    with pytest.raises(ValueError, match="activation must be one of 'silu', 'gelu', 'gelu_tanh', got 'swish'"):
         group(x, "swish", 64)
     with pytest.raises(ValueError, match="activation must be one of .* got 'relu'"):
         per_tensor(x, "relu")
@@ -354,9 +354,10 @@ def test_opcheck_launches():
 
     x = make_rows(5, 256, torch.float32)
     q = torch.empty(5, 128, dtype=torch.int8, device=DEVICE)
-    opcheck(torch.ops.aiter_lite.act_quant_static_launch, (x, q, torch.ones(1, device=DEVICE), "silu"))
-    opcheck(torch.ops.aiter_lite.act_quant_per_token_launch, (x, q, torch.empty(5, device=DEVICE), None, "gelu"))
-    opcheck(torch.ops.aiter_lite.act_quant_group_launch, (x, q, torch.empty(5, 2, device=DEVICE), "gelu_tanh", 64))
+    launch = torch.ops.aiter_lite.launch_act_quant
+    opcheck(launch, (x, q, torch.ones(1, device=DEVICE), None, "silu", "static", 1))
+    opcheck(launch, (x, q, torch.empty(5, device=DEVICE), None, "gelu", "per_token", 1))
+    opcheck(launch, (x, q, torch.empty(5, 2, device=DEVICE), None, "gelu_tanh", "group", 64))
 
 
 def test_compiled():

@@ -341,7 +341,7 @@ def test_bad_inputs():
         quant.per_token_group_quant_fp8(x, 64.0)
     with pytest.raises(ValueError, match="scale_out must have shape"):
         quant.per_token_group_quant(q, x, torch.empty(4, 2, device=DEVICE), 64)
-    with pytest.raises(ValueError, match="eps must be a positive"):
+    with pytest.raises(ValueError, match="eps must be positive and finite"):
         quant.per_token_group_quant_fp8(x, 64, eps=0.0)
     with pytest.raises(ValueError, match="scale_ub"):
         quant.scaled_fp8_quant(x, scale=one, scale_ub=one)

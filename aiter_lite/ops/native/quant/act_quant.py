@@ -13,13 +13,13 @@ from aiter_lite.ops.native.quant import quant
 from aiter_lite.spec.quant import get_fp8_e4m3_dtype
 
 
-def act_mul_and_fp8_group_quant(x, activation, group_size, dtype_quant=None, *, column_major_scales=False):
+def act_mul_and_fp8_group_quant(x, activation, group_size, dtype_quant=None, column_major_scales=False):
     dtype = dtype_quant or get_fp8_e4m3_dtype(x.device)
     return quant.per_token_group_quant_fp8(gated(x, activation), group_size, dtype=dtype,
                                            column_major_scales=column_major_scales)
 
 
-def act_mul_and_fp8_quant(x, activation, scale=None, dtype_quant=None, *, scale_ub=None):
+def act_mul_and_fp8_quant(x, activation, scale=None, dtype_quant=None, scale_ub=None):
     dtype = dtype_quant or get_fp8_e4m3_dtype(x.device)
     return quant.scaled_fp8_quant(gated(x, activation), scale, scale_ub, use_per_token_if_dynamic=True, dtype=dtype)
 

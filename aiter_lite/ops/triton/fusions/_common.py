@@ -8,21 +8,18 @@ import torch
 
 from aiter_lite import envs
 from aiter_lite.ops.triton.quant.dtypes import check_quant_dtype_supported
-from aiter_lite.ops.triton.rope.rope import _check_flag as check_flag  # noqa: F401 (shared with the wrappers)
 from aiter_lite.ops.triton.rope.rope import _check_indices, _table, _Table, host_check_wanted
 from aiter_lite.spec.quant import FP8_DTYPES, quant_range
 from aiter_lite.spec.rope import cache_rotary_reuse
 from aiter_lite.utils.checks import TRITON_INTERPRET, check_float_tensor, check_same_device, check_triton_device
-from aiter_lite.utils.fast_launch import planned, refuse
 
 CACHE_DTYPES = (torch.bfloat16, torch.float16, torch.float32, *FP8_DTYPES)
 _NO_FP8 = (-1.0, 1.0)  # the fp8 range argument of an output that is not fp8 (unused)
-# Eager calls launch from plans (utils.fast_launch) unless the switch of the indices an op
-# takes asks for them to be checked on the host: positions (RoPE), slot_mapping (KV cache).
-planned_rope = planned(unless=envs.rope_check_positions)
-planned_cache = planned(unless=envs.kv_cache_check_slots)
-planned_rope_cache = planned(unless=lambda: envs.rope_check_positions() or envs.kv_cache_check_slots())
 
+
+def check_rope_and_slots() -> bool:
+    """Whether either index switch asks for host checks (the ops taking positions and slots)."""
+    return envs.rope_check_positions() or envs.kv_cache_check_slots()
 
 
 def check_heads(op: str, name: str, t, ref_name: str | None = None, ref: torch.Tensor | None = None,
@@ -93,7 +90,6 @@ def check_slots(op: str, slot_mapping, n_tokens: int, n_cache_slots: int, ref: t
         raise ValueError(f"{op}: slot_mapping has {slot_mapping.shape[0]} entries, more than {tokens_name}'s "
                          f"{n_tokens} tokens")
     if host_check_wanted(slot_mapping, switch=envs.kv_cache_check_slots) and slot_mapping.numel():
-        refuse()
         hi = int(slot_mapping.max())
         if hi >= n_cache_slots:
             raise ValueError(f"{op}: slot_mapping must hold slots below the cache's {n_cache_slots} "
@@ -112,7 +108,6 @@ def check_positions(op: str, name: str, pos, n_tokens: int, ref: torch.Tensor, n
     if offsets is not None:
         _check_indices(op, offsets_name, offsets, (n_tokens,), ref)
     if host_check_wanted(pos, offsets) and n_tokens:
-        refuse()
         rows = pos.long() + (0 if offsets is None else offsets.long())
         lo, hi = int(rows.min()), int(rows.max())
         if lo < 0 or hi >= n_rows:

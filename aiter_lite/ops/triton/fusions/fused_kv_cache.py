@@ -17,11 +17,11 @@ import functools
 
 import torch
 
+from aiter_lite import envs
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_kv_cache import _rope_cache_kernel
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_qk_concat import _cat_kernel
 from aiter_lite.ops.triton.fusions._common import (
     CACHE_DTYPES,
-    check_flag,
     check_heads,
     check_out,
     check_out_dtype,
@@ -30,16 +30,17 @@ from aiter_lite.ops.triton.fusions._common import (
     check_slots,
     fp8_range,
     max_offset,
-    planned_cache,
-    planned_rope_cache,
+    check_rope_and_slots,
     rope_tables,
     soft_round,
 )
 from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig, rope_launch_config
-from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.utils.checks import check_bool
 from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
 from aiter_lite.utils.logger import debug_on, log_call
+from aiter_lite.utils.registry import public_op
 
 __all__ = ["fused_qk_rope_reshape_and_cache", "cat_and_cache_mla"]
 
@@ -104,21 +105,22 @@ def classic_launch_config(n_tokens: int, n_q_heads: int, n_kv_heads: int, head_d
     return RopeLaunchConfig(block_t, block_h, 4 if block_t * block_h * block_d >= 2048 else 2)
 
 
-@launch_op("fused_qk_rope_reshape_and_cache",
-           mutates_args=("q_out", "k_out", "zeros_out", "key_cache", "value_cache"))
+@launcher(mutates=("q_out", "k_out", "zeros_out", "key_cache", "value_cache"))
 def _launch_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_out: torch.Tensor, k_out: torch.Tensor,
                        zeros_out: torch.Tensor | None, key_cache: torch.Tensor, value_cache: torch.Tensor,
                        slot_mapping: torch.Tensor, pos: torch.Tensor, offs: torch.Tensor | None,
                        cos: torch.Tensor, sin: torch.Tensor, k_scale: torch.Tensor | None,
-                       v_scale: torch.Tensor | None, geometry: list[int], flags: list[bool]) -> None:
+                       v_scale: torch.Tensor | None, geometry: list[int], flags: list[bool],
+                       config: RopeLaunchConfig | None = None) -> None:
+    """Q and K rotated into q_out / k_out, K and V written into the paged caches, zeros_out zeroed."""
     n_rows, stride_r, stride_f, half, n_cache_slots, block_size, x = geometry
     is_neox, reuse, flash_layout = flags
     n_tokens, n_q_heads, d = q.shape
     n_kv_heads = k.shape[1]
     if n_tokens == 0:
         return
-    config = rope_launch_config if flash_layout else classic_launch_config
-    cfg = config(n_tokens, n_q_heads, n_kv_heads, d, q.device)
+    cfg = config or (rope_launch_config if flash_layout else classic_launch_config)(n_tokens, n_q_heads, n_kv_heads,
+                                                                                    d, q.device)
     rest = d - 2 * half
     kc_strides, vc_strides = _cache_strides(key_cache, value_cache, flash_layout)
     z = q_out if zeros_out is None else zeros_out
@@ -142,10 +144,14 @@ def _launch_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_out:
     )
 
 
-@planned_rope_cache
-def fused_qk_rope_reshape_and_cache(q, k, v, key_cache, value_cache, slot_mapping, pos, cos, sin, k_scale, v_scale,
-                                    is_neox, flash_layout, apply_scale=True, offs=None, q_out=None, k_out=None,
-                                    output_zeros=True, zeros_out=None):
+@public_op(mutates=("key_cache", "value_cache", "q_out", "k_out", "zeros_out"), unless=check_rope_and_slots)
+def fused_qk_rope_reshape_and_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_cache: torch.Tensor,
+                                    value_cache: torch.Tensor, slot_mapping: torch.Tensor, pos: torch.Tensor,
+                                    cos: torch.Tensor, sin: torch.Tensor, k_scale: torch.Tensor | None,
+                                    v_scale: torch.Tensor | None, is_neox: bool, flash_layout: bool,
+                                    apply_scale: bool = True, offs: torch.Tensor | None = None,
+                                    q_out: torch.Tensor | None = None, k_out: torch.Tensor | None = None,
+                                    output_zeros: bool = True, zeros_out: torch.Tensor | None = None) -> tuple:
     """Rotate q and k (q [T, QH, d], k and v [T, KH, d]) and write k and v into the paged
     caches at ``slot_mapping``, in one launch. Returns (q_out, k_out, key_cache,
     value_cache), and ``zeros_out`` (q's shape and dtype, zeroed) last with
@@ -166,10 +172,10 @@ def fused_qk_rope_reshape_and_cache(q, k, v, key_cache, value_cache, slot_mappin
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype:
             raise TypeError(f"{op}: {name} must have q's dtype {q.dtype}, got {t.dtype}")
-    is_neox = check_flag(op, "is_neox", is_neox)
-    flash_layout = check_flag(op, "flash_layout", flash_layout)
-    apply_scale = check_flag(op, "apply_scale", apply_scale)
-    output_zeros = check_flag(op, "output_zeros", output_zeros)
+    is_neox = check_bool(op, "is_neox", is_neox)
+    flash_layout = check_bool(op, "flash_layout", flash_layout)
+    apply_scale = check_bool(op, "apply_scale", apply_scale)
+    output_zeros = check_bool(op, "output_zeros", output_zeros)
     tab, reuse, half = rope_tables(op, cos, sin, q, d)
     pos, offs = check_positions(op, "pos", pos, n_tokens, q, tab.rows, offs, "offs")
     n_blocks, block_size, x = _check_caches(op, key_cache, value_cache, flash_layout, n_kv_heads, d, q)
@@ -212,15 +218,17 @@ def mla_launch_config(n_tokens: int, n_heads: int, d: int, device: torch.device 
     return RopeLaunchConfig(block_t, block_h, 2 if block_t * block_h * block_d <= 4096 else 4)
 
 
-@launch_op("cat_and_cache_mla", mutates_args=("kv_cache",))
-def _launch_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
-                k_scale: torch.Tensor | None, geometry: list[int]) -> None:
+@launcher(mutates=("kv_cache",))
+def _launch_cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
+                              slot_mapping: torch.Tensor, k_scale: torch.Tensor | None, geometry: list[int],
+                              config: RopeLaunchConfig | None = None) -> None:
+    """``_cat_kernel`` writing cat(k_nope, k_pe) of each token into its cache slot."""
     n_cache_slots, block_size, s_blk, s_off, s_h, s_d = geometry
     n_tokens, n_heads, d1 = k_nope.shape
     d2 = k_pe.shape[2]
     if n_tokens == 0:
         return
-    cfg = mla_launch_config(n_tokens, n_heads, d1 + d2, kv_cache.device)
+    cfg = config or mla_launch_config(n_tokens, n_heads, d1 + d2, kv_cache.device)
     block_t, block_h = cfg.BLOCK_T, cfg.BLOCK_H
     sb = k_pe.stride()
     sb = (sb[0], 0 if k_pe.shape[1] == 1 else sb[1], sb[2])
@@ -240,8 +248,9 @@ def _launch_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor
     )
 
 
-@planned_cache
-def cat_and_cache_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale, apply_scale=True):
+@public_op(mutates=("kv_cache",), unless=envs.kv_cache_check_slots)
+def cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                      k_scale: torch.Tensor | None, apply_scale: bool = True) -> None:
     """Write cat(k_nope, k_pe) of each token (k_nope [B, KH, D1] or [B, D1]; k_pe of KH
     heads or one, shared) into ``kv_cache`` ([slots, KH, D1 + D2] or [num_blocks,
     block_size, KH, D1 + D2]) at ``slot_mapping``; scaled by ``1 / k_scale`` when given and
@@ -255,7 +264,7 @@ def cat_and_cache_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale, apply_scale
                          f"got shape {tuple(k_pe.shape)}")
     if k_pe.dtype != k_nope.dtype:
         raise TypeError(f"{op}: k_pe must have k_nope's dtype {k_nope.dtype}, got {k_pe.dtype}")
-    apply_scale = check_flag(op, "apply_scale", apply_scale)
+    apply_scale = check_bool(op, "apply_scale", apply_scale)
     if not isinstance(kv_cache, torch.Tensor):
         raise TypeError(f"{op}: kv_cache must be a torch.Tensor, got {type(kv_cache).__name__}")
     check_out_dtype(op, "kv_cache", kv_cache.dtype, kv_cache.device, CACHE_DTYPES)
@@ -278,6 +287,6 @@ def cat_and_cache_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale, apply_scale
     if debug_on():
         log_call(op, k_nope=k_nope, k_pe=k_pe, kv_cache=kv_cache, slot_mapping=slot_mapping, k_scale=k_scale,
                  apply_scale=apply_scale)
-    _launch_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale if apply_scale else None,
+    _launch_cat_and_cache_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale if apply_scale else None,
                 [n_cache_slots, block_size, *strides])
     return None

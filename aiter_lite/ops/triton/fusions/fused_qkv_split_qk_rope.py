@@ -6,35 +6,32 @@ from __future__ import annotations
 
 import torch
 
+from aiter_lite import envs
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_qkv_split_qk_rope import _qkv_split_rope_kernel
-from aiter_lite.ops.triton.fusions._common import check_flag, check_positions, max_offset, planned_rope
-from aiter_lite.ops.triton.rope.rope import _table, rope_launch_config
-from aiter_lite.utils.checks import check_float_tensor, check_triton_device, check_unit_last_stride
-from aiter_lite.utils.custom_ops import launch_op
+from aiter_lite.ops.triton.fusions._common import check_positions, max_offset
+from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig, _table, rope_launch_config
+from aiter_lite.utils.checks import check_bool, check_float_tensor, check_int, check_triton_device, check_unit_last_stride
 from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.launch import cdiv, next_power_of_2
 from aiter_lite.utils.logger import debug_on, log_call
+from aiter_lite.utils.registry import public_op
 
 __all__ = ["fused_qkv_split_qk_rope"]
 
 
-def _count(op: str, name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{op}: {name} must be a positive int, got {value!r}")
-    return value
-
-
-@launch_op("fused_qkv_split_qk_rope", mutates_args=("q", "k", "v"))
-def _launch(qkv: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
-            sin: torch.Tensor, pos: torch.Tensor, off: torch.Tensor | None, geometry: list[int],
-            flags: list[bool]) -> None:
+@launcher(mutates=("q", "k", "v"))
+def _launch_qkv_split_rope(qkv: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
+                           sin: torch.Tensor, pos: torch.Tensor, off: torch.Tensor | None, geometry: list[int],
+                           flags: list[bool], config: RopeLaunchConfig | None = None) -> None:
+    """qkv's rows split into q, k, v, with q and k rotated."""
     n_rows, stride_r, stride_f, half = geometry
     is_neox, reuse, nope_first = flags
     n_tokens, qh, d = q.shape
     kvh = k.shape[1]
     if n_tokens == 0:
         return
-    cfg = rope_launch_config(n_tokens, qh, kvh, d, q.device)
+    cfg = config or rope_launch_config(n_tokens, qh, kvh, d, q.device)
     rest = d - 2 * half
     grid = (cdiv(n_tokens, cfg.BLOCK_T) * (cdiv(qh, cfg.BLOCK_H) + 2 * cdiv(kvh, cfg.BLOCK_H)),)
     launch(
@@ -48,16 +45,18 @@ def _launch(qkv: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     )
 
 
-@planned_rope
-def fused_qkv_split_qk_rope(qkv, cos, sin, positions, qh, kvh, head_dim, is_neox=True, offsets=None,
-                            reuse_freqs_front_part=True, nope_first=False):
+@public_op(unless=envs.rope_check_positions)
+def fused_qkv_split_qk_rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                            qh: int, kvh: int, head_dim: int, is_neox: bool = True,
+                            offsets: torch.Tensor | None = None, reuse_freqs_front_part: bool = True,
+                            nope_first: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(q [T, qh, head_dim], k [T, kvh, head_dim], v [T, kvh, head_dim]) from ``qkv``
     [T, (qh + 2 kvh) * head_dim] (rows ``[q heads | k heads | v heads]``), q and k rotated
     at ``positions`` (+ ``offsets``): R = F * (2 if reuse_freqs_front_part else 1) channels,
     the first R or (nope_first) the last; the rest and v copied."""
     op = "fused_qkv_split_qk_rope"
     check_float_tensor(op, "qkv", qkv)
-    qh, kvh, head_dim = _count(op, "qh", qh), _count(op, "kvh", kvh), _count(op, "head_dim", head_dim)
+    qh, kvh, head_dim = (check_int(op, name, v, 1) for name, v in (("qh", qh), ("kvh", kvh), ("head_dim", head_dim)))
     if qh % kvh:
         raise ValueError(f"{op}: qh ({qh}) must be a multiple of kvh ({kvh})")
     if head_dim % 2:
@@ -68,9 +67,9 @@ def fused_qkv_split_qk_rope(qkv, cos, sin, positions, qh, kvh, head_dim, is_neox
                          f"got shape {tuple(qkv.shape)}")
     check_unit_last_stride(op, "qkv", qkv)
     check_triton_device(op, "qkv", qkv)
-    is_neox = check_flag(op, "is_neox", is_neox)
-    reuse = check_flag(op, "reuse_freqs_front_part", reuse_freqs_front_part)
-    nope_first = check_flag(op, "nope_first", nope_first)
+    is_neox = check_bool(op, "is_neox", is_neox)
+    reuse = check_bool(op, "reuse_freqs_front_part", reuse_freqs_front_part)
+    nope_first = check_bool(op, "nope_first", nope_first)
     tab = _table(op, ("cos", "sin"), cos, sin, qkv)
     r = tab.width * (2 if reuse else 1)
     if r < 2 or r % 2 or r > head_dim:
@@ -84,6 +83,6 @@ def fused_qkv_split_qk_rope(qkv, cos, sin, positions, qh, kvh, head_dim, is_neox
     q = torch.empty((n_tokens, qh, head_dim), dtype=qkv.dtype, device=qkv.device)
     k = torch.empty((n_tokens, kvh, head_dim), dtype=qkv.dtype, device=qkv.device)
     v = torch.empty((n_tokens, kvh, head_dim), dtype=qkv.dtype, device=qkv.device)
-    _launch(qkv, q, k, v, tab.cos, tab.sin, pos, off, [tab.rows, tab.stride_r, tab.stride_f, r // 2],
+    _launch_qkv_split_rope(qkv, q, k, v, tab.cos, tab.sin, pos, off, [tab.rows, tab.stride_r, tab.stride_f, r // 2],
             [is_neox, reuse, nope_first])
     return q, k, v

@@ -72,11 +72,11 @@ _MAX_ROW_IN_REGS = 16384
 
 
 @functools.lru_cache(maxsize=1024)
-def act_quant_launch_config(mode: str, n_rows: int, n_cols: int, device: torch.device | None = None,
+def act_quant_launch_config(scaling: str, n_rows: int, n_cols: int, device: torch.device | None = None,
                             group_size: int = 1) -> QuantLaunchConfig:
-    """Tile and warps of one fused launch over an (n_rows, n_cols) output, ``mode`` one of
+    """Tile and warps of one fused launch over an (n_rows, n_cols) output, ``scaling`` one of
     "static", "per_token", "group" (tiles at least ``group_size`` wide)."""
-    if mode == "per_token":
+    if scaling == "per_token":
         cfg = per_token_launch_config(n_rows, n_cols, device)
         if cfg.LOOPED or cfg.BLOCK_N > _MAX_ROW_IN_REGS:
             return QuantLaunchConfig(1, _LOOP_BLOCK, row_warps(_LOOP_BLOCK), LOOPED=True)
@@ -124,42 +124,43 @@ def _needs_int64(n_rows: int, n_cols: int, cfg: QuantLaunchConfig, row_stride: i
 
 @launcher(mutates=("q2", "scale"))
 def _launch_act_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, scale_ub: torch.Tensor | None,
-                      activation: str, mode: str, group_size: int, config: QuantLaunchConfig | None = None) -> None:
+                      activation: str, scaling: str, group_size: int, config: QuantLaunchConfig | None = None) -> None:
     """The kernel over 2-D views: x2 (M, 2d), q2 (M, d); scale one element ("static"),
     (M,) ("per_token") or (M, G) ("group"). ``config`` pins a launch (tests, tuning)."""
     n_rows, n_cols = q2.shape
-    cfg = config or act_quant_launch_config(mode, n_rows, n_cols, x2.device, group_size)
-    if mode == "group" and cfg.BLOCK_N % group_size:
+    cfg = config or act_quant_launch_config(scaling, n_rows, n_cols, x2.device, group_size)
+    if scaling == "group" and cfg.BLOCK_N % group_size:
         raise ValueError(f"act_quant: a group launch's BLOCK_N must be a multiple of group_size {group_size}, "
                          f"got {cfg.BLOCK_N}")
-    if mode == "per_token":  # a program owns whole rows: a 1-D grid
-        _act_quant_rows(x2, q2, scale, scale_ub, activation, mode, 1, cfg)
+    if scaling == "per_token":  # a program owns whole rows: a 1-D grid
+        _act_quant_rows(x2, q2, scale, scale_ub, activation, scaling, 1, cfg)
         return
     # Tiles, columns fastest (as act_and_mul); grid axis 1 stops at 65535, so further
     # row blocks go to further launches.
     step = _MAX_GRID_Y * cfg.BLOCK_M
     if n_rows <= step:
-        _act_quant_rows(x2, q2, scale, None, activation, mode, group_size, cfg)
+        _act_quant_rows(x2, q2, scale, None, activation, scaling, group_size, cfg)
         return
     for start in range(0, n_rows, step):
         rows = slice(start, min(start + step, n_rows))
-        _act_quant_rows(x2[rows], q2[rows], scale if mode == "static" else scale[rows], None, activation, mode,
-                     group_size, cfg)
+        _act_quant_rows(x2[rows], q2[rows], scale if scaling == "static" else scale[rows], None, activation, scaling,
+                        group_size, cfg)
 
 
-def _act_quant_rows(x2, q2, scale, scale_ub, activation: str, mode: str, group_size: int, cfg: QuantLaunchConfig) -> None:
+def _act_quant_rows(x2, q2, scale, scale_ub, activation: str, scaling: str, group_size: int,
+                    cfg: QuantLaunchConfig) -> None:
     n_rows, n_cols = q2.shape
     q_min, q_max = quant_range(q2.dtype)
-    s_row = 0 if mode == "static" else scale.stride(0)
-    s_group = scale.stride(1) if mode == "group" else 0
+    s_row = 0 if scaling == "static" else scale.stride(0)
+    s_group = scale.stride(1) if scaling == "group" else 0
     row_blocks = cdiv(n_rows, cfg.BLOCK_M)
-    per_token = mode == "per_token"
+    per_token = scaling == "per_token"
     launch(
         _act_quant_kernel, (row_blocks,) if per_token else (cdiv(n_cols, cfg.BLOCK_N), row_blocks),
         x2, q2, scale, scale if scale_ub is None else scale_ub,
         x2.stride(0), q2.stride(0), s_row, s_group,
         n_rows, n_cols, GROUP_EPS, q_min, q_max, min_scale(q2.dtype) if per_token else 0.0,
-        ACTIVATION=activation, MODE=mode, HAS_UB=scale_ub is not None, LOOPED=per_token and cfg.LOOPED,
+        ACTIVATION=activation, MODE=scaling, HAS_UB=scale_ub is not None, LOOPED=per_token and cfg.LOOPED,
         EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
         INT64=_needs_int64(n_rows, n_cols, cfg, max(x2.stride(0), q2.stride(0), s_row), s_group),
         SOFT_ROUND=_soft_round(q2.dtype), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, GROUP=group_size,
@@ -177,7 +178,7 @@ def _rows(op: str, name: str, x: torch.Tensor, q: torch.Tensor) -> tuple[torch.T
 
 @public_op
 def act_mul_and_fp8_group_quant(x: torch.Tensor, activation: Activation, group_size: int,
-                                dtype_quant: torch.dtype | None = None, *, column_major_scales: bool = False,
+                                dtype_quant: torch.dtype | None = None, column_major_scales: bool = False, *,
                                 config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``y = act(x[..., :d]) * x[..., d:]`` quantized per group of ``group_size`` (a power
     of 2) columns of a row, each with scale ``max(amax, 1e-10) / q_max``. Returns
@@ -209,7 +210,7 @@ def act_mul_and_fp8_group_quant(x: torch.Tensor, activation: Activation, group_s
 
 @public_op
 def act_mul_and_fp8_quant(x: torch.Tensor, activation: Activation, scale: torch.Tensor | None = None,
-                          dtype_quant: torch.dtype | None = None, *, scale_ub: torch.Tensor | None = None,
+                          dtype_quant: torch.dtype | None = None, scale_ub: torch.Tensor | None = None, *,
                           config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``y = act(x[..., :d]) * x[..., d:]`` quantized to q (*x.shape[:-1], d) of
     ``dtype_quant``. ``scale`` given (one fp32 element): static, ``q = y / scale``,

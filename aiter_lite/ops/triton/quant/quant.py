@@ -248,17 +248,14 @@ def _soft_round(dtype: torch.dtype) -> bool:
     return TRITON_INTERPRET and dtype.is_floating_point
 
 
-def _tiles(n_rows: int, n_cols: int, device: torch.device):
-    cfg = static_launch_config(n_rows, n_cols, device)
-    return cfg, cdiv(n_rows, cfg.BLOCK_M), cdiv(n_cols, cfg.BLOCK_N)
-
-
 @launcher(mutates=("q2",))
-def _launch_static_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor) -> None:
+def _launch_static_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor,
+                         config: QuantLaunchConfig | None = None) -> None:
     """``q2 = x2 / scale`` (one element) over 2-D views; rows past grid axis 1's 65535
     blocks in further launches."""
     n_rows, n_cols = x2.shape
-    cfg, row_blocks, col_blocks = _tiles(n_rows, n_cols, x2.device)
+    cfg = config or static_launch_config(n_rows, n_cols, x2.device)
+    row_blocks, col_blocks = cdiv(n_rows, cfg.BLOCK_M), cdiv(n_cols, cfg.BLOCK_N)
     q_min, q_max = quant_range(q2.dtype)
     for start in range(0, row_blocks, _MAX_GRID_Y):  # grid axis 1 stops at 65535
         if row_blocks <= _MAX_GRID_Y:  # one launch: no views to make
@@ -367,20 +364,29 @@ def _launch_per_token_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Ten
     )
 
 
+@functools.lru_cache(maxsize=1024)
+def group_launch_config(n_rows: int, n_cols: int, group_size: int) -> QuantLaunchConfig:
+    """Groups per program (BLOCK_M; BLOCK_N is the group): ``_GROUP_TILE`` elements, 32 a lane."""
+    block_g = min(max(_GROUP_TILE // group_size, 1), next_power_of_2(n_rows * cdiv(n_cols, group_size)))
+    return QuantLaunchConfig(block_g, group_size,
+                             min(max(block_g * group_size // (_PER_LANE * WARP_SIZE), 1), _MAX_WARPS))
+
+
 @launcher(mutates=("q2", "scale"))
-def _launch_group_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, group_size: int, eps: float) -> None:
+def _launch_group_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, group_size: int, eps: float,
+                        config: QuantLaunchConfig | None = None) -> None:
     """A scale per ``group_size`` columns of a row into ``scale`` ((M, G), any strides), then q2."""
     n_rows, n_cols = x2.shape
     n_groups = cdiv(n_cols, group_size)
-    block_g = min(max(_GROUP_TILE // group_size, 1), next_power_of_2(n_rows * n_groups))
-    warps = min(max(block_g * group_size // (_PER_LANE * WARP_SIZE), 1), _MAX_WARPS)
+    cfg = config or group_launch_config(n_rows, n_cols, group_size)
+    block_g = cfg.BLOCK_M
     q_min, q_max = quant_range(q2.dtype)
     launch(
         _group_quant_kernel, (cdiv(n_rows * n_groups, block_g),),
         x2, q2, scale, x2.stride(0), q2.stride(0), scale.stride(0), scale.stride(1), n_rows, n_cols, n_groups,
         eps, q_min, q_max, EVEN=n_cols % group_size == 0 and (n_rows * n_groups) % block_g == 0,
         SOFT_ROUND=_soft_round(q2.dtype),
-        BLOCK_G=block_g, GROUP=group_size, num_warps=warps,
+        BLOCK_G=block_g, GROUP=group_size, num_warps=cfg.num_warps,
     )
 
 

@@ -31,13 +31,14 @@ from dataclasses import dataclass
 import torch
 
 from aiter_lite import envs
-from aiter_lite.ops.triton._triton_kernels.rope.rope import _rope_kernel
+from aiter_lite.ops.triton._triton_kernels.rope.rope import RowMode, _rope_kernel
 from aiter_lite.spec.rope import RotateStyle, check_rotate_style, rotary_width
-from aiter_lite.utils.checks import check_float_tensor, check_same_device, check_triton_device
-from aiter_lite.utils.custom_ops import launch_op
-from aiter_lite.utils.fast_launch import launch, planned, refuse
+from aiter_lite.utils.checks import check_bool, check_float_tensor, check_int, check_same_device, check_triton_device
+from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
 from aiter_lite.utils.logger import debug_on, log_call
+from aiter_lite.utils.registry import public_op
 
 __all__ = [
     "RotateStyle", "RoPE", "RoPETHD", "RoPECached", "RoPE2D", "RopeLaunchConfig", "rope_launch_config",
@@ -53,9 +54,6 @@ __all__ = [
     "rope_cached_thd_positions_offsets_2c_bwd",
     "rope_fwd_2d", "rope_fwd_2d_inplace", "rope_bwd_2d",
 ]
-
-ROW_OUTER, ROW_POSITIONS, ROW_VARLEN, ROW_2D = 0, 1, 2, 3
-
 
 # ---------------------------------------------------------------------------
 # launch configuration
@@ -75,8 +73,6 @@ class RopeLaunchConfig:
 #   292.8 for 64 tokens of one head (the smaller head count setting the block).
 # * the grid runs over head blocks first (neighbouring programs read neighbouring memory):
 #   189.4 -> 173.5 us at llama3-8B T = 32768 against token blocks first.
-# Eager calls launch from plans (utils.fast_launch) unless positions are to be checked on the host.
-_planned = planned(unless=envs.rope_check_positions)
 _TILE_HEAD = 1024  # elements of one token's heads in a program
 _TILE = {64: 2048}  # elements a program moves, by power-of-2 head dim (default 1024)
 
@@ -106,12 +102,6 @@ def rope_launch_config(n_tokens: int, n_heads: int, n_heads2: int, head_dim: int
 
 # ---------------------------------------------------------------------------
 # argument checks
-
-
-def _check_flag(op: str, name: str, value) -> bool:
-    if not isinstance(value, (bool, int)) or value not in (0, 1):
-        raise TypeError(f"{op}: {name} must be a bool, got {value!r}")
-    return bool(value)
 
 
 def _check_x(op: str, name: str, x, rank: int, layout: str) -> None:
@@ -183,7 +173,6 @@ def _check_positions(op: str, positions, offsets, shape: tuple, x: torch.Tensor,
         _check_indices(op, "offsets", offsets, shape, x)
     if not host_check_wanted(positions, offsets) or positions.numel() == 0:
         return
-    refuse()
     rows = positions.long() + (0 if offsets is None else offsets.long())
     lo, hi = int(rows.min()), int(rows.max())
     if lo < 0 or hi >= n_rows:
@@ -193,7 +182,7 @@ def _check_positions(op: str, positions, offsets, shape: tuple, x: torch.Tensor,
 
 
 def _check_transpose(op: str, transpose_output, allowed: bool) -> bool:
-    transpose_output = _check_flag(op, "transpose_output", transpose_output)
+    transpose_output = check_bool(op, "transpose_output", transpose_output)
     if transpose_output and not allowed:
         raise ValueError(f"{op}: transpose_output=True needs an out-of-place op with (s, b) leading dims; "
                          f"this op writes in place or has no batch dim")
@@ -217,14 +206,16 @@ def _strides4(t: torch.Tensor) -> tuple:
     return s if len(s) == 4 else (s[0], 0, s[1], s[2])
 
 
-def _run(x: torch.Tensor, out: torch.Tensor, x2: torch.Tensor | None, out2: torch.Tensor | None,
-         cos: torch.Tensor, sin: torch.Tensor | None, cos2: torch.Tensor | None, sin2: torch.Tensor | None,
-         pos: torch.Tensor | None, off: torch.Tensor | None, cu: torch.Tensor | None,
-         geometry: list[int], flags: list[bool]) -> None:
+@launcher(mutates=("out", "out2"))
+def _launch_rope(x: torch.Tensor, out: torch.Tensor, x2: torch.Tensor | None, out2: torch.Tensor | None,
+                 cos: torch.Tensor, sin: torch.Tensor | None, cos2: torch.Tensor | None, sin2: torch.Tensor | None,
+                 pos: torch.Tensor | None, off: torch.Tensor | None, cu: torch.Tensor | None,
+                 geometry: list[int], flags: list[bool], config: RopeLaunchConfig | None = None) -> None:
     """One kernel launch over (outer, inner, heads, d) views of x (and x2): SBHD and 2-D
     tensors as they are, (t, h, d) ones with a unit inner dim.
 
-    geometry: row_mode, half, n_rows, n_rows2, stride_r, stride_f, stride_r2, stride_f2, img_width, parts.
+    geometry: row_mode (a RowMode), half, n_rows, n_rows2, stride_r, stride_f, stride_r2, stride_f2, img_width,
+    parts.
     flags: is_freqs, is_neox, reuse, backward, nope_first.
     """
     row_mode, half, n_rows, n_rows2, stride_r, stride_f, stride_r2, stride_f2, img_width, parts = geometry
@@ -236,7 +227,7 @@ def _run(x: torch.Tensor, out: torch.Tensor, x2: torch.Tensor | None, out2: torc
         return
     if x2 is None:
         x2, out2 = x, out
-    cfg = rope_launch_config(n_tokens, n_heads, n_heads2, d, x.device)
+    cfg = config or rope_launch_config(n_tokens, n_heads, n_heads2, d, x.device)
     rest = d - parts * 2 * half
     pos_strides = (0, 0)
     if pos is not None:
@@ -261,20 +252,14 @@ def _run(x: torch.Tensor, out: torch.Tensor, x2: torch.Tensor | None, out2: torc
     )
 
 
-@launch_op("rope", mutates_args=("out", "out2"))
-def _launch(x: torch.Tensor, out: torch.Tensor, x2: torch.Tensor | None, out2: torch.Tensor | None,
-            cos: torch.Tensor, sin: torch.Tensor | None, cos2: torch.Tensor | None, sin2: torch.Tensor | None,
-            pos: torch.Tensor | None, off: torch.Tensor | None, cu: torch.Tensor | None,
-            geometry: list[int], flags: list[bool]) -> None:
-    _run(x, out, x2, out2, cos, sin, cos2, sin2, pos, off, cu, geometry, flags)
-
-
-@launch_op("rope_inplace", mutates_args=("x", "x2"))
-def _launch_inplace(x: torch.Tensor, x2: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor | None,
-                    cos2: torch.Tensor | None, sin2: torch.Tensor | None, pos: torch.Tensor | None,
-                    off: torch.Tensor | None, cu: torch.Tensor | None, geometry: list[int],
-                    flags: list[bool]) -> None:
-    _run(x, x, x2, x2, cos, sin, cos2, sin2, pos, off, cu, geometry, flags)
+@launcher(mutates=("x", "x2"))
+def _launch_rope_inplace(x: torch.Tensor, x2: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor | None,
+                         cos2: torch.Tensor | None, sin2: torch.Tensor | None, pos: torch.Tensor | None,
+                         off: torch.Tensor | None, cu: torch.Tensor | None, geometry: list[int],
+                         flags: list[bool], config: RopeLaunchConfig | None = None) -> None:
+    """:func:`_launch_rope` writing x (and x2) in place: a registered op of its own, since
+    one op cannot declare an argument both read and written under two names."""
+    _launch_rope(x, x, x2, x2, cos, sin, cos2, sin2, pos, off, cu, geometry, flags, config)
 
 
 def _new_out(x: torch.Tensor, transpose_output: bool = False) -> torch.Tensor:
@@ -284,13 +269,13 @@ def _new_out(x: torch.Tensor, transpose_output: bool = False) -> torch.Tensor:
     return torch.empty((x.shape[1], x.shape[0], *x.shape[2:]), dtype=x.dtype, device=x.device).transpose(0, 1)
 
 
-def _rope(op: str, x, tab: _Table, rotate_style, reuse, nope_first, *, row_mode: int, is_freqs: bool = False,
+def _rope(op: str, x, tab: _Table, rotate_style, reuse, nope_first, *, row_mode: RowMode, is_freqs: bool = False,
           backward: bool = False, inplace: bool = False, transpose_output: bool = False, x2=None,
           pos=None, off=None, cu=None, tab2: _Table | None = None, img_width: int = 1):
     """Checked flags and widths, then one launch; returns out (and out2)."""
     style = check_rotate_style(op, rotate_style)
-    reuse = _check_flag(op, "reuse_freqs_front_part", reuse)
-    nope_first = _check_flag(op, "nope_first", nope_first)
+    reuse = check_bool(op, "reuse_freqs_front_part", reuse)
+    nope_first = check_bool(op, "nope_first", nope_first)
     d = x.shape[-1]
     parts = 2 if tab2 is not None else 1
     r = rotary_width(op, d, tab.width, reuse)
@@ -305,16 +290,16 @@ def _rope(op: str, x, tab: _Table, rotate_style, reuse, nope_first, *, row_mode:
                  rotate_style=style, reuse_freqs_front_part=reuse, nope_first=nope_first,
                  transpose_output=transpose_output)
     t2 = tab2 or tab
-    geometry = [row_mode, r // 2, tab.rows, t2.rows, tab.stride_r, tab.stride_f, t2.stride_r, t2.stride_f,
+    geometry = [int(row_mode), r // 2, tab.rows, t2.rows, tab.stride_r, tab.stride_f, t2.stride_r, t2.stride_f,
                 img_width, parts]
     flags = [is_freqs, style == RotateStyle.NEOX, reuse, backward, nope_first]
     tables = (tab.cos, tab.sin, None if tab2 is None else tab2.cos, None if tab2 is None else tab2.sin)
     if inplace:
-        _launch_inplace(x, x2, *tables, pos, off, cu, geometry, flags)
+        _launch_rope_inplace(x, x2, *tables, pos, off, cu, geometry, flags)
         return x if x2 is None else (x, x2)
     out = _new_out(x, transpose_output)
     out2 = None if x2 is None else _new_out(x2)
-    _launch(x, out, x2, out2, *tables, pos, off, cu, geometry, flags)
+    _launch_rope(x, out, x2, out2, *tables, pos, off, cu, geometry, flags)
     return out if x2 is None else (out, out2)
 
 
@@ -328,23 +313,26 @@ def _sbhd_freqs(op, x, freqs, rotate_style, reuse, nope_first, transpose_output,
     if tab.rows < x.shape[0]:
         raise ValueError(f"{op}: freqs has {tab.rows} rows, fewer than x's sequence length {x.shape[0]}")
     transpose_output = _check_transpose(op, transpose_output, not inplace)
-    return _rope(op, x, tab, rotate_style, reuse, nope_first, row_mode=ROW_OUTER, is_freqs=True,
+    return _rope(op, x, tab, rotate_style, reuse, nope_first, row_mode=RowMode.OUTER, is_freqs=True,
                  backward=backward, inplace=inplace, transpose_output=transpose_output)
 
 
-@_planned
-def rope_fwd(x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
+@public_op(unless=envs.rope_check_positions)
+def rope_fwd(x: torch.Tensor, freqs: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool, nope_first: bool,
+             transpose_output: bool = False) -> torch.Tensor:
     return _sbhd_freqs("rope_fwd", x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output)
 
 
-@_planned
-def rope_fwd_inplace(x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
+@public_op(mutates=("x",), unless=envs.rope_check_positions)
+def rope_fwd_inplace(x: torch.Tensor, freqs: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool,
+                     nope_first: bool, transpose_output: bool = False) -> torch.Tensor:
     return _sbhd_freqs("rope_fwd_inplace", x, freqs, rotate_style, reuse_freqs_front_part, nope_first,
                        transpose_output, inplace=True)
 
 
-@_planned
-def rope_bwd(x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
+@public_op(unless=envs.rope_check_positions)
+def rope_bwd(x: torch.Tensor, freqs: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool, nope_first: bool,
+             transpose_output: bool = False) -> torch.Tensor:
     return _sbhd_freqs("rope_bwd", x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output,
                        backward=True)
 
@@ -367,7 +355,6 @@ def _thd(op, x, cu_seqlens, freqs, rotate_style, reuse, nope_first, transpose_ou
     tab = _table(op, ("freqs", None), freqs, None, x)
     _check_transpose(op, transpose_output, False)
     if host_check_wanted(cu_seqlens):
-        refuse()
         cu = cu_seqlens.long()
         lens = cu.diff()
         if int(cu[0]) < 0 or (lens.numel() and int(lens.min()) < 0) or int(cu[-1]) > x.shape[0]:
@@ -376,25 +363,28 @@ def _thd(op, x, cu_seqlens, freqs, rotate_style, reuse, nope_first, transpose_ou
         if lens.numel() and int(lens.max()) > tab.rows:
             raise ValueError(f"{op}: the longest sequence has {int(lens.max())} tokens, more than freqs' "
                              f"{tab.rows} rows")
-    return _rope(op, x, tab, rotate_style, reuse, nope_first, row_mode=ROW_VARLEN, is_freqs=True,
+    return _rope(op, x, tab, rotate_style, reuse, nope_first, row_mode=RowMode.VARLEN, is_freqs=True,
                  backward=backward, inplace=inplace, cu=cu_seqlens)
 
 
-@_planned
-def rope_thd_fwd(x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
+@public_op(unless=envs.rope_check_positions)
+def rope_thd_fwd(x: torch.Tensor, cu_seqlens: torch.Tensor, freqs: torch.Tensor, rotate_style: int,
+                 reuse_freqs_front_part: bool, nope_first: bool, transpose_output: bool = False) -> torch.Tensor:
     return _thd("rope_thd_fwd", x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first,
                 transpose_output)
 
 
-@_planned
-def rope_thd_fwd_inplace(x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first,
-                         transpose_output=False):
+@public_op(mutates=("x",), unless=envs.rope_check_positions)
+def rope_thd_fwd_inplace(x: torch.Tensor, cu_seqlens: torch.Tensor, freqs: torch.Tensor, rotate_style: int,
+                         reuse_freqs_front_part: bool, nope_first: bool,
+                         transpose_output: bool = False) -> torch.Tensor:
     return _thd("rope_thd_fwd_inplace", x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first,
                 transpose_output, inplace=True)
 
 
-@_planned
-def rope_thd_bwd(x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
+@public_op(unless=envs.rope_check_positions)
+def rope_thd_bwd(x: torch.Tensor, cu_seqlens: torch.Tensor, freqs: torch.Tensor, rotate_style: int,
+                 reuse_freqs_front_part: bool, nope_first: bool, transpose_output: bool = False) -> torch.Tensor:
     return _thd("rope_thd_bwd", x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nope_first,
                 transpose_output, backward=True)
 
@@ -413,67 +403,78 @@ def _sbhd_cached(op, x, cos, sin, positions, offsets, rotate_style, reuse, nope_
         _check_positions(op, positions, offsets, tuple(x.shape[:2]), x, tab.rows)
     elif tab.rows < x.shape[0]:
         raise ValueError(f"{op}: cos has {tab.rows} rows, fewer than x's sequence length {x.shape[0]}")
-    return _rope(op, x, tab, rotate_style, reuse, nope_first, row_mode=ROW_POSITIONS if has_positions else ROW_OUTER,
+    return _rope(op, x, tab, rotate_style, reuse, nope_first, row_mode=RowMode.POSITIONS if has_positions else RowMode.OUTER,
                  backward=backward, inplace=inplace, transpose_output=transpose_output, pos=positions, off=offsets)
 
 
-@_planned
-def rope_cached_fwd(x, cos, sin, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
+@public_op(unless=envs.rope_check_positions)
+def rope_cached_fwd(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotate_style: int,
+                    reuse_freqs_front_part: bool, nope_first: bool, transpose_output: bool = False) -> torch.Tensor:
     return _sbhd_cached("rope_cached_fwd", x, cos, sin, None, None, rotate_style, reuse_freqs_front_part,
                         nope_first, transpose_output)
 
 
-@_planned
-def rope_cached_fwd_inplace(x, cos, sin, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
+@public_op(mutates=("x",), unless=envs.rope_check_positions)
+def rope_cached_fwd_inplace(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotate_style: int,
+                            reuse_freqs_front_part: bool, nope_first: bool,
+                            transpose_output: bool = False) -> torch.Tensor:
     return _sbhd_cached("rope_cached_fwd_inplace", x, cos, sin, None, None, rotate_style, reuse_freqs_front_part,
                         nope_first, transpose_output, inplace=True)
 
 
-@_planned
-def rope_cached_bwd(x, cos, sin, rotate_style, reuse_freqs_front_part, nope_first, transpose_output=False):
+@public_op(unless=envs.rope_check_positions)
+def rope_cached_bwd(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotate_style: int,
+                    reuse_freqs_front_part: bool, nope_first: bool, transpose_output: bool = False) -> torch.Tensor:
     return _sbhd_cached("rope_cached_bwd", x, cos, sin, None, None, rotate_style, reuse_freqs_front_part,
                         nope_first, transpose_output, backward=True)
 
 
-@_planned
-def rope_cached_positions_fwd(x, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first,
-                              transpose_output=False):
+@public_op(unless=envs.rope_check_positions)
+def rope_cached_positions_fwd(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                              rotate_style: int, reuse_freqs_front_part: bool, nope_first: bool,
+                              transpose_output: bool = False) -> torch.Tensor:
     return _sbhd_cached("rope_cached_positions_fwd", x, cos, sin, positions, None, rotate_style,
                         reuse_freqs_front_part, nope_first, transpose_output, has_positions=True)
 
 
-@_planned
-def rope_cached_positions_fwd_inplace(x, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first,
-                                      transpose_output=False):
+@public_op(mutates=("x",), unless=envs.rope_check_positions)
+def rope_cached_positions_fwd_inplace(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                                      rotate_style: int, reuse_freqs_front_part: bool, nope_first: bool,
+                                      transpose_output: bool = False) -> torch.Tensor:
     return _sbhd_cached("rope_cached_positions_fwd_inplace", x, cos, sin, positions, None, rotate_style,
                         reuse_freqs_front_part, nope_first, transpose_output, inplace=True, has_positions=True)
 
 
-@_planned
-def rope_cached_positions_bwd(x, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first,
-                              transpose_output=False):
+@public_op(unless=envs.rope_check_positions)
+def rope_cached_positions_bwd(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                              rotate_style: int, reuse_freqs_front_part: bool, nope_first: bool,
+                              transpose_output: bool = False) -> torch.Tensor:
     return _sbhd_cached("rope_cached_positions_bwd", x, cos, sin, positions, None, rotate_style,
                         reuse_freqs_front_part, nope_first, transpose_output, backward=True, has_positions=True)
 
 
-@_planned
-def rope_cached_positions_offsets_fwd(x, cos, sin, positions, offsets, rotate_style, reuse_freqs_front_part,
-                                      nope_first, transpose_output=False):
+@public_op(unless=envs.rope_check_positions)
+def rope_cached_positions_offsets_fwd(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                                      offsets: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool,
+                                      nope_first: bool, transpose_output: bool = False) -> torch.Tensor:
     return _sbhd_cached("rope_cached_positions_offsets_fwd", x, cos, sin, positions, offsets, rotate_style,
                         reuse_freqs_front_part, nope_first, transpose_output, has_positions=True)
 
 
-@_planned
-def rope_cached_positions_offsets_fwd_inplace(x, cos, sin, positions, offsets, rotate_style,
-                                              reuse_freqs_front_part, nope_first, transpose_output=False):
+@public_op(mutates=("x",), unless=envs.rope_check_positions)
+def rope_cached_positions_offsets_fwd_inplace(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                                              positions: torch.Tensor, offsets: torch.Tensor, rotate_style: int,
+                                              reuse_freqs_front_part: bool, nope_first: bool,
+                                              transpose_output: bool = False) -> torch.Tensor:
     return _sbhd_cached("rope_cached_positions_offsets_fwd_inplace", x, cos, sin, positions, offsets,
                         rotate_style, reuse_freqs_front_part, nope_first, transpose_output, inplace=True,
                         has_positions=True)
 
 
-@_planned
-def rope_cached_positions_offsets_bwd(x, cos, sin, positions, offsets, rotate_style, reuse_freqs_front_part,
-                                      nope_first, transpose_output=False):
+@public_op(unless=envs.rope_check_positions)
+def rope_cached_positions_offsets_bwd(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                                      offsets: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool,
+                                      nope_first: bool, transpose_output: bool = False) -> torch.Tensor:
     return _sbhd_cached("rope_cached_positions_offsets_bwd", x, cos, sin, positions, offsets, rotate_style,
                         reuse_freqs_front_part, nope_first, transpose_output, backward=True, has_positions=True)
 
@@ -493,48 +494,61 @@ def _two(op, x, y, cos, sin, positions, offsets, rotate_style, reuse, nope_first
     tab = _table(op, ("cos", "sin"), cos, sin, x)
     _check_transpose(op, transpose_output, False)
     _check_positions(op, positions, offsets, (x.shape[0],), x, tab.rows)
-    return _rope(op, x, tab, rotate_style, reuse, nope_first, row_mode=ROW_POSITIONS, backward=backward,
+    return _rope(op, x, tab, rotate_style, reuse, nope_first, row_mode=RowMode.POSITIONS, backward=backward,
                  inplace=inplace, x2=y, pos=positions, off=offsets)
 
 
-@_planned
-def rope_cached_thd_positions_2c_fwd(x, y, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first,
-                                     transpose_output=False):
+@public_op(unless=envs.rope_check_positions)
+def rope_cached_thd_positions_2c_fwd(x: torch.Tensor, y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                                     positions: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool,
+                                     nope_first: bool,
+                                     transpose_output: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     return _two("rope_cached_thd_positions_2c_fwd", x, y, cos, sin, positions, None, rotate_style,
                 reuse_freqs_front_part, nope_first, transpose_output)
 
 
-@_planned
-def rope_cached_thd_positions_2c_fwd_inplace(x, y, cos, sin, positions, rotate_style, reuse_freqs_front_part,
-                                             nope_first, transpose_output=False):
+@public_op(mutates=("x", "y"), unless=envs.rope_check_positions)
+def rope_cached_thd_positions_2c_fwd_inplace(x: torch.Tensor, y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                                             positions: torch.Tensor, rotate_style: int,
+                                             reuse_freqs_front_part: bool, nope_first: bool,
+                                             transpose_output: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     return _two("rope_cached_thd_positions_2c_fwd_inplace", x, y, cos, sin, positions, None, rotate_style,
                 reuse_freqs_front_part, nope_first, transpose_output, inplace=True)
 
 
-@_planned
-def rope_cached_thd_positions_2c_bwd(x, y, cos, sin, positions, rotate_style, reuse_freqs_front_part, nope_first,
-                                     transpose_output=False):
+@public_op(unless=envs.rope_check_positions)
+def rope_cached_thd_positions_2c_bwd(x: torch.Tensor, y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                                     positions: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool,
+                                     nope_first: bool,
+                                     transpose_output: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     return _two("rope_cached_thd_positions_2c_bwd", x, y, cos, sin, positions, None, rotate_style,
                 reuse_freqs_front_part, nope_first, transpose_output, backward=True)
 
 
-@_planned
-def rope_cached_thd_positions_offsets_2c_fwd(x, y, cos, sin, positions, offsets, rotate_style,
-                                             reuse_freqs_front_part, nope_first, transpose_output=False):
+@public_op(unless=envs.rope_check_positions)
+def rope_cached_thd_positions_offsets_2c_fwd(x: torch.Tensor, y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                                             positions: torch.Tensor, offsets: torch.Tensor, rotate_style: int,
+                                             reuse_freqs_front_part: bool, nope_first: bool,
+                                             transpose_output: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     return _two("rope_cached_thd_positions_offsets_2c_fwd", x, y, cos, sin, positions, offsets, rotate_style,
                 reuse_freqs_front_part, nope_first, transpose_output)
 
 
-@_planned
-def rope_cached_thd_positions_offsets_2c_fwd_inplace(x, y, cos, sin, positions, offsets, rotate_style,
-                                                     reuse_freqs_front_part, nope_first, transpose_output=False):
+@public_op(mutates=("x", "y"), unless=envs.rope_check_positions)
+def rope_cached_thd_positions_offsets_2c_fwd_inplace(x: torch.Tensor, y: torch.Tensor, cos: torch.Tensor,
+                                                     sin: torch.Tensor, positions: torch.Tensor,
+                                                     offsets: torch.Tensor, rotate_style: int,
+                                                     reuse_freqs_front_part: bool, nope_first: bool,
+                                                     transpose_output: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     return _two("rope_cached_thd_positions_offsets_2c_fwd_inplace", x, y, cos, sin, positions, offsets,
                 rotate_style, reuse_freqs_front_part, nope_first, transpose_output, inplace=True)
 
 
-@_planned
-def rope_cached_thd_positions_offsets_2c_bwd(x, y, cos, sin, positions, offsets, rotate_style,
-                                             reuse_freqs_front_part, nope_first, transpose_output=False):
+@public_op(unless=envs.rope_check_positions)
+def rope_cached_thd_positions_offsets_2c_bwd(x: torch.Tensor, y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                                             positions: torch.Tensor, offsets: torch.Tensor, rotate_style: int,
+                                             reuse_freqs_front_part: bool, nope_first: bool,
+                                             transpose_output: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     return _two("rope_cached_thd_positions_offsets_2c_bwd", x, y, cos, sin, positions, offsets, rotate_style,
                 reuse_freqs_front_part, nope_first, transpose_output, backward=True)
 
@@ -546,11 +560,10 @@ def rope_cached_thd_positions_offsets_2c_bwd(x, y, cos, sin, positions, offsets,
 
 
 def _image_size(op: str, name: str, value) -> int:
+    """A positive int, or a one-element integer tensor holding one (read on the host)."""
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
         value = int(value.item())
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{op}: {name} must be a positive int, got {value!r}")
-    return value
+    return check_int(op, name, value, 1)
 
 
 def _2d(op, x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style, reuse, nope_first,
@@ -568,27 +581,31 @@ def _2d(op, x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style, 
         raise ValueError(f"{op}: the height table has {tab_h.rows} rows and the width table {tab_w.rows}; "
                          f"need at least img_height = {img_height} and img_width = {img_width}")
     transpose_output = _check_transpose(op, transpose_output, not inplace)
-    return _rope(op, x, tab_h, rotate_style, reuse, nope_first, row_mode=ROW_2D, backward=backward,
+    return _rope(op, x, tab_h, rotate_style, reuse, nope_first, row_mode=RowMode.IMAGE, backward=backward,
                  inplace=inplace, transpose_output=transpose_output, tab2=tab_w, img_width=img_width)
 
 
-@_planned
-def rope_fwd_2d(x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style, reuse_freqs_front_part,
-                nope_first, transpose_output=False):
+@public_op(unless=envs.rope_check_positions)
+def rope_fwd_2d(x: torch.Tensor, cos_h: torch.Tensor, sin_h: torch.Tensor, cos_w: torch.Tensor, sin_w: torch.Tensor,
+                img_height: int, img_width: int, rotate_style: int, reuse_freqs_front_part: bool, nope_first: bool,
+                transpose_output: bool = False) -> torch.Tensor:
     return _2d("rope_fwd_2d", x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style,
                reuse_freqs_front_part, nope_first, transpose_output)
 
 
-@_planned
-def rope_fwd_2d_inplace(x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style,
-                        reuse_freqs_front_part, nope_first, transpose_output=False):
+@public_op(mutates=("x",), unless=envs.rope_check_positions)
+def rope_fwd_2d_inplace(x: torch.Tensor, cos_h: torch.Tensor, sin_h: torch.Tensor, cos_w: torch.Tensor,
+                        sin_w: torch.Tensor, img_height: int, img_width: int, rotate_style: int,
+                        reuse_freqs_front_part: bool, nope_first: bool,
+                        transpose_output: bool = False) -> torch.Tensor:
     return _2d("rope_fwd_2d_inplace", x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style,
                reuse_freqs_front_part, nope_first, transpose_output, inplace=True)
 
 
-@_planned
-def rope_bwd_2d(x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style, reuse_freqs_front_part,
-                nope_first, transpose_output=False):
+@public_op(unless=envs.rope_check_positions)
+def rope_bwd_2d(x: torch.Tensor, cos_h: torch.Tensor, sin_h: torch.Tensor, cos_w: torch.Tensor, sin_w: torch.Tensor,
+                img_height: int, img_width: int, rotate_style: int, reuse_freqs_front_part: bool, nope_first: bool,
+                transpose_output: bool = False) -> torch.Tensor:
     return _2d("rope_bwd_2d", x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style,
                reuse_freqs_front_part, nope_first, transpose_output, backward=True)
 

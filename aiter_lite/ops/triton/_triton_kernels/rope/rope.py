@@ -12,8 +12,26 @@ A token whose table row falls outside the table (a bad position or offset) gets 
 tables, so its rotary channels come out NaN: never a read out of bounds.
 """
 
+from enum import IntEnum
+
 import triton
 import triton.language as tl
+
+
+class RowMode(IntEnum):
+    """How a token finds its table row (the kernels' ROW_MODE)."""
+
+    OUTER = 0  # its outer index (SBHD: the sequence position)
+    POSITIONS = 1  # positions (+ offsets) at its (outer, inner) index
+    VARLEN = 2  # its position within its sequence (THD, cu_seqlens)
+    IMAGE = 3  # 2-D: the height table at its row, the width table at its column
+
+
+# The kernels compare ROW_MODE with these (a @triton.jit function reads constexpr globals only).
+_OUTER = tl.constexpr(RowMode.OUTER)
+_POSITIONS = tl.constexpr(RowMode.POSITIONS)
+_VARLEN = tl.constexpr(RowMode.VARLEN)
+_IMAGE = tl.constexpr(RowMode.IMAGE)
 
 
 @triton.jit
@@ -119,13 +137,13 @@ def _token_rows(tok, t_mask, n_inner, pos_ptr, off_ptr, cu_ptr, stride_p_o, stri
     i_idx = tok % n_inner
     valid = t_mask
     row2 = i_idx
-    if ROW_MODE == 0:
+    if ROW_MODE == _OUTER:
         row = o_idx
-    elif ROW_MODE == 1:
+    elif ROW_MODE == _POSITIONS:
         row = tl.load(pos_ptr + o_idx * stride_p_o + i_idx * stride_p_i, mask=t_mask, other=0).to(tl.int64)
         if HAS_OFFSETS:
             row += tl.load(off_ptr + o_idx * stride_p_o + i_idx * stride_p_i, mask=t_mask, other=0).to(tl.int64)
-    elif ROW_MODE == 2:
+    elif ROW_MODE == _VARLEN:
         # sequence of each token: the last s with cu[s] <= tok (binary search, runtime steps)
         lo = tl.zeros([BLOCK_T], dtype=tl.int32)
         hi = tl.zeros([BLOCK_T], dtype=tl.int32) + n_seqs
@@ -157,7 +175,7 @@ def _rotate_heads(x_ptr, out_ptr, sxo, sxi, sxh, sxd, syo, syi, syh, syd, hblock
     """Rotate one (BLOCK_T tokens, BLOCK_H heads) block of x into out. The block's loads are
     issued before the token rows are looked up (a position, then its table row: a chain of
     two dependent reads that the head data need not wait behind)."""
-    N_PARTS: tl.constexpr = 2 if ROW_MODE == 3 else 1
+    N_PARTS: tl.constexpr = 2 if ROW_MODE == _IMAGE else 1
     o_idx = tok // n_inner
     i_idx = tok % n_inner
     heads = hblock * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -197,8 +215,8 @@ def _rope_kernel(
     x2_ptr, out2_ptr,             # second tensor (K): same tokens, its own heads and strides
     cos_ptr, sin_ptr,             # (rows, F) cached tables, or angles in cos_ptr (IS_FREQS)
     cos2_ptr, sin2_ptr,           # 2-D: the width tables
-    pos_ptr, off_ptr,             # ROW_MODE 1: (outer, inner) positions (+ offsets)
-    cu_ptr,                       # ROW_MODE 2: (n_seqs + 1,) cumulative sequence lengths
+    pos_ptr, off_ptr,             # RowMode.POSITIONS: (outer, inner) positions (+ offsets)
+    cu_ptr,                       # RowMode.VARLEN: (n_seqs + 1,) cumulative sequence lengths
     stride_x_o, stride_x_i, stride_x_h, stride_x_d,
     stride_y_o, stride_y_i, stride_y_h, stride_y_d,
     stride_x2_o, stride_x2_i, stride_x2_h, stride_x2_d,
@@ -208,10 +226,10 @@ def _rope_kernel(
     n_inner, n_tokens,
     n_heads, n_heads2,            # heads of x and x2 (0: no second tensor)
     n_rows, n_rows2,              # table rows: a row outside [0, n_rows) gives NaN
-    n_seqs, search_steps,         # ROW_MODE 2: binary-search steps over cu_seqlens
-    img_width,                    # ROW_MODE 3
+    n_seqs, search_steps,         # RowMode.VARLEN: binary-search steps over cu_seqlens
+    img_width,                    # RowMode.IMAGE
     head_dim,
-    ROW_MODE: tl.constexpr,       # 0 row = outer index; 1 positions; 2 varlen; 3 2-D (row, column)
+    ROW_MODE: tl.constexpr,       # a RowMode
     HAS_OFFSETS: tl.constexpr,
     IS_FREQS: tl.constexpr,       # tables hold angles: cos / sin computed in fp32
     IS_NEOX: tl.constexpr,

@@ -1,0 +1,149 @@
+"""Every family's launcher under torch.compile(fullgraph=True) with a pinned launch config:
+the same launcher eager, compiled and pinned calls use (``utils.launcher``), its config
+carried into the registered op, giving eager's bits.
+
+A pinned config is what a test or a tuning script passes; each case pins one that the
+default choice would not make at this size, so the config demonstrably reaches the launch."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from aiter_lite.ops.triton import activation, moe_routing, softmax, topk
+from aiter_lite.ops.triton._triton_kernels.rope.rope import RowMode
+from aiter_lite.ops.triton.fusions import fused_kv_cache, fused_qk_concat
+from aiter_lite.ops.triton.normalization import norm
+from aiter_lite.ops.triton.quant import act_quant, norm_quant, quant
+from aiter_lite.ops.triton.quant.quant import QuantLaunchConfig
+from aiter_lite.ops.triton.rope import rope
+from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig
+from op_tests.utils import DEVICE, ON_GPU
+from op_tests.utils.registry import assert_same_bits, clone_args
+
+# (the fusions package's attribute of this name is the op)
+qkv_split = importlib.import_module("aiter_lite.ops.triton.fusions.fused_qkv_split_qk_rope")
+BACKEND = "inductor" if ON_GPU else "aot_eager"
+FAMILIES = ["activation", "normalization", "normalization backward", "softmax", "topk", "moe routing", "quant",
+            "quant group", "act + quant", "norm + quant", "rope", "fusions", "fusions q/k concat",
+            "fusions MLA cache"]
+F8 = torch.float8_e4m3fn if ON_GPU else torch.int8
+
+
+def _r(*shape, dtype=torch.float32):
+    return torch.randn(*shape, device=DEVICE, dtype=dtype)
+
+
+def _e(*shape, dtype=torch.float32):
+    return torch.full(shape, float("nan"), device=DEVICE).to(dtype) if dtype.is_floating_point else \
+        torch.full(shape, -1, device=DEVICE, dtype=dtype)
+
+
+def _tables(rows: int, f: int):
+    a = torch.rand(rows, f, device=DEVICE) * 6
+    return torch.cos(a), torch.sin(a)
+
+
+def _cases():
+    """(family, launcher call taking (args..., config), args, config)."""
+    t, n = 7, 96
+    x2, gated = _r(t, n), _r(t, 2 * n)
+    cos, sin = _tables(16, 8)
+    pos = torch.randint(0, 16, (t,), device=DEVICE)
+    cases = {
+        "activation": (activation._launch_act_and_mul, (gated, _e(t, n), "silu", True),
+                       activation.ActLaunchConfig(2, 32, 1)),
+        "normalization": (lambda *a: norm._launch_norm_fwd(*a[:-1], config=a[-1]),
+                          (x2, _e(t, n), _r(n), None, 1e-6, True),
+                          norm.NormLaunchConfig(1, 32, 1, True, PREFETCH=True)),
+        "normalization backward": (norm._launch_norm_bwd,
+                                   (_r(t, n), x2, _r(n), None, torch.rand(t, device=DEVICE) + 0.5, _e(t, n),
+                                    _e(n), None, True, 0.0),
+                                   norm.NormBwdLaunchConfig(norm.NormLaunchConfig(2, 32, 1, True), 3)),
+        "softmax": (softmax._launch_softmax, (x2, _e(t, n), True), softmax.SoftmaxLaunchConfig(1, 32, 1, True)),
+        "topk": (topk._launch_topk, (x2, _e(t, 3), _e(t, 3, dtype=torch.int64), 3, 1, True),
+                 topk.TopkLaunchConfig(2, 128, 4, True, 2)),
+        "moe routing": (moe_routing._launch_moe_routing,
+                        (_r(t, 64), _r(64), _e(t, 4), _e(t, 4, dtype=torch.int32), 8, 2, True, True, 2.5),
+                        moe_routing.MoeRoutingLaunchConfig(4, 1)),
+        "quant": (quant._launch_per_token_quant, (x2, _e(t, n, dtype=F8), _e(t), None),
+                  QuantLaunchConfig(1, 32, 1, LOOPED=True)),
+        "quant group": (quant._launch_group_quant, (x2, _e(t, n, dtype=F8), _e(t, 3), 32, 1e-10),
+                        QuantLaunchConfig(2, 32, 1)),
+        "act + quant": (act_quant._launch_act_quant,
+                        (gated, _e(t, n, dtype=F8), _e(t, 3), None, "gelu", "group", 32),
+                        QuantLaunchConfig(1, 32, 1)),
+        "norm + quant": (norm_quant._launch_norm_quant,
+                         (x2, _e(t, n, dtype=F8), _e(t), None, None, None, _r(n), None, None, None, None, 1e-6, 0.0,
+                          True, True),
+                         norm_quant.NormQuantLaunchConfig(1, 32, 1, LOOPED=True)),
+        "rope": (rope._launch_rope,
+                 (_r(t, 4, 16), _e(t, 4, 16), None, None, cos, sin, None, None, pos, None, None,
+                  [int(RowMode.POSITIONS), 8, 16, 16, cos.stride(0), cos.stride(1), cos.stride(0), cos.stride(1), 1,
+                   1], [False, True, True, False, False]),
+                 RopeLaunchConfig(1, 2, 1)),
+        "fusions": (qkv_split._launch_qkv_split_rope,
+                    (_r(t, 8 * 16), _e(t, 4, 16), _e(t, 2, 16), _e(t, 2, 16), cos, sin, pos, None,
+                     [16, cos.stride(0), cos.stride(1), 8], [True, True, False]),
+                    RopeLaunchConfig(2, 1, 1)),
+        "fusions q/k concat": (fused_qk_concat._launch_qk_cat,
+                               (_r(t, 4, 24), _r(t, 4, 8), _r(t, 1, 24), _r(t, 1, 8), _e(t, 4, 32), _e(t, 1, 32),
+                                None, None, None, [1, 0, 0, 0], [True, False]),
+                               RopeLaunchConfig(1, 1, 1)),
+        "fusions MLA cache": (fused_kv_cache._launch_cat_and_cache_mla,
+                              (_r(t, 1, 24), _r(t, 1, 8), _e(12, 1, 32), torch.randperm(12, device=DEVICE)[:t],
+                               None, [12, 1, 32, 0, 32, 1]),
+                              RopeLaunchConfig(1, 1, 1)),
+    }
+    return cases
+
+
+def test_every_family_is_covered():
+    assert list(_cases()) == FAMILIES
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_pinned_launch_compiles_whole(family):
+    launch, args, config = _cases()[family]
+    eager, mine = clone_args(args), clone_args(args)
+    launch(*eager, config)
+    torch._dynamo.reset()
+    torch.compile(lambda *a: launch(*a, config), backend=BACKEND, fullgraph=True, dynamic=False)(*mine)
+    assert_same_bits(mine, eager, f"{family}: compiled with config {config}")
+    written = [a for a, b in zip(eager, args) if isinstance(a, torch.Tensor) and not torch.equal(
+        a.view(torch.uint8) if a.element_size() == 1 else a, b.view(torch.uint8) if b.element_size() == 1 else b)]
+    assert written, f"{family}: the pinned launch wrote nothing"
+
+
+@pytest.mark.parametrize("name", ["act_and_mul", "topk", "dynamic_per_tensor_quant_fp8_i8",
+                                  "dynamic_per_token_quant_fp8_i8", "act_mul_and_fp8_group_quant",
+                                  "act_mul_and_fp8_quant"])
+def test_a_public_op_with_a_pinned_config_compiles_whole(name):
+    # The public ops that take config= (tests, tuning) compile with it, as without.
+    x, gated = _r(7, 96), _r(7, 192)
+    cfg = QuantLaunchConfig(1, 32, 1, LOOPED=True)
+    calls = {
+        "act_and_mul": (lambda o, c: activation.act_and_mul(o, gated, "gelu", c), (_e(7, 96),),
+                        activation.ActLaunchConfig(1, 64, 1)),
+        "topk": (lambda c: topk.topk(x, 5, config=c), (), topk.TopkLaunchConfig(1, 128, 8, False, 2)),
+        "dynamic_per_tensor_quant_fp8_i8": (
+            lambda q, s, c: quant.dynamic_per_tensor_quant_fp8_i8(q, x, s, config=c), (_e(7, 96, dtype=F8), _e(1)),
+            QuantLaunchConfig(1, 0, 1, LOOPED=True)),
+        "dynamic_per_token_quant_fp8_i8": (
+            lambda q, s, c: quant.dynamic_per_token_quant_fp8_i8(q, x, s, config=c), (_e(7, 96, dtype=F8), _e(7)),
+            cfg),
+        "act_mul_and_fp8_group_quant": (
+            lambda c: act_quant.act_mul_and_fp8_group_quant(gated, "silu", 32, F8, config=c), (),
+            QuantLaunchConfig(1, 32, 1)),
+        "act_mul_and_fp8_quant": (lambda c: act_quant.act_mul_and_fp8_quant(gated, "silu", None, F8, config=c), (),
+                                  cfg),
+    }
+    call, outs, config = calls[name]
+    eager, mine = clone_args(outs), clone_args(outs)
+    want = call(*eager, config)
+    torch._dynamo.reset()
+    got = torch.compile(lambda *a: call(*a, config), backend=BACKEND, fullgraph=True, dynamic=False)(*mine)
+    assert_same_bits(got, want, f"{name} compiled with config {config}")
+    assert_same_bits(mine, eager, f"{name} compiled with config {config}: written arguments")
