@@ -37,7 +37,7 @@ def tensors(result) -> list[torch.Tensor]:
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(torch.uint8) if t.numel() else t
+    return t.contiguous().reshape(-1).view(torch.uint8) if t.numel() else t
 
 
 def assert_same_bits(got, want, what: str) -> None:
