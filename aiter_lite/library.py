@@ -8,7 +8,8 @@ Importing :mod:`aiter_lite` registers them, from their declarations (``@public_o
   ``Tensor(a!)`` and the registered op returns nothing; an allocating op's optional output
   buffers (``buffers``) and launch-config arguments (a dataclass) are left out (the op
   allocates, and picks its config); ``Literal`` strings are ``str``; keyword-only
-  arguments are positional (a custom op takes no keyword-only tensor);
+  arguments are positional (a custom op takes no keyword-only tensor), and arguments up to
+  the last written one have no default (torch's mutation bookkeeping indexes them);
 * the real kernel is the public function (checks, then its launch); an argument it hands
   back is copied (an op returns new tensors only);
 * the fake kernel is the native reference of the same name at the mirrored module path
@@ -79,6 +80,10 @@ def _registered_params(op: PublicOp) -> tuple[inspect.Signature, list[str]]:
     sig, hints = inspect.signature(fn), typing.get_type_hints(fn)
     params = [p.replace(annotation=_schema_type(hints[p.name]), kind=inspect.Parameter.POSITIONAL_OR_KEYWORD)
               for p in sig.parameters.values() if p.name not in op.buffers and not _is_config(hints[p.name])]
+    # No default up to the last written argument: the dispatcher leaves out trailing arguments
+    # equal to their defaults, and torch's mutation bookkeeping indexes the written ones.
+    last = max((i for i, p in enumerate(params) if p.name in op.mutates), default=-1)
+    params = [p.replace(default=inspect.Parameter.empty) if i <= last else p for i, p in enumerate(params)]
     returns = None if op.mutates else hints["return"]
     return sig.replace(parameters=params, return_annotation=returns), [p.name for p in params]
 

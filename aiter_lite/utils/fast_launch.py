@@ -76,6 +76,7 @@ _all_plans: list[Plans] = []
 _log = logging.getLogger("aiter_lite")
 
 
+@functools.lru_cache(maxsize=1)
 def _launcher_convention() -> bool:
     """Whether Triton's ``CompiledKernel[grid]`` runner calls ``run(g0, g1, g2, stream, function,
     packed_metadata, launch_metadata, enter_hook, exit_hook, *args)``, the call a plan makes."""
