@@ -126,9 +126,9 @@ def plans_off():
 
 
 def _quiet() -> bool:
-    """No plan use now: tracing, capturing, logging calls, or hooks watching launches."""
-    return (torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing() or debug_on()
-            or _hooked(_hooks.launch_enter_hook) or _hooked(_hooks.launch_exit_hook))
+    """No plan use now: capturing, logging calls, or hooks watching launches."""
+    return (torch.cuda.is_current_stream_capturing() or debug_on() or _hooked(_hooks.launch_enter_hook)
+            or _hooked(_hooks.launch_exit_hook))
 
 
 def _hooked(hook) -> bool:
@@ -369,10 +369,10 @@ class Plans:
 
     def key(self, inputs: tuple, names: tuple = ()) -> tuple | None:
         """The plans' key of these arguments (the last ones passed by the keywords ``names``),
-        or None where no plan is used or made now (plans off, inside another op's recording,
-        quiet)."""
-        if (not (_enabled if _enabled is not None else fast_launch_enabled()) or getattr(_state, "off", 0)
-                or getattr(_state, "recording", None) is not None or _quiet()):
+        or None where no plan is used or made now (tracing, plans off, inside another op's
+        recording)."""
+        if (torch.compiler.is_compiling() or not (_enabled if _enabled is not None else fast_launch_enabled())
+                or getattr(_state, "off", 0) or getattr(_state, "recording", None) is not None):
             return None
         return _key(inputs, names)
 
@@ -423,7 +423,7 @@ def planned(fn=None, *, unless: Callable[[], bool] | None = None):
         if plan is None:  # a new signature: the checked path and the key, nothing more
             plans.note(key, _SEEN)
             return fn(*args, **kwargs)
-        if plan is _REFUSED or (unless is not None and unless()):
+        if plan is _REFUSED or (unless is not None and unless()) or _quiet():
             return fn(*args, **kwargs)
         if plan is _SEEN:
             return plans.record(fn, key, inputs, args, kwargs)

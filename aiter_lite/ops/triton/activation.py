@@ -122,52 +122,56 @@ def _launch_act_and_mul(x2: torch.Tensor, y2: torch.Tensor, activation: str, gat
     )
 
 
-@public_op(mutates=("out",))
-def act_and_mul(
-    out: torch.Tensor,
-    input: torch.Tensor,
-    activation: Activation,
-    config: ActLaunchConfig | None = None,
-) -> torch.Tensor:
-    """``out = act(input[..., :d]) * input[..., d:]``, d = input.shape[-1] // 2; returns ``out``."""
-    op = f"{check_choice('act_and_mul', 'activation', activation, _ACTIVATIONS)}_and_mul"
-    check_float_tensor(op, "input", input)
-    check_float_tensor(op, "out", out)
+def _gated(op: str, out: torch.Tensor, input: torch.Tensor, activation: str, config: ActLaunchConfig | None = None,
+           names: tuple[str, str] = ("out", "input")) -> torch.Tensor:
+    """Checked ``out = act(input[..., :d]) * input[..., d:]``; ``names`` are the caller's for out and input."""
+    out_name, in_name = names
+    check_float_tensor(op, in_name, input)
+    check_float_tensor(op, out_name, out)
     if input.dim() == 0 or input.shape[-1] % 2:
-        raise ValueError(f"{op}: input last dim must be even (gate, then up), got shape {tuple(input.shape)}")
+        raise ValueError(f"{op}: {in_name} last dim must be even (gate, then up), got shape {tuple(input.shape)}")
     d = input.shape[-1] // 2
     expected = (*input.shape[:-1], d)
     if tuple(out.shape) != expected:
-        raise ValueError(f"{op}: out must have shape {expected} for input {tuple(input.shape)}, got {tuple(out.shape)}")
-    check_same_device(op, "out", out, "input", input)
-    check_unit_last_stride(op, "input", input)
-    check_unit_last_stride(op, "out", out)
-    check_triton_device(op, "input", input)
+        raise ValueError(f"{op}: {out_name} must have shape {expected} for {in_name} {tuple(input.shape)}, "
+                         f"got {tuple(out.shape)}")
+    check_same_device(op, out_name, out, in_name, input)
+    check_unit_last_stride(op, in_name, input)
+    check_unit_last_stride(op, out_name, out)
+    check_triton_device(op, in_name, input)
     if debug_on():
-        log_call(op, out=out, input=input)
+        log_call(op, **{out_name: out, in_name: input})
     if out.numel() == 0:
         return out
-    _launch_act_and_mul(rows_view(op, "input", input, writable=False), rows_view(op, "out", out, writable=True),
+    _launch_act_and_mul(rows_view(op, in_name, input, writable=False), rows_view(op, out_name, out, writable=True),
                         activation, True, config)
     return out
 
 
 @public_op(mutates=("out",))
+def act_and_mul(out: torch.Tensor, input: torch.Tensor, activation: Activation,
+                config: ActLaunchConfig | None = None) -> torch.Tensor:
+    """``out = act(input[..., :d]) * input[..., d:]``, d = input.shape[-1] // 2; returns ``out``."""
+    return _gated("act_and_mul", out, input, check_choice("act_and_mul", "activation", activation, _ACTIVATIONS),
+                  config)
+
+
+@public_op(mutates=("out",))
 def silu_and_mul(out: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
     """``out = silu(input[..., :d]) * input[..., d:]`` (SwiGLU); returns ``out``."""
-    return act_and_mul(out, input, "silu")
+    return _gated("silu_and_mul", out, input, "silu")
 
 
 @public_op(mutates=("out",))
 def gelu_and_mul(out: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
     """``out = gelu(input[..., :d]) * input[..., d:]`` with exact (erf) GELU (GeGLU); returns ``out``."""
-    return act_and_mul(out, input, "gelu")
+    return _gated("gelu_and_mul", out, input, "gelu")
 
 
 @public_op(mutates=("out",))
 def gelu_tanh_and_mul(out: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
     """``out = gelu_tanh(input[..., :d]) * input[..., d:]``; returns ``out``."""
-    return act_and_mul(out, input, "gelu_tanh")
+    return _gated("gelu_tanh_and_mul", out, input, "gelu_tanh")
 
 
 @public_op(buffers=("out",))
@@ -178,7 +182,7 @@ def fused_silu_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Te
         if x.dim() == 0:
             raise ValueError("fused_silu_mul: x must have at least 1 dim, got a 0-dim tensor")
         out = torch.empty((*x.shape[:-1], x.shape[-1] // 2), dtype=x.dtype, device=x.device)
-    return act_and_mul(out, x, "silu")
+    return _gated("fused_silu_mul", out, x, "silu", names=("out", "x"))
 
 
 def _elementwise(op: str, x: torch.Tensor, activation: str) -> torch.Tensor:

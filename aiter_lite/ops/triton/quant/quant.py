@@ -43,6 +43,7 @@ from aiter_lite.ops.triton._triton_kernels.quant.quant import (
 from aiter_lite.ops.triton.quant.dtypes import check_quant_dtype_supported
 from aiter_lite.spec.quant import GROUP_EPS, QUANT_DTYPES, get_fp8_e4m3_dtype, min_scale, quant_range
 from aiter_lite.utils.checks import (
+    check_bool,
     check_int,
     check_real,
     TRITON_INTERPRET,
@@ -222,20 +223,21 @@ def _check_group(op: str, group_size, eps) -> tuple[int, float]:
     return group_size, check_real(op, "eps", eps, positive=True)
 
 
-def _check_input(op: str, x_in) -> None:
-    check_row_input(op, "x_in", x_in)
+def _check_input(op: str, x_in, name: str = "x_in") -> None:
+    check_row_input(op, name, x_in)
 
 
-def _check_per_tensor(op: str, qx, x_in, name: str, scale) -> None:
-    _check_input(op, x_in)
-    _check_q(op, qx, x_in)
-    _check_scale(op, name, scale, 1, x_in)
+def _check_per_tensor(op: str, qx, x_in, scale, names: tuple[str, str, str]) -> None:
+    q_name, x_name, s_name = names
+    _check_input(op, x_in, x_name)
+    _check_q(op, qx, x_in, (q_name, x_name))
+    _check_scale(op, s_name, scale, 1, x_in, x_name)
     if debug_on():
-        log_call(op, qx=qx, x_in=x_in, **{name: scale})
+        log_call(op, **{q_name: qx, x_name: x_in, s_name: scale})
 
 
-def _rows(op: str, qx: torch.Tensor, x_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return rows_view(op, "x_in", x_in, writable=False), rows_view(op, "qx", qx, writable=True)
+def _rows(op: str, qx: torch.Tensor, x_in: torch.Tensor, names: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    return rows_view(op, names[1], x_in, writable=False), rows_view(op, names[0], qx, writable=True)
 
 
 # ---------------------------------------------------------------------------
@@ -394,52 +396,66 @@ def _launch_group_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor,
 # aiter's names
 
 
-@public_op(mutates=("qx",))
-def static_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_in: torch.Tensor) -> torch.Tensor:
-    """``qx = x_in / scale_in`` saturated to qx's dtype; ``scale_in`` one fp32 element. Returns ``qx``."""
-    op = "static_per_tensor_quant_fp8_i8"
-    _check_per_tensor(op, qx, x_in, "scale_in", scale_in)
+# The checked bodies, each op's errors under its public name and its caller's argument names
+# (q, x, scale).
+_AITER = ("qx", "x_in", "scale_out")
+
+
+def _static(op: str, qx, x_in, scale_in, names=("qx", "x_in", "scale_in")) -> torch.Tensor:
+    _check_per_tensor(op, qx, x_in, scale_in, names)
     if x_in.numel():
-        _launch_static_quant(*_rows(op, qx, x_in), scale_in if scale_in.dim() == 1 else scale_in.reshape(1))
+        _launch_static_quant(*_rows(op, qx, x_in, names), scale_in if scale_in.dim() == 1 else scale_in.reshape(1))
     return qx
 
 
-@public_op(mutates=("qx", "scale_out"))
-def dynamic_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor, *,
-                                    config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The tensor's scale ``max(amax / q_max, 1 / (q_max * 512))`` written to ``scale_out``
-    (one fp32 element, any prior content), then ``qx = x_in / scale``. Returns ``(qx, scale_out)``.
-    ``config`` pins a launch (tests, tuning; LOOPED: an amax launch then the static one)."""
-    op = "dynamic_per_tensor_quant_fp8_i8"
-    _check_per_tensor(op, qx, x_in, "scale_out", scale_out)
+def _dynamic_per_tensor(op: str, qx, x_in, scale_out, config=None, names=_AITER) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_per_tensor(op, qx, x_in, scale_out, names)
     if x_in.numel():
-        _launch_dynamic_per_tensor(*_rows(op, qx, x_in), _scale_vector(op, "scale_out", scale_out), config)
+        _launch_dynamic_per_tensor(*_rows(op, qx, x_in, names), _scale_vector(op, names[2], scale_out), config)
     else:  # no elements: the floor
         scale_out.fill_(min_scale(qx.dtype))
     return qx, scale_out
 
 
-@public_op(mutates=("qx", "scale_out"))
-def dynamic_per_token_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor,
-                                   scale_ub: torch.Tensor | None = None, *,
-                                   config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """A scale per row (every dim of x_in but the last) into ``scale_out`` (as many fp32
-    elements as rows: (M,) or (M, 1)), ``max(min(amax, scale_ub) / q_max, 1 / (q_max * 512))``,
-    then each row quantized with its own. Returns ``(qx, scale_out)``. ``config`` pins a
-    launch (tests, tuning)."""
-    op = "dynamic_per_token_quant_fp8_i8"
-    _check_input(op, x_in)
-    _check_q(op, qx, x_in)
-    _check_scale(op, "scale_out", scale_out, math.prod(x_in.shape[:-1]), x_in)
+def _per_token(op: str, qx, x_in, scale_out, scale_ub, config=None, names=_AITER) -> tuple[torch.Tensor, torch.Tensor]:
+    q_name, x_name, s_name = names
+    _check_input(op, x_in, x_name)
+    _check_q(op, qx, x_in, (q_name, x_name))
+    _check_scale(op, s_name, scale_out, math.prod(x_in.shape[:-1]), x_in, x_name)
     if scale_ub is not None:
-        _check_scale(op, "scale_ub", scale_ub, 1, x_in)
+        _check_scale(op, "scale_ub", scale_ub, 1, x_in, x_name)
     if debug_on():
-        log_call(op, qx=qx, x_in=x_in, scale_out=scale_out, scale_ub=scale_ub)
+        log_call(op, **{q_name: qx, x_name: x_in, s_name: scale_out}, scale_ub=scale_ub)
     if x_in.numel():
         ub = None if scale_ub is None else scale_ub.reshape(1)
-        _launch_per_token_quant(*_rows(op, qx, x_in), _scale_vector(op, "scale_out", scale_out), ub, config)
+        _launch_per_token_quant(*_rows(op, qx, x_in, names), _scale_vector(op, s_name, scale_out), ub, config)
     elif scale_out.numel():  # rows of no columns: the floor
         scale_out.fill_(min_scale(qx.dtype))
+    return qx, scale_out
+
+
+def _group(op: str, qx, x_in, scale_out, group_size, eps, names=_AITER) -> tuple[torch.Tensor, torch.Tensor]:
+    q_name, x_name, s_name = names
+    _check_input(op, x_in, x_name)
+    _check_q(op, qx, x_in, (q_name, x_name))
+    group_size, eps = _check_group(op, group_size, eps)
+    n_groups = cdiv(x_in.shape[-1], group_size)
+    want = (*x_in.shape[:-1], n_groups)
+    if not isinstance(scale_out, torch.Tensor) or tuple(scale_out.shape) != want:
+        got = tuple(scale_out.shape) if isinstance(scale_out, torch.Tensor) else type(scale_out).__name__
+        raise ValueError(f"{op}: {s_name} must have shape {want} for {x_name} {tuple(x_in.shape)} and group_size "
+                         f"{group_size}, got {got}")
+    _check_scale(op, s_name, scale_out, scale_out.numel(), x_in, x_name)
+    if debug_on():
+        log_call(op, **{q_name: qx, x_name: x_in, s_name: scale_out}, group_size=group_size)
+    if x_in.numel():
+        n_rows = x_in.numel() // x_in.shape[-1]
+        try:
+            s2 = scale_out.view(n_rows, n_groups)
+        except RuntimeError:
+            raise ValueError(f"{op}: {s_name} with strides {tuple(scale_out.stride())} cannot be viewed as "
+                             f"({n_rows}, {n_groups}); its leading dims must flatten") from None
+        _launch_group_quant(*_rows(op, qx, x_in, names), s2, group_size, eps)
     return qx, scale_out
 
 
@@ -454,6 +470,36 @@ def _scale_vector(op: str, name: str, scale: torch.Tensor) -> torch.Tensor:
                          "cannot be viewed as one vector; pass a contiguous tensor") from None
 
 
+# ---------------------------------------------------------------------------
+# aiter's names
+
+
+@public_op(mutates=("qx",))
+def static_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_in: torch.Tensor) -> torch.Tensor:
+    """``qx = x_in / scale_in`` saturated to qx's dtype; ``scale_in`` one fp32 element. Returns ``qx``."""
+    return _static("static_per_tensor_quant_fp8_i8", qx, x_in, scale_in)
+
+
+@public_op(mutates=("qx", "scale_out"))
+def dynamic_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor, *,
+                                    config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tensor's scale ``max(amax / q_max, 1 / (q_max * 512))`` written to ``scale_out``
+    (one fp32 element, any prior content), then ``qx = x_in / scale``. Returns ``(qx, scale_out)``.
+    ``config`` pins a launch (tests, tuning; LOOPED: an amax launch then the static one)."""
+    return _dynamic_per_tensor("dynamic_per_tensor_quant_fp8_i8", qx, x_in, scale_out, config)
+
+
+@public_op(mutates=("qx", "scale_out"))
+def dynamic_per_token_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor,
+                                   scale_ub: torch.Tensor | None = None, *,
+                                   config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A scale per row (every dim of x_in but the last) into ``scale_out`` (as many fp32
+    elements as rows: (M,) or (M, 1)), ``max(min(amax, scale_ub) / q_max, 1 / (q_max * 512))``,
+    then each row quantized with its own. Returns ``(qx, scale_out)``. ``config`` pins a
+    launch (tests, tuning)."""
+    return _per_token("dynamic_per_token_quant_fp8_i8", qx, x_in, scale_out, scale_ub, config)
+
+
 @public_op(mutates=("qx", "scale_out"))
 def per_token_group_quant(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor, group_size: int,
                           eps: float = GROUP_EPS) -> tuple[torch.Tensor, torch.Tensor]:
@@ -461,28 +507,7 @@ def per_token_group_quant(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch
     ``max(amax, eps) / q_max``; ``scale_out`` fp32 of shape (*x_in.shape[:-1], G) with
     G = ceil(width / group_size) (a last group may be partial), any strides (a
     column-major (M, G) view included). Returns ``(qx, scale_out)``."""
-    op = "per_token_group_quant"
-    _check_input(op, x_in)
-    _check_q(op, qx, x_in)
-    group_size, eps = _check_group(op, group_size, eps)
-    n_groups = cdiv(x_in.shape[-1], group_size)
-    want = (*x_in.shape[:-1], n_groups)
-    if not isinstance(scale_out, torch.Tensor) or tuple(scale_out.shape) != want:
-        got = tuple(scale_out.shape) if isinstance(scale_out, torch.Tensor) else type(scale_out).__name__
-        raise ValueError(f"{op}: scale_out must have shape {want} for x_in {tuple(x_in.shape)} and group_size "
-                         f"{group_size}, got {got}")
-    _check_scale(op, "scale_out", scale_out, scale_out.numel(), x_in)
-    if debug_on():
-        log_call(op, qx=qx, x_in=x_in, scale_out=scale_out, group_size=group_size)
-    if x_in.numel():
-        n_rows = x_in.numel() // x_in.shape[-1]
-        try:
-            s2 = scale_out.view(n_rows, n_groups)
-        except RuntimeError:
-            raise ValueError(f"{op}: scale_out with strides {tuple(scale_out.stride())} cannot be viewed as "
-                             f"({n_rows}, {n_groups}); its leading dims must flatten") from None
-        _launch_group_quant(*_rows(op, qx, x_in), s2, group_size, eps)
-    return qx, scale_out
+    return _group("per_token_group_quant", qx, x_in, scale_out, group_size, eps)
 
 
 # ---------------------------------------------------------------------------
@@ -506,19 +531,20 @@ def scaled_fp8_quant(input: torch.Tensor, scale: torch.Tensor | None = None, sca
     ``use_per_token_if_dynamic``. ``dtype`` (default :func:`get_fp8_e4m3_dtype`) or
     ``output``'s dtype picks the format, int8 included. Returns ``(q, scale)``."""
     op = "scaled_fp8_quant"
-    _check_input(op, input)
+    _check_input(op, input, "input")
     dtype = output.dtype if isinstance(output, torch.Tensor) and dtype is None else _quant_dtype(op, dtype)
     q = torch.empty(input.shape, dtype=dtype, device=input.device) if output is None else output
+    names = ("output", "input", "scale")
     if scale is not None:
         if scale_ub is not None:
             raise ValueError(f"{op}: scale_ub bounds dynamic per-token scales; it cannot go with a static scale")
-        return static_per_tensor_quant_fp8_i8(q, input, scale), scale
+        return _static(op, q, input, scale, names), scale
     if use_per_token_if_dynamic:
         s = torch.empty((*input.shape[:-1], 1), dtype=torch.float32, device=input.device)
-        return dynamic_per_token_quant_fp8_i8(q, input, s, scale_ub)
+        return _per_token(op, q, input, s, scale_ub, names=names)
     if scale_ub is not None:
         raise ValueError(f"{op}: scale_ub bounds per-token scales; pass use_per_token_if_dynamic=True")
-    return dynamic_per_tensor_quant_fp8_i8(q, input, torch.empty(1, dtype=torch.float32, device=input.device))
+    return _dynamic_per_tensor(op, q, input, torch.empty(1, dtype=torch.float32, device=input.device), names=names)
 
 
 @public_op(buffers=("out_q",))
@@ -527,11 +553,15 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = GRO
                               out_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM's ``per_token_group_quant_fp8``: ``(q, scales)``, scales (*x.shape[:-1], G)
     fp32, column-major (stride 1 along the rows) with ``column_major_scales`` for 2-D x."""
-    op = "per_token_group_quant_fp8"
-    _check_input(op, x)
+    return _group_allocating("per_token_group_quant_fp8", x, group_size, eps, dtype, column_major_scales, out_q)
+
+
+def _group_allocating(op: str, x, group_size, eps, dtype, column_major_scales=False, out_q=None):
+    _check_input(op, x, "x")
     dtype = _quant_dtype(op, dtype)
     q = torch.empty(x.shape, dtype=dtype, device=x.device) if out_q is None else out_q
-    _check_group(op, group_size, eps)
+    group_size, eps = _check_group(op, group_size, eps)
+    column_major_scales = check_bool(op, "column_major_scales", column_major_scales)
     n_groups = cdiv(x.shape[-1], group_size)
     if column_major_scales:
         if x.dim() != 2:
@@ -539,11 +569,11 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = GRO
         s = torch.empty((n_groups, x.shape[0]), dtype=torch.float32, device=x.device).t()
     else:
         s = torch.empty((*x.shape[:-1], n_groups), dtype=torch.float32, device=x.device)
-    return per_token_group_quant(q, x, s, group_size, eps)
+    return _group(op, q, x, s, group_size, eps, ("out_q", "x", "scales"))
 
 
 @public_op
 def per_token_group_quant_int8(x: torch.Tensor, group_size: int, eps: float = GROUP_EPS,
                                dtype: torch.dtype = torch.int8) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM's ``per_token_group_quant_int8``: ``(q, scales)`` with int8 values."""
-    return per_token_group_quant_fp8(x, group_size, eps, dtype)
+    return _group_allocating("per_token_group_quant_int8", x, group_size, eps, dtype)
