@@ -14,6 +14,7 @@ import torch
 from aiter_lite.layers.base import BackendLayer
 from aiter_lite.ops.native import activation as native_activation
 from aiter_lite.ops.triton import activation as triton_activation
+from aiter_lite.utils.checks import check_choice
 
 
 class _ActAndMul(BackendLayer):
@@ -58,7 +59,6 @@ class GeluAndMul(_ActAndMul):
     """``gelu(x[..., :d]) * x[..., d:]``, exact or tanh-approximated GELU."""
 
     def __init__(self, approximate: str = "none", backend: str | None = None):
-        if approximate not in ("none", "tanh"):
-            raise ValueError(f"GeluAndMul: approximate must be 'none' or 'tanh', got {approximate!r}")
+        check_choice("GeluAndMul", "approximate", approximate, ("none", "tanh"))
         super().__init__("gelu" if approximate == "none" else "gelu_tanh", backend)
         self.approximate = approximate

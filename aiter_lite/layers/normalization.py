@@ -23,6 +23,7 @@ from aiter_lite.ops.native.normalization import rmsnorm as native_rms
 from aiter_lite.ops.triton.normalization import layernorm as triton_ln
 from aiter_lite.ops.triton.normalization import rmsnorm as triton_rms
 from aiter_lite.spec.normalization import LAYER_NORM_EPS, RMS_NORM_EPS
+from aiter_lite.utils.checks import check_int
 
 
 class _Norm(BackendLayer):
@@ -32,8 +33,7 @@ class _Norm(BackendLayer):
 
     def __init__(self, hidden_size: int, eps: float, backend: str | None):
         name = type(self).__name__
-        if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
-            raise ValueError(f"{name}: hidden_size must be a positive int, got {hidden_size!r}")
+        check_int(name, "hidden_size", hidden_size, 1)
         super().__init__(backend)
         self.hidden_size = hidden_size
         self.eps = eps

@@ -36,6 +36,7 @@ from aiter_lite.layers.base import BackendLayer
 from aiter_lite.ops.native import quant as native_quant
 from aiter_lite.ops.triton import quant as triton_quant
 from aiter_lite.spec.quant import get_fp8_e4m3_dtype
+from aiter_lite.utils.checks import check_bool, check_int
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 _MAX_GROUP = 8192
@@ -96,19 +97,14 @@ class QuantFP8(BackendLayer):
 
     def __init__(self, static: bool, group_shape: GroupShape | tuple[int, int], num_token_padding: int | None = None,
                  column_major_scales: bool = False, backend: str | None = None) -> None:
-        if not isinstance(static, bool):
-            raise TypeError(f"QuantFP8: static must be a bool, got {type(static).__name__} {static!r}")
+        static = check_bool("QuantFP8", "static", static)
         group_shape = _group_shape(group_shape)
         per_group = group_shape.is_per_group()
         if static and not group_shape.is_per_tensor():
             raise ValueError(f"QuantFP8: static quantization takes one per-tensor scale; group_shape must be "
                              f"GroupShape.PER_TENSOR, got {tuple(group_shape)}")
         if num_token_padding is not None:
-            if isinstance(num_token_padding, bool) or not isinstance(num_token_padding, int):
-                raise TypeError(f"QuantFP8: num_token_padding must be an int or None, got "
-                                f"{type(num_token_padding).__name__} {num_token_padding!r}")
-            if num_token_padding < 1:
-                raise ValueError(f"QuantFP8: num_token_padding must be >= 1, got {num_token_padding}")
+            num_token_padding = check_int("QuantFP8", "num_token_padding", num_token_padding, 1)
             if per_group:
                 raise ValueError("QuantFP8: num_token_padding pads per-tensor and per-token outputs; it cannot go "
                                  f"with group_shape {tuple(group_shape)}")

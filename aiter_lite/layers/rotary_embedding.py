@@ -32,25 +32,18 @@ from aiter_lite.layers.base import BackendLayer
 from aiter_lite.ops.native.rope import rope as native_rope
 from aiter_lite.ops.triton.rope import rope as triton_rope
 from aiter_lite.spec.rope import RotateStyle
+from aiter_lite.utils.checks import check_bool, check_int, check_real
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 _INDICES = (torch.int32, torch.int64)
 
 
 def _check_int(owner: str, name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{owner}: {name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{owner}: {name} must be >= {minimum}, got {value}")
-    return value
+    return check_int(owner, name, value, minimum)
 
 
 def _check_float(owner: str, name: str, value, *, positive: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{owner}: {name} must be a real number, got {type(value).__name__} {value!r}")
-    if not math.isfinite(value) or (positive and value <= 0):
-        raise ValueError(f"{owner}: {name} must be {'positive and ' if positive else ''}finite, got {value!r}")
-    return float(value)
+    return check_real(owner, name, value, positive=positive)
 
 
 # YaRN helpers, as in vLLM: which frequencies are interpolated, and the attention scale.
@@ -107,9 +100,7 @@ class RotaryEmbedding(BackendLayer):
             raise ValueError(f"{name}: rotary_dim must be even and at most head_size {head_size}, got {rotary_dim}")
         _check_int(name, "max_position_embeddings", max_position_embeddings)
         _check_float(name, "base", base)
-        if not isinstance(is_neox_style, bool):
-            raise TypeError(f"{name}: is_neox_style must be a bool, got {type(is_neox_style).__name__} "
-                            f"{is_neox_style!r}")
+        is_neox_style = check_bool(name, "is_neox_style", is_neox_style)
         if dtype is not None and not isinstance(dtype, torch.dtype):
             raise TypeError(f"{name}: dtype must be a torch.dtype or None, got {type(dtype).__name__} {dtype!r}")
         self.head_size = head_size
@@ -450,8 +441,7 @@ def get_rope(head_size: int, rotary_dim: int, max_position: int, base: float, is
     ``partial_rotary_factor`` (0, 1] scales ``rotary_dim``. Equal arguments (and the same backend
     and default device) return the same module, so the layers of a model share one table.
     """
-    if isinstance(partial_rotary_factor, bool) or not isinstance(partial_rotary_factor, (int, float)):
-        raise TypeError(f"get_rope: partial_rotary_factor must be a real number, got {partial_rotary_factor!r}")
+    partial_rotary_factor = check_real("get_rope", "partial_rotary_factor", partial_rotary_factor)
     if not 0.0 < partial_rotary_factor <= 1.0:
         raise ValueError(f"get_rope: partial_rotary_factor must be in (0, 1], got {partial_rotary_factor}")
     if rope_scaling is not None and not isinstance(rope_scaling, Mapping):

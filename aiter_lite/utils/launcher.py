@@ -27,7 +27,9 @@ import typing
 
 import torch
 
-__all__ = ["launcher", "encode_config", "decode_config"]
+__all__ = ["launcher", "encode_config", "decode_config", "LAUNCHERS"]
+
+LAUNCHERS: dict[str, object] = {}  # registered op name -> the launcher, every one the wrappers define
 
 
 def _config_class(hint) -> type | None:
@@ -138,6 +140,7 @@ def launcher(*, mutates: tuple[str, ...]):
             return op(*args)
 
         call.op = op
+        LAUNCHERS[fn.__name__.lstrip("_")] = call
         return call
 
     return wrap

@@ -20,6 +20,7 @@ from aiter_lite.ops.triton.quant import act_quant, norm_quant, quant
 from aiter_lite.ops.triton.quant.quant import QuantLaunchConfig
 from aiter_lite.ops.triton.rope import rope
 from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig
+from aiter_lite.utils.launcher import LAUNCHERS
 from op_tests.utils import DEVICE, ON_GPU
 from op_tests.utils.registry import assert_same_bits, clone_args
 
@@ -27,8 +28,8 @@ from op_tests.utils.registry import assert_same_bits, clone_args
 qkv_split = importlib.import_module("aiter_lite.ops.triton.fusions.fused_qkv_split_qk_rope")
 BACKEND = "inductor" if ON_GPU else "aot_eager"
 FAMILIES = ["activation", "normalization", "normalization backward", "softmax", "topk", "moe routing", "quant",
-            "quant group", "act + quant", "norm + quant", "rope", "fusions", "fusions q/k concat",
-            "fusions MLA cache"]
+            "quant static", "quant dynamic per tensor", "quant group", "act + quant", "norm + quant", "rope",
+            "rope in place", "fusions", "fusions q/k concat", "fusions MLA cache", "fusions KV cache"]
 F8 = torch.float8_e4m3fn if ON_GPU else torch.int8
 
 
@@ -55,8 +56,8 @@ def _cases():
     cases = {
         "activation": (activation._launch_act_and_mul, (gated, _e(t, n), "silu", True),
                        activation.ActLaunchConfig(2, 32, 1)),
-        "normalization": (lambda *a: norm._launch_norm_fwd(*a[:-1], config=a[-1]),
-                          (x2, _e(t, n), _r(n), None, 1e-6, True),
+        "normalization": (norm._launch_norm_fwd,
+                          (x2, _e(t, n), _r(n), None, 1e-6, True, None, None, None, 0.0, None, None),
                           norm.NormLaunchConfig(1, 32, 1, True, PREFETCH=True)),
         "normalization backward": (norm._launch_norm_bwd,
                                    (_r(t, n), x2, _r(n), None, torch.rand(t, device=DEVICE) + 0.5, _e(t, n),
@@ -70,6 +71,10 @@ def _cases():
                         moe_routing.MoeRoutingLaunchConfig(4, 1)),
         "quant": (quant._launch_per_token_quant, (x2, _e(t, n, dtype=F8), _e(t), None),
                   QuantLaunchConfig(1, 32, 1, LOOPED=True)),
+        "quant static": (quant._launch_static_quant, (x2, _e(t, n, dtype=F8), torch.full((1,), 0.05, device=DEVICE)),
+                         QuantLaunchConfig(2, 32, 1)),
+        "quant dynamic per tensor": (quant._launch_dynamic_per_tensor, (x2, _e(t, n, dtype=F8), _e(1)),
+                                     QuantLaunchConfig(1, 32, 1)),
         "quant group": (quant._launch_group_quant, (x2, _e(t, n, dtype=F8), _e(t, 3), 32, 1e-10),
                         QuantLaunchConfig(2, 32, 1)),
         "act + quant": (act_quant._launch_act_quant,
@@ -84,6 +89,11 @@ def _cases():
                   [int(RowMode.POSITIONS), 8, 16, 16, cos.stride(0), cos.stride(1), cos.stride(0), cos.stride(1), 1,
                    1], [False, True, True, False, False]),
                  RopeLaunchConfig(1, 2, 1)),
+        "rope in place": (rope._launch_rope_inplace,
+                          (_r(t, 4, 16), None, cos, sin, None, None, pos, None, None,
+                           [int(RowMode.POSITIONS), 8, 16, 16, cos.stride(0), cos.stride(1), cos.stride(0),
+                            cos.stride(1), 1, 1], [False, False, True, False, False]),
+                          RopeLaunchConfig(2, 1, 1)),
         "fusions": (qkv_split._launch_qkv_split_rope,
                     (_r(t, 8 * 16), _e(t, 4, 16), _e(t, 2, 16), _e(t, 2, 16), cos, sin, pos, None,
                      [16, cos.stride(0), cos.stride(1), 8], [True, True, False]),
@@ -96,12 +106,20 @@ def _cases():
                               (_r(t, 1, 24), _r(t, 1, 8), _e(12, 1, 32), torch.randperm(12, device=DEVICE)[:t],
                                None, [12, 1, 32, 0, 32, 1]),
                               RopeLaunchConfig(1, 1, 1)),
+        "fusions KV cache": (fused_kv_cache._launch_rope_cache,
+                             (_r(t, 4, 16), _r(t, 2, 16), _r(t, 2, 16), _e(t, 4, 16), _e(t, 2, 16), None,
+                              _e(3, 4, 2, 16), _e(3, 4, 2, 16), torch.randperm(12, device=DEVICE)[:t], pos, None,
+                              cos, sin, None, None, [16, cos.stride(0), cos.stride(1), 8, 12, 4, 1],
+                              [True, True, True]),
+                             RopeLaunchConfig(2, 1, 1)),
     }
     return cases
 
 
-def test_every_family_is_covered():
-    assert list(_cases()) == FAMILIES
+def test_every_launcher_is_covered():
+    launchers = {getattr(case[0], "op", None) for case in _cases().values()}
+    missing = sorted(name for name, fn in LAUNCHERS.items() if fn.op not in launchers)
+    assert list(_cases()) == FAMILIES and not missing, f"launchers without a pinned-config case: {missing}"
 
 
 @pytest.mark.parametrize("family", FAMILIES)

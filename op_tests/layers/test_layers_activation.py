@@ -45,7 +45,7 @@ def test_bad_backend(monkeypatch):
         SiluAndMul()
     with pytest.raises(ValueError, match="backend must be one of"):
         SiluAndMul(backend="cuda")
-    with pytest.raises(ValueError, match="approximate must be 'none' or 'tanh'"):
+    with pytest.raises(ValueError, match="approximate must be one of 'none', 'tanh'"):
         GeluAndMul(approximate="fast", backend="native")
 
 

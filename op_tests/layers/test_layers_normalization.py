@@ -94,7 +94,7 @@ def test_bad_arguments(monkeypatch):
     monkeypatch.delenv("AITER_NORMALIZATION_BACKEND")
     with pytest.raises(ValueError, match="LayerNorm: backend must be one of"):
         LayerNorm(N, backend="cuda")
-    with pytest.raises(ValueError, match="RMSNorm: hidden_size must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="RMSNorm: hidden_size must be >= 1, got 0"):
         RMSNorm(0)
     layer = RMSNorm(N, backend="triton").to(DEVICE)
     with pytest.raises(ValueError, match="weight must have shape"):

@@ -223,7 +223,7 @@ def test_group_shape():
 
 def test_bad_arguments(monkeypatch):
     for args, kwargs, exc, match in [
-        ((1, GroupShape.PER_TENSOR), {}, TypeError, "static must be a bool, got int 1"),
+        ((2, GroupShape.PER_TENSOR), {}, TypeError, "static must be a bool, got 2"),
         ((False, 128), {}, TypeError, "group_shape must be a GroupShape or a \\(row, col\\) pair of ints, got int"),
         ((False, (1, 1.5)), {}, TypeError, "group_shape must be a GroupShape"),
         ((False, (1, 96)), {}, ValueError, r"group_size a power of 2 from 1 to 8192, got \(1, 96\)"),

@@ -290,7 +290,7 @@ def test_bad_arguments(monkeypatch):
         ({"max_position_embeddings": 0}, ValueError, "max_position_embeddings must be >= 1, got 0"),
         ({"base": 0}, ValueError, "base must be positive and finite, got 0"),
         ({"base": "1e4"}, TypeError, "base must be a real number, got str"),
-        ({"is_neox_style": 1}, TypeError, "is_neox_style must be a bool, got int 1"),
+        ({"is_neox_style": 2}, TypeError, "is_neox_style must be a bool, got 2"),
         ({"dtype": "bf16"}, TypeError, "dtype must be a torch.dtype or None, got str"),
         ({"backend": "cuda"}, ValueError, "RotaryEmbedding: backend must be one of"),
     ]:

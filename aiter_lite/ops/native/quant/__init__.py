@@ -2,30 +2,6 @@
 norm or a gated activation: the reference of ``aiter_lite.ops.triton.quant``, module for
 module, and the "native" backend."""
 
-from aiter_lite.ops.native.quant.quant import (  # noqa: F401
-    dynamic_per_tensor_quant_fp8_i8,
-    dynamic_per_token_quant_fp8_i8,
-    per_token_group_quant,
-    per_token_group_quant_fp8,
-    per_token_group_quant_int8,
-    scaled_fp8_quant,
-    static_per_tensor_quant_fp8_i8,
-)
-from aiter_lite.ops.native.quant.act_quant import (  # noqa: F401
-    act_mul_and_fp8_group_quant,
-    act_mul_and_fp8_quant,
-    silu_and_mul_quant,
-)
-from aiter_lite.ops.native.quant.norm_quant import (  # noqa: F401
-    fused_add_rms_norm_static_fp8_quant,
-    layernorm2d_fwd_with_add_dynamicquant,
-    layernorm2d_fwd_with_add_smoothquant,
-    layernorm2d_fwd_with_dynamicquant,
-    layernorm2d_fwd_with_smoothquant,
-    rms_norm_dynamic_per_token_quant,
-    rms_norm_static_fp8_quant,
-    rmsnorm2d_fwd_with_add_dynamicquant,
-    rmsnorm2d_fwd_with_add_smoothquant,
-    rmsnorm2d_fwd_with_dynamicquant,
-    rmsnorm2d_fwd_with_smoothquant,
-)
+from aiter_lite.ops.native.quant.act_quant import *  # noqa: F401,F403
+from aiter_lite.ops.native.quant.norm_quant import *  # noqa: F401,F403
+from aiter_lite.ops.native.quant.quant import *  # noqa: F401,F403

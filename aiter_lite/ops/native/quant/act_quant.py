@@ -12,6 +12,8 @@ from aiter_lite.ops.native.activation import gated
 from aiter_lite.ops.native.quant import quant
 from aiter_lite.spec.quant import get_fp8_e4m3_dtype
 
+__all__ = ["act_mul_and_fp8_group_quant", "act_mul_and_fp8_quant", "silu_and_mul_quant"]
+
 
 def act_mul_and_fp8_group_quant(x, activation, group_size, dtype_quant=None, column_major_scales=False):
     dtype = dtype_quant or get_fp8_e4m3_dtype(x.device)

@@ -13,6 +13,12 @@ from aiter_lite.ops.native.normalization.rmsnorm import rms_norm, rmsnorm2d_fwd_
 from aiter_lite.ops.native.quant.quant import dynamic_per_token_quant_fp8_i8, static_per_tensor_quant_fp8_i8
 from aiter_lite.spec.normalization import LAYER_NORM_EPS
 
+__all__ = ["rmsnorm2d_fwd_with_dynamicquant", "rmsnorm2d_fwd_with_smoothquant",
+           "rmsnorm2d_fwd_with_add_dynamicquant", "rmsnorm2d_fwd_with_add_smoothquant",
+           "layernorm2d_fwd_with_dynamicquant", "layernorm2d_fwd_with_smoothquant",
+           "layernorm2d_fwd_with_add_dynamicquant", "layernorm2d_fwd_with_add_smoothquant",
+           "rms_norm_static_fp8_quant", "fused_add_rms_norm_static_fp8_quant", "rms_norm_dynamic_per_token_quant"]
+
 
 def _normed(input, weight, bias, eps, is_rms, residual_in=None, residual_out=None, x_bias=None):
     """The unfused norm's output, in input's dtype; with a residual, its sum stored first."""

@@ -10,6 +10,9 @@ import torch
 
 from aiter_lite.spec.quant import GROUP_EPS, get_fp8_e4m3_dtype, min_scale, quant_range
 
+__all__ = ["static_per_tensor_quant_fp8_i8", "dynamic_per_tensor_quant_fp8_i8", "dynamic_per_token_quant_fp8_i8",
+           "per_token_group_quant", "scaled_fp8_quant", "per_token_group_quant_fp8", "per_token_group_quant_int8"]
+
 
 def quantize(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``x * (1 / scale)`` (scale broadcast) saturated to dtype's range; int8 rounded to
