@@ -33,6 +33,7 @@ from typing import Callable
 import torch
 
 import aiter_lite.ops.triton  # noqa: F401  (its modules declare the public ops)
+from aiter_lite.utils.launcher import infer_schema
 from aiter_lite.utils.registry import PUBLIC_OPS, PublicOp
 
 __all__ = ["OPS", "OpSpec"]
@@ -80,20 +81,8 @@ def _registered_params(op: PublicOp) -> tuple[inspect.Signature, list[str]]:
     sig, hints = inspect.signature(fn), typing.get_type_hints(fn)
     params = [p.replace(annotation=_schema_type(hints[p.name]), kind=inspect.Parameter.POSITIONAL_OR_KEYWORD)
               for p in sig.parameters.values() if p.name not in op.buffers and not _is_config(hints[p.name])]
-    # No default up to the last written argument: the dispatcher leaves out trailing arguments
-    # equal to their defaults, and torch's mutation bookkeeping indexes the written ones.
-    last = max((i for i, p in enumerate(params) if p.name in op.mutates), default=-1)
-    params = [p.replace(default=inspect.Parameter.empty) if i <= last else p for i, p in enumerate(params)]
     returns = None if op.mutates else hints["return"]
     return sig.replace(parameters=params, return_annotation=returns), [p.name for p in params]
-
-
-def _shim(signature: inspect.Signature):
-    def shim(*args, **kwargs):
-        raise NotImplementedError
-
-    shim.__signature__ = signature
-    return shim
 
 
 def _native(op: PublicOp) -> Callable:
@@ -113,7 +102,7 @@ def _fresh(result, args):
 
 def _register(op: PublicOp) -> OpSpec:
     signature, names = _registered_params(op)
-    schema = torch.library.infer_schema(_shim(signature), mutates_args=op.mutates)
+    schema = infer_schema(signature, op.mutates)
     defaults = [p.default for p in signature.parameters.values()]
     native = _native(op)
 

@@ -13,8 +13,8 @@ through these paths:
   ``kernel[grid](*args, **meta)`` on the same tensors (Triton's own launcher, no checks,
   no allocation): the baseline;
 * repeated: the op's Python function, as a serving loop calls it, the same argument
-  signature call after call (launch plans on: from the third call on it launches from its
-  plan, ``aiter_lite.utils.fast_launch``);
+  signature call after call (launch plans on: after its first ``RECORD_AT`` calls it launches
+  from its plan, ``aiter_lite.utils.fast_launch``);
 * checked: the same with plans off (``AITER_FAST_LAUNCH=0``);
 * new: plans on, a signature never seen before on every call (``--new`` argument sets of
   ``tokens + 1``, ``tokens + 2``, ... rows, every key forgotten before each round), as a
@@ -118,7 +118,7 @@ def measure(names: list[str], tokens: int, calls: int, rounds: int, n_new: int) 
         fast_launch.reset()
         fns, n_launches = _paths(name, args)
         for fn in fns.values():  # compile, record the plan, warm the caches
-            for _ in range(3):
+            for _ in range(fast_launch.RECORD_AT + 1):
                 fn()
         planned = fast_launch.plan_count() > 0
         with fast_launch.plans_off():
@@ -134,7 +134,7 @@ def measure(names: list[str], tokens: int, calls: int, rounds: int, n_new: int) 
             times["new"].append(new)
             times["new_checked"].append(new_checked)
             fast_launch.reset()
-            for _ in range(3):  # the repeated call's plan again
+            for _ in range(fast_launch.RECORD_AT + 1):  # the repeated call's plan again
                 fns["repeated"]()
         _sync()
         us = {p: statistics.median(t) for p, t in times.items()}

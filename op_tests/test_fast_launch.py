@@ -73,15 +73,21 @@ def _held(op) -> int:
     return sum(callable(plan) for plan in op.plans.entries.values())
 
 
+def _warm(op, *args, **kwargs):
+    """Call ``op`` as often as a plan takes to be recorded."""
+    for _ in range(fl.RECORD_AT):
+        op(*args, **kwargs)
+
+
 def test_plan_relaunches_with_the_new_tensors(on):
     k = _Kernel()
     op = _op(k)
     x, y = torch.randn(2, 8), torch.randn(2, 8)
-    assert op(x, y) is y and len(k.launches) == 1 and not _held(op)  # seen: the checked path only
-    assert op(x, y) is y and len(k.launches) == 2 and _held(op) == 1  # recorded
+    for call in range(1, fl.RECORD_AT + 1):  # seen (the checked path only), then recorded
+        assert op(x, y) is y and len(k.launches) == call and _held(op) == (call == fl.RECORD_AT)
     x2, y2 = torch.randn(2, 8), torch.randn(2, 8)
     assert op(x2, y2) is y2
-    assert len(k.launches) == 2
+    assert len(k.launches) == fl.RECORD_AT
     (run,) = k.runs
     # grid padded to 3 dims, the stream, function, metadata, no hooks; then every parameter
     assert run[:9] == (3, 1, 1, 7, "fn", "meta", None, None, None)
@@ -89,49 +95,48 @@ def test_plan_relaunches_with_the_new_tensors(on):
 
 
 def test_a_new_signature_costs_the_checked_path_and_a_key(on, monkeypatch):
-    # Serving sees a new prefill length on most prefills: recording (a watched call, generated
-    # code) waits for the second call of a key.
-    built = []
+    # Serving sees a new prefill length on most prefills: a call whose first tensor has a shape
+    # not seen before computes no key; recording (a watched call, generated code) waits.
+    built, keys = [], []
     monkeypatch.setattr(fl, "_replay", lambda *a: built.append(a) or (lambda inputs, stream: None))
+    monkeypatch.setattr(fl, "_key", lambda *a: keys.append(a) or ("key",))
     k = _Kernel()
     op = _op(k)
     for rows in range(2, 7):
         op(torch.randn(rows, 8), torch.randn(rows, 8))
-    assert not built and len(k.launches) == 5
-    assert all(plan is fl._SEEN for plan in op.plans.entries.values())
+    assert not built and not keys and len(k.launches) == 5 and not op.plans.entries
+    op(torch.randn(6, 8), torch.randn(6, 8))  # a shape seen: its key noted
+    assert len(keys) == 1 and op.plans.entries == {("key",): fl._SEEN}
 
 
 def test_keywords_are_part_of_the_key(on):
     k = _Kernel()
     op = _op(k)
     x, y = torch.randn(2, 8), torch.randn(2, 8)
-    for _ in range(3):
-        op(x, y, n=5)
-    assert len(k.launches) == 2 and k.runs[0][11] == 5
-    op(x, y, n=6)
-    assert len(k.launches) == 3
-    op(x, y=y, n=6)  # the same values, y by keyword: a key of its own
-    op(x, y=y, n=6)
-    assert len(k.launches) == 5
+    _warm(op, x, y, n=5)
+    op(x, y, n=5)
+    assert len(k.launches) == fl.RECORD_AT and k.runs[0][11] == 5
+    op(x, y, n=6)  # another value: a key of its own, recorded the second time it is seen
+    assert len(k.launches) == fl.RECORD_AT + 1
+    _warm(op, x, y=y, n=6)  # the same values, y by keyword: a key of its own
+    launched = len(k.launches)
     x2, y2 = torch.randn(2, 8), torch.randn(2, 8)
-    assert op(x2, y=y2, n=6) is y2 and len(k.launches) == 5
+    assert op(x2, y=y2, n=6) is y2 and len(k.launches) == launched
     assert k.runs[-1][9] is x2 and k.runs[-1][10] is y2 and k.runs[-1][11] == 6
     op(x2, n=6, y=y2)  # the keywords in another order: another key
-    op(x2, n=6, y=y2)
-    assert len(k.launches) == 7
+    assert len(k.launches) == launched + 1
 
 
 def test_a_different_key_takes_the_checked_path(on):
     k = _Kernel()
     op = _op(k)
     x, y = torch.randn(2, 8), torch.randn(2, 8)
-    op(x, y)
-    op(x, y)
+    _warm(op, x, y)
     op(torch.randn(2, 9)[:, :8], y)                     # strides
     op(torch.randn(2, 8, dtype=torch.float64), y)       # dtype
     op(x, y, 5)                                         # a scalar's value
     op(torch.randn(17)[1:].view(2, 8), y)               # 16-byte alignment
-    assert len(k.launches) == 6 and not k.runs
+    assert len(k.launches) == fl.RECORD_AT + 4 and not k.runs
 
 
 @pytest.mark.parametrize("case", ["host read", "copy", "fill", "requires grad", "own buffer", "two launches",
@@ -165,7 +170,7 @@ def test_no_plan_where_reuse_could_be_wrong(on, case):
             fl.launch(k, (3,), x, y, 4, 0.5, BLOCK=16)
             raise ValueError("a check failed")
 
-    for _ in range(3):
+    for _ in range(fl.RECORD_AT + 1):
         try:
             op(x, y)
         except ValueError:
@@ -183,10 +188,11 @@ def test_a_value_read_on_the_host_is_never_replayed(on):
         fl.launch(k, (int(h),), x, x, int(w), 0.5, BLOCK=16)
 
     x = torch.randn(2, 8)
-    for h, w in ((4, 8), (4, 8), (4, 8), (2, 16)):
+    sizes = [(4, 8)] * (fl.RECORD_AT + 1) + [(2, 16)]
+    for h, w in sizes:
         op(x, torch.tensor(h), torch.tensor(w))
         assert k.launches[-1][0] == (h,) and k.launches[-1][1][2] == w
-    assert len(k.launches) == 4 and not k.runs and not _held(op)
+    assert len(k.launches) == len(sizes) and not k.runs and not _held(op)
 
 
 def test_a_cpu_tensor_argument_has_no_key(on, monkeypatch):
@@ -197,9 +203,9 @@ def test_a_cpu_tensor_argument_has_no_key(on, monkeypatch):
     op = _op(k)
     x, y = torch.randn(2, 8), torch.randn(2, 8)
     assert op.plans.key((x, y)) is None
-    for _ in range(3):
+    for _ in range(fl.RECORD_AT + 1):
         op(x, y)
-    assert not op.plans.entries and len(k.launches) == 3
+    assert not op.plans.entries and len(k.launches) == fl.RECORD_AT + 1
 
 
 def test_buffers_made_once_for_every_call_do_not_refuse(on):
@@ -214,7 +220,7 @@ def test_buffers_made_once_for_every_call_do_not_refuse(on):
         work = stream_buffer("test_plans", x.numel() + 1000, torch.int32, x.device, zeroed=True)
         fl.launch(k, (3,), x, work, 4, 0.5, BLOCK=16)
 
-    for _ in range(3):
+    for _ in range(fl.RECORD_AT + 1):
         op(torch.randn(2, 8), torch.randn(2, 8))
     assert _held(op) == 1 and len(k.runs) == 1
 
@@ -239,13 +245,12 @@ def test_aliased_inputs_are_planned_by_their_pattern(on):
     k = _Kernel()
     op = _op(k)
     x = torch.randn(2, 8)
-    op(x, x)
-    op(x, x)
+    _warm(op, x, x)
     x2 = torch.randn(2, 8)
-    assert op(x2, x2) is x2 and len(k.launches) == 2
+    assert op(x2, x2) is x2 and len(k.launches) == fl.RECORD_AT
     assert k.runs[0][9].data_ptr() == k.runs[0][10].data_ptr() == x2.data_ptr()
     y3 = torch.randn(2, 8)
-    assert op(x2, y3) is y3 and len(k.launches) == 3  # not aliased: a key of its own
+    assert op(x2, y3) is y3 and len(k.launches) == fl.RECORD_AT + 1  # not aliased: a key of its own
 
 
 def test_a_switch_can_bypass_plans(on):
@@ -257,12 +262,12 @@ def test_a_switch_can_bypass_plans(on):
         fl.launch(k, (3,), x, y, 4, 0.5, BLOCK=16)
 
     x, y = torch.randn(2, 8), torch.randn(2, 8)
-    for _ in range(3):
-        op(x, y)
-    assert len(k.launches) == 2 and len(k.runs) == 1
+    _warm(op, x, y)
+    op(x, y)
+    assert len(k.launches) == fl.RECORD_AT and len(k.runs) == 1
     checking[0] = True
     op(x, y)
-    assert len(k.launches) == 3 and len(k.runs) == 1
+    assert len(k.launches) == fl.RECORD_AT + 1 and len(k.runs) == 1
 
 
 def test_record_returns_the_launches(on):
@@ -285,18 +290,18 @@ def test_a_returned_view_of_a_larger_buffer_is_not_planned(on):
         return out[:, :4]  # offset 0, yet a new (4, 4) tensor of these strides is too small
 
     x, y = torch.randn(2, 8), torch.randn(2, 8)
-    for _ in range(3):
+    for _ in range(fl.RECORD_AT + 1):
         op(x, y)
-    assert not _held(op) and len(k.launches) == 3
+    assert not _held(op) and len(k.launches) == fl.RECORD_AT + 1
 
 
 def test_a_refused_key_is_not_recorded_again(on):
     k = _Kernel()
     op = _op(k, launches=2)
     x, y = torch.randn(2, 8), torch.randn(2, 8)
-    for _ in range(4):
+    for _ in range(fl.RECORD_AT + 1):
         op(x, y)
-    assert len(op.plans.entries) == 1 and not _held(op) and len(k.launches) == 8
+    assert len(op.plans.entries) == 1 and not _held(op) and len(k.launches) == 2 * (fl.RECORD_AT + 1)
     assert next(iter(op.plans.entries.values())) is fl._REFUSED
 
 
@@ -309,7 +314,7 @@ def test_a_kept_buffer_stays_in_the_plan(on):
         fl.keep(work)
         fl.launch(k, (3,), x, work, 4, 0.5, BLOCK=16)
 
-    for _ in range(3):
+    for _ in range(fl.RECORD_AT + 1):
         assert op(torch.randn(2, 8), torch.randn(2, 8)) is None
     assert k.runs[0][10] is work
 
@@ -318,12 +323,12 @@ def test_an_allocating_op_gets_new_outputs(on):
     k = _Kernel()
     op = _op(k, allocate=True)
     x, y = torch.randn(2, 8), torch.randn(2, 8)
-    op(x, y)
+    _warm(op, x, y)
     first = op(x, y)
     second = op(x, y)
     assert second is not first and second.data_ptr() != first.data_ptr()
     assert (second.shape, second.stride(), second.dtype) == (first.shape, first.stride(), first.dtype)
-    assert k.runs[0][10] is second
+    assert k.runs[-1][10] is second
 
 
 def test_an_op_calling_an_op_is_planned_as_one(on):
@@ -335,8 +340,7 @@ def test_an_op_calling_an_op_is_planned_as_one(on):
         return inner(x, y), 1.5
 
     x, y = torch.randn(2, 8), torch.randn(2, 8)
-    outer(x, y)
-    outer(x, y)
+    _warm(outer, x, y)
     assert not _held(inner) and _held(outer) == 1
     y2 = torch.randn(2, 8)
     assert outer(x, y2) == (y2, 1.5) and k.runs[0][10] is y2
@@ -347,9 +351,9 @@ def test_unhashable_argument_falls_through(on):
     op = _op(k)
     x, y = torch.randn(2, 8), torch.randn(2, 8)
     op(x, y)
-    op(x, y, [1])  # the checked path runs (and says what is wrong with a list, in a real op)
-    op(x, y, [1])
-    assert len(k.launches) == 3 and not k.runs
+    for _ in range(fl.RECORD_AT):
+        op(x, y, [1])  # the checked path runs (and says what is wrong with a list, in a real op)
+    assert len(k.launches) == fl.RECORD_AT + 1 and not k.runs
 
 
 def test_switched_off(monkeypatch):
@@ -392,7 +396,7 @@ def test_quant_ops_from_plans_match_the_reference(rows, monkeypatch):
     ]
     for name, ours, ref, scale_shape in ops:
         checked.clear()
-        for step in range(4):  # the first call is seen, the second recorded, the next two launch from the plan
+        for step in range(fl.RECORD_AT + 2):  # seen, recorded, then two launches from the plan
             x = torch.randn(rows, 1536, device=DEVICE, dtype=torch.bfloat16) * (step + 1)
             q = torch.full((rows, 1536), float("nan"), device=DEVICE).to(torch.float8_e4m3fn)
             q_ref = torch.empty_like(q)
@@ -405,7 +409,7 @@ def test_quant_ops_from_plans_match_the_reference(rows, monkeypatch):
             ours(q, x, scale)
             ref(q_ref, x, scale_ref)
             msg = f"{name}, call {step + 1}"
-            want = min(step + 1, 2)
+            want = min(step + 1, fl.RECORD_AT)
             assert len(checked) == want, f"{msg}: {len(checked)} launches through the checked path, expected {want}"
             torch.testing.assert_close(scale, scale_ref, rtol=1e-6, atol=0, msg=msg)
             torch.testing.assert_close(q.float(), q_ref.float(), rtol=0.13, atol=0, msg=msg)
@@ -414,8 +418,8 @@ def test_quant_ops_from_plans_match_the_reference(rows, monkeypatch):
 @pytest.mark.skipif(not ON_GPU, reason="plans hold compiled GPU kernels; the interpreter has none")
 @pytest.mark.parametrize("rows", [1, 300])
 def test_fused_and_allocating_ops_from_plans_repeat_the_checked_call(rows, monkeypatch):
-    # The third call, from the plan, writes what the first two, checked, calls wrote; in-place
-    # residuals included; allocating ops return new tensors.
+    # A call from the plan writes what the checked calls wrote; in-place residuals included;
+    # allocating ops return new tensors.
     from aiter_lite.ops.triton.quant import act_quant, norm_quant
     from aiter_lite.ops.triton.quant import quant as quant_mod
 
@@ -448,10 +452,11 @@ def test_fused_and_allocating_ops_from_plans_repeat_the_checked_call(rows, monke
     }
     for name, call in calls.items():
         checked.clear()
-        call()
+        for _ in range(fl.RECORD_AT - 1):
+            call()
         first = [t for t in call() if isinstance(t, torch.Tensor)]
         second = [t for t in call() if isinstance(t, torch.Tensor)]
-        assert len(checked) == 2, f"{name}: {len(checked)} launches through the checked path in three calls"
+        assert len(checked) == fl.RECORD_AT, f"{name}: {len(checked)} launches through the checked path"
         for a, b in zip(first, second):
             assert a.data_ptr() != b.data_ptr(), name
             assert torch.equal(a.view(torch.uint8) if a.element_size() == 1 else a,
@@ -468,12 +473,12 @@ _UNPLANNED = {
 @pytest.mark.parametrize("size", ["tiny", "decode"])
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_every_op_from_its_plan_repeats_the_checked_call(name, size):
-    # The first two calls record; a third, on new tensors, launches from the plan and returns
+    # The first calls record; the next, on new tensors, launches from the plan and returns
     # and writes what the checked path gives for the same arguments.
     fn, dims = OPS[name].triton, SIZES[size]
     fl.reset()
-    fn(*sample(name, dims))
-    fn(*sample(name, dims))
+    for _ in range(fl.RECORD_AT):
+        fn(*sample(name, dims))
     expect_plan = name not in _UNPLANNED.get(size, ())
     assert fl.plan_count() == int(expect_plan), f"{name}: {fl.plan_count()} plans, expected {int(expect_plan)}"
     args = sample(name, dims)

@@ -28,6 +28,7 @@ import pytest
 import torch
 
 import aiter_lite
+from op_tests.utils import DEVICE
 from aiter_lite.library import OPS
 from aiter_lite.ops.native.rope import rope as native_rope
 from aiter_lite.ops.triton.rope import rope as triton_rope
@@ -134,8 +135,8 @@ def test_rotate_style_rejected(style):
 @pytest.mark.parametrize("style", [2, True])
 def test_both_backends_check_the_style_alike(style):
     """The native reference and the Triton op refuse a bad style with the same message."""
-    x = torch.randn(2, 1, 1, 8)
-    cos = sin = torch.randn(2, 1, 1, 4)
+    x = torch.randn(2, 1, 1, 8, device=DEVICE)
+    cos = sin = torch.randn(2, 1, 1, 4, device=DEVICE)
     messages = []
     for op in (native_rope.rope_cached_fwd, triton_rope.rope_cached_fwd):
         with pytest.raises(ValueError) as err:

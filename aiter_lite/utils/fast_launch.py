@@ -26,8 +26,10 @@ Why a plan gives the checked path's answer, checked rather than assumed:
   reads them: ``.tolist()`` of a CPU tensor reaches no dispatcher) has no key;
 * every launch argument that is a tensor must be one of the call's tensors, a tensor
   it returns, or a buffer declared persistent (:func:`keep`, ``utils.launch.stream_buffer``);
-* a call is recorded the second time its key is seen, not the first: a new signature
-  (a new prefill length, say) costs the checked path and a key, nothing more;
+* a signature is recorded the third time it is seen: a call whose first tensor's shape
+  (with its argument count and keywords) is new costs the checked path and a set lookup
+  (serving sees a new prefill length on most prefills: that is the common new signature);
+  the second sighting pays the key as well; the third is recorded, under the watch;
 * ``op_tests/integration/test_plans.py`` replays every registered op's plan with fresh
   argument values of the same key and compares it with the checked path, bit for bit.
 
@@ -67,6 +69,7 @@ __all__ = ["planned", "launch", "keep", "unwatched", "record", "plans_off", "pla
            "reset"]
 
 _MAX_PLANS = 4096
+RECORD_AT = 3  # the sighting of a signature that records its plan (tests call an op this often first)
 # A CPU tensor given to a GPU op holds values the wrapper reads on the host (positions to
 # check, an image size): no key. (The recording logic's own tests run on CPU tensors.)
 _CPU_IS_HOST = True
@@ -111,6 +114,7 @@ def reset() -> None:
     global _enabled
     for plans in _all_plans:
         plans.entries.clear()
+        plans.shapes.clear()
     _enabled = None
 
 
@@ -358,23 +362,40 @@ _REFUSED = object()
 
 
 class Plans:
-    """Launch plans of one op, by the key of its call's arguments. One lookup a call: a key
-    is a long tuple, hashed and compared on each lookup."""
+    """Launch plans of one op, by the key of its call's arguments; and the shapes seen (a
+    call's first tensor's shape, argument count and keywords), whose absence tells a new
+    signature without a key. One lookup a call: a key is a long tuple, hashed and compared
+    on each lookup."""
 
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "shapes")
 
     def __init__(self):
         self.entries: dict = {}
+        self.shapes: set = set()
         _all_plans.append(self)
+
+    def active(self) -> bool:
+        """Whether plans are used or made now: not while tracing, with plans off, or inside
+        another op's recording."""
+        return not (torch.compiler.is_compiling() or not (_enabled if _enabled is not None else fast_launch_enabled())
+                    or getattr(_state, "off", 0) or getattr(_state, "recording", None) is not None)
 
     def key(self, inputs: tuple, names: tuple = ()) -> tuple | None:
         """The plans' key of these arguments (the last ones passed by the keywords ``names``),
-        or None where no plan is used or made now (tracing, plans off, inside another op's
-        recording)."""
-        if (torch.compiler.is_compiling() or not (_enabled if _enabled is not None else fast_launch_enabled())
-                or getattr(_state, "off", 0) or getattr(_state, "recording", None) is not None):
-            return None
-        return _key(inputs, names)
+        or None where no plan is used or made now."""
+        return _key(inputs, names) if self.active() else None
+
+    def new_shape(self, inputs: tuple, names: tuple) -> bool:
+        """Whether no call with this first tensor's shape, argument count and keywords was
+        seen (then its key was not either); notes it."""
+        first = inputs[0] if inputs else None
+        mark = (len(inputs), names, first.shape if isinstance(first, torch.Tensor) else None)
+        if mark in self.shapes:
+            return False
+        if len(self.shapes) >= _MAX_PLANS:
+            self.shapes.clear()
+        self.shapes.add(mark)
+        return True
 
     def note(self, key: tuple, value) -> None:
         if len(self.entries) >= _MAX_PLANS:
@@ -409,18 +430,19 @@ def planned(fn=None, *, unless: Callable[[], bool] | None = None):
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if kwargs:
-            inputs = (*args, *kwargs.values())
-            key = plans.key(inputs, tuple(kwargs))
-        else:
-            inputs, key = args, plans.key(args)
+        if not plans.active():
+            return fn(*args, **kwargs)
+        inputs, names = ((*args, *kwargs.values()), tuple(kwargs)) if kwargs else (args, ())
+        if plans.new_shape(inputs, names):  # a new signature: the checked path, nothing more
+            return fn(*args, **kwargs)
+        key = _key(inputs, names)
         if key is None:
             return fn(*args, **kwargs)
         try:
             plan = plans.entries.get(key)
         except TypeError:  # an unhashable argument: the checked path says what is wrong with it
             return fn(*args, **kwargs)
-        if plan is None:  # a new signature: the checked path and the key, nothing more
+        if plan is None:  # seen once, its shape at least: the key noted
             plans.note(key, _SEEN)
             return fn(*args, **kwargs)
         if plan is _REFUSED or (unless is not None and unless()) or _quiet():

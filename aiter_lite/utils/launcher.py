@@ -27,7 +27,7 @@ import typing
 
 import torch
 
-__all__ = ["launcher", "encode_config", "decode_config", "LAUNCHERS"]
+__all__ = ["launcher", "infer_schema", "encode_config", "decode_config", "LAUNCHERS"]
 
 LAUNCHERS: dict[str, object] = {}  # registered op name -> the launcher, every one the wrappers define
 
@@ -85,13 +85,19 @@ def _build(cls: type, fields: dict):
     return cls(**{k: _build(hints[k], v) if isinstance(v, dict) else v for k, v in fields.items()})
 
 
-def _shim(signature: inspect.Signature):
-    """A function of this signature (annotations as types), for ``infer_schema``."""
+def infer_schema(signature: inspect.Signature, mutates: tuple[str, ...]) -> str:
+    """``torch.library.infer_schema`` of a signature (annotations as types), with no default up
+    to the last written argument: the dispatcher leaves out trailing arguments equal to their
+    defaults, and torch's mutation bookkeeping (torch 2.11) indexes the written ones."""
+    params = list(signature.parameters.values())
+    last = max((i for i, p in enumerate(params) if p.name in mutates), default=-1)
+    params = [p.replace(default=inspect.Parameter.empty) if i <= last else p for i, p in enumerate(params)]
+
     def shim(*args, **kwargs):
         raise NotImplementedError
 
-    shim.__signature__ = signature
-    return shim
+    shim.__signature__ = signature.replace(parameters=params)
+    return torch.library.infer_schema(shim, mutates_args=mutates)
 
 
 def launcher(*, mutates: tuple[str, ...]):
@@ -109,8 +115,7 @@ def launcher(*, mutates: tuple[str, ...]):
         configs = {name: cls for name in sig.parameters if (cls := _config_class(hints.get(name))) is not None}
         params = [p.replace(annotation=(str | None) if p.name in configs else hints[p.name])
                   for p in sig.parameters.values()]
-        schema = torch.library.infer_schema(_shim(sig.replace(parameters=params, return_annotation=None)),
-                                            mutates_args=mutates)
+        schema = infer_schema(sig.replace(parameters=params, return_annotation=None), mutates)
         names = list(sig.parameters)
         defaults = [p.default for p in sig.parameters.values()]
         config_at = {names.index(name): cls for name, cls in configs.items()}

@@ -77,18 +77,18 @@ def test_a_plan_answers_as_the_checked_path(name, variant, size, monkeypatch):
     fn = OPS[name].triton
     with _switches(variant, monkeypatch):
         fl.reset()
-        for call in range(2):  # seen, then recorded
+        for call in range(fl.RECORD_AT):  # seen, then recorded
             fn(*_arguments(name, variant, size, call))
         planned = fl.plan_count()
         for trial in range(TRIALS):
-            args = _arguments(name, variant, size, 2 + trial)
+            args = _arguments(name, variant, size, fl.RECORD_AT + trial)
             ref = clone_args(args)
             got = fn(*args)
             with fl.plans_off():
                 want = fn(*ref)
             if ON_GPU:
                 torch.cuda.synchronize()
-            what = f"{name} ({variant}, {size}), call {trial + 3}"
+            what = f"{name} ({variant}, {size}), call {fl.RECORD_AT + trial + 1}"
             assert_same_bits(got, want, what)
             assert_same_bits(args, ref, f"{what}: arguments")
     if not ON_GPU:
@@ -108,7 +108,7 @@ def test_a_switch_turned_on_after_a_plan_is_made_checks(monkeypatch):
     name = "rope_cached_positions_fwd"
     fn, params = OPS[name].triton, _params(name)
     fl.reset()
-    for _ in range(2):
+    for _ in range(fl.RECORD_AT):
         fn(*sample(name))
     assert fl.plan_count() == 1
     args = list(sample(name))
