@@ -18,7 +18,8 @@ through these paths:
 * checked: the same with plans off (``AITER_FAST_LAUNCH=0``);
 * new: plans on, a signature never seen before on every call (``--new`` argument sets of
   ``tokens + 1``, ``tokens + 2``, ... rows, every key forgotten before each round), as a
-  serving stack sees each new prefill length; ``new_checked``: the same sets with plans off;
+  serving stack sees each new prefill length; ``new_checked``: as many other new sets with
+  plans off, the two paths taking turns call by call (the sets trade places each round);
 * registered: ``torch.ops.aiter_lite.<name>``, the dispatcher on top of eager.
 
 A path's time is the host time of ``--calls`` calls back to back (the GPU keeps up:
@@ -87,23 +88,23 @@ def _paths(name: str, args: tuple) -> tuple[dict, int]:
             "registered": lambda: registered(*args)}, len(launches)
 
 
-def _new_signatures(name: str, sets: list) -> tuple:
-    """Host us a call over ``sets`` (one call each, every key new: plans forgotten first),
-    plans on and plans off."""
+def _new_signatures(name: str, new_sets: list, checked_sets: list) -> tuple:
+    """Host us a call of never-seen signatures (plans forgotten first), plans on over
+    ``new_sets`` and plans off over ``checked_sets``, call for call in turn: both paths see
+    the host as warm or cold (a first pass over fresh argument sets runs slower on its own)."""
     fn = library.OPS[name].triton
     fast_launch.reset()
-    t0 = time.perf_counter()
-    for args in sets:
-        fn(*args)
-    new = (time.perf_counter() - t0) / len(sets) * 1e6
-    _sync()
-    with fast_launch.plans_off():
+    new = checked = 0.0
+    for a, b in zip(new_sets, checked_sets):
         t0 = time.perf_counter()
-        for args in sets:
-            fn(*args)
-        checked = (time.perf_counter() - t0) / len(sets) * 1e6
+        fn(*a)
+        new += time.perf_counter() - t0
+        with fast_launch.plans_off():
+            t0 = time.perf_counter()
+            fn(*b)
+            checked += time.perf_counter() - t0
     _sync()
-    return new, checked
+    return new / len(new_sets) * 1e6, checked / len(checked_sets) * 1e6
 
 
 def measure(names: list[str], tokens: int, calls: int, rounds: int, n_new: int) -> list[dict]:
@@ -113,8 +114,9 @@ def measure(names: list[str], tokens: int, calls: int, rounds: int, n_new: int) 
     rows = []
     for name in names:
         args = op_args(name, dims, harness.DEVICE, dtype, qdtype)
-        new_sets = [op_args(name, dataclasses.replace(dims, tokens=dims.tokens + i), harness.DEVICE, dtype, qdtype)
-                    for i in range(1, n_new + 1)]
+        sets = [op_args(name, dataclasses.replace(dims, tokens=dims.tokens + i), harness.DEVICE, dtype, qdtype)
+                for i in range(1, 2 * n_new + 1)]
+        halves = sets[:n_new], sets[n_new:]
         fast_launch.reset()
         fns, n_launches = _paths(name, args)
         for fn in fns.values():  # compile, record the plan, warm the caches
@@ -122,15 +124,15 @@ def measure(names: list[str], tokens: int, calls: int, rounds: int, n_new: int) 
                 fn()
         planned = fast_launch.plan_count() > 0
         with fast_launch.plans_off():
-            for a in new_sets:  # every specialization the new row counts make, compiled
+            for a in sets:  # every specialization the new row counts make, compiled
                 library.OPS[name].triton(*a)
         _sync()
         times = {p: [] for p in PATHS}
-        for _ in range(rounds):
+        for r in range(rounds):
             for p, fn in fns.items():
                 _sync()
                 times[p].append(_host_us(fn, calls))
-            new, new_checked = _new_signatures(name, new_sets)
+            new, new_checked = _new_signatures(name, halves[r % 2], halves[1 - r % 2])
             times["new"].append(new)
             times["new_checked"].append(new_checked)
             fast_launch.reset()
