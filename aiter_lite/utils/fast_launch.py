@@ -140,19 +140,18 @@ def _hooked(hook) -> bool:
     return bool(getattr(hook, "calls", hook))
 
 
-@functools.lru_cache(maxsize=1)
-def _driver():
-    """Triton's active driver: the current device and stream as Triton's own launcher reads them."""
-    from triton.runtime import driver
-
-    return driver.active
+_current = None  # Triton's driver's (get_current_device, get_current_stream), bound on first use
 
 
 def _device_stream() -> tuple[int, int]:
-    """The current device and its current stream (the raw handle Triton launches on)."""
-    d = _driver()
-    device = d.get_current_device()
-    return device, d.get_current_stream(device)
+    """The current device and its current stream, as Triton's own launcher reads them."""
+    global _current
+    if _current is None:
+        from triton.runtime import driver
+
+        _current = driver.active.get_current_device, driver.active.get_current_stream
+    device = _current[0]()
+    return device, _current[1](device)
 
 
 def _key(args: tuple, names: tuple = ()) -> tuple | None:
@@ -163,12 +162,14 @@ def _key(args: tuple, names: tuple = ()) -> tuple | None:
     with calls aliasing alike."""
     key = [*_device_stream(), names]
     first: dict = {}
+    grad = torch.is_grad_enabled()
     for i, a in enumerate(args):
         if isinstance(a, torch.Tensor):
-            if (a.requires_grad and torch.is_grad_enabled()) or (a.is_cpu and _CPU_IS_HOST):
+            if (grad and a.requires_grad) or (_CPU_IS_HOST and a.is_cpu):
                 return None
             ptr = a.data_ptr()
-            key += (a.shape, a.stride(), a.dtype, a.device, ptr & 15, first.setdefault(ptr, i) if a.numel() else i)
+            key += (a.shape, a.stride(), a.dtype, a.get_device(), ptr & 15,
+                    first.setdefault(ptr, i) if a.numel() else i)
         else:
             key += (a.__class__, a)
     return tuple(key)
@@ -430,7 +431,8 @@ def planned(fn=None, *, unless: Callable[[], bool] | None = None):
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if not plans.active():
+        if (torch.compiler.is_compiling() or not (_enabled if _enabled is not None else fast_launch_enabled())
+                or getattr(_state, "off", 0) or getattr(_state, "recording", None) is not None):
             return fn(*args, **kwargs)
         inputs, names = ((*args, *kwargs.values()), tuple(kwargs)) if kwargs else (args, ())
         if plans.new_shape(inputs, names):  # a new signature: the checked path, nothing more
