@@ -59,7 +59,8 @@ def main(argv=None):
         med = {side: pd.concat(dfs).query("provider == 'triton'").groupby(key, dropna=False, sort=False)["us"]
                .median() for side, dfs in runs.items()}
         joined = pd.concat({"base_us": med["base"], "this_us": med["this"]}, axis=1).reset_index()
-        joined.insert(0, "bench", bench)
+        if "bench" not in joined:
+            joined.insert(0, "bench", bench)
         frames.append(joined)
         print(f"{bench}: {len(joined)} shapes", flush=True)
     df = pd.concat(frames, ignore_index=True)
@@ -68,7 +69,7 @@ def main(argv=None):
                   for r in df.ratio]
     df.to_csv(out / "ab.csv", index=False)
     with pd.option_context("display.width", 250, "display.max_rows", 2000, "display.max_columns", 40):
-        print(df.drop(columns=[c for c in ("bench",) if c in df]).round(3).to_string(index=False))
+        print(df.round(3).to_string(index=False))
     print(f"\n{len(df)} shapes; this / base median {df.ratio.median():.3f}, min {df.ratio.min():.3f}, "
           f"max {df.ratio.max():.3f}; beyond {args.tolerance:.0%}: {int((df.flag != '').sum())}")
     return df
