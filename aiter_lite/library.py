@@ -22,7 +22,6 @@ ops serve graphs and stacks that call kernels through ``torch.ops``.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import inspect
 import re
@@ -33,7 +32,7 @@ from typing import Callable
 import torch
 
 import aiter_lite.ops.triton  # noqa: F401  (its modules declare the public ops)
-from aiter_lite.utils.launcher import infer_schema
+from aiter_lite.utils.launcher import config_class, infer_schema
 from aiter_lite.utils.registry import PUBLIC_OPS, PublicOp
 
 __all__ = ["OPS", "OpSpec"]
@@ -71,16 +70,12 @@ def _schema_type(hint):
     return hint
 
 
-def _is_config(hint) -> bool:
-    return any(dataclasses.is_dataclass(t) and isinstance(t, type) for t in (hint, *typing.get_args(hint)))
-
-
 def _registered_params(op: PublicOp) -> tuple[inspect.Signature, list[str]]:
     """The registered op's signature (annotations as types) and its argument names."""
     fn = op.python
     sig, hints = inspect.signature(fn), typing.get_type_hints(fn)
     params = [p.replace(annotation=_schema_type(hints[p.name]), kind=inspect.Parameter.POSITIONAL_OR_KEYWORD)
-              for p in sig.parameters.values() if p.name not in op.buffers and not _is_config(hints[p.name])]
+              for p in sig.parameters.values() if p.name not in op.buffers and config_class(hints[p.name]) is None]
     returns = None if op.mutates else hints["return"]
     return sig.replace(parameters=params, return_annotation=returns), [p.name for p in params]
 

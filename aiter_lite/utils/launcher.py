@@ -27,12 +27,12 @@ import typing
 
 import torch
 
-__all__ = ["launcher", "infer_schema", "encode_config", "decode_config", "LAUNCHERS"]
+__all__ = ["launcher", "infer_schema", "config_class", "encode_config", "decode_config", "LAUNCHERS"]
 
 LAUNCHERS: dict[str, object] = {}  # registered op name -> the launcher, every one the wrappers define
 
 
-def _config_class(hint) -> type | None:
+def config_class(hint) -> type | None:
     """The launch-config dataclass an annotation names (``Cfg`` or ``Cfg | None``), or None."""
     for t in (hint, *typing.get_args(hint)):
         if dataclasses.is_dataclass(t) and isinstance(t, type):
@@ -112,7 +112,7 @@ def launcher(*, mutates: tuple[str, ...]):
             raise TypeError(f"{fn.__name__}: a launcher returns None (its outputs are arguments it writes)")
         if "mode" in sig.parameters:  # torch's dispatch to modes passes a keyword of that name
             raise TypeError(f"{fn.__name__}: a registered op's argument cannot be named 'mode'")
-        configs = {name: cls for name in sig.parameters if (cls := _config_class(hints.get(name))) is not None}
+        configs = {name: cls for name in sig.parameters if (cls := config_class(hints.get(name))) is not None}
         params = [p.replace(annotation=(str | None) if p.name in configs else hints[p.name])
                   for p in sig.parameters.values()]
         schema = infer_schema(sig.replace(parameters=params, return_annotation=None), mutates)

@@ -41,7 +41,7 @@ def swap_in_compiled(backend: str):
     """Swap every registered op's Triton function for its compiled form; returns a
     function that puts the originals back."""
     raise_recompile_limits(1 << 16)  # a compile per shape and dtype
-    # The registered ops' public functions as the modules hold them (the registry holds some behind adapters).
+    # The registered ops' public functions as the modules hold them.
     modules = [m for n, m in list(sys.modules.items()) if n.startswith("aiter_lite.ops.triton") and m is not None]
     swaps = {}
     for m in modules:
