@@ -70,14 +70,14 @@ def _schema_type(hint):
     return hint
 
 
-def _registered_params(op: PublicOp) -> tuple[inspect.Signature, list[str]]:
-    """The registered op's signature (annotations as types) and its argument names."""
+def _registered_signature(op: PublicOp) -> inspect.Signature:
+    """The registered op's signature (annotations as types)."""
     fn = op.python
     sig, hints = inspect.signature(fn), typing.get_type_hints(fn)
     params = [p.replace(annotation=_schema_type(hints[p.name]), kind=inspect.Parameter.POSITIONAL_OR_KEYWORD)
               for p in sig.parameters.values() if p.name not in op.buffers and config_class(hints[p.name]) is None]
     returns = None if op.mutates else hints["return"]
-    return sig.replace(parameters=params, return_annotation=returns), [p.name for p in params]
+    return sig.replace(parameters=params, return_annotation=returns)
 
 
 def _native(op: PublicOp) -> Callable:
@@ -96,8 +96,9 @@ def _fresh(result, args):
 
 
 def _register(op: PublicOp) -> OpSpec:
-    signature, names = _registered_params(op)
+    signature = _registered_signature(op)
     schema = infer_schema(signature, op.mutates)
+    names = list(signature.parameters)
     defaults = [p.default for p in signature.parameters.values()]
     native = _native(op)
 

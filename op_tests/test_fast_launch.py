@@ -1,5 +1,6 @@
 """Launch plans (aiter_lite.utils.fast_launch): what a plan keeps, when it refuses, and
-that ops launched from plans give the checked path's results.
+that ops launched from plans give the checked path's results (every registered op:
+op_tests/integration/test_plans.py).
 
 The recording logic runs everywhere against a stand-in kernel; the real ops' plans
 only exist on a GPU (Triton's interpreter has no compiled kernels to keep)."""
@@ -12,7 +13,6 @@ import torch
 
 from aiter_lite.utils import fast_launch as fl
 from op_tests.utils import DEVICE, ON_GPU
-from op_tests.utils.registry import OPS, SIZES, assert_same_bits, clone_args, sample
 
 
 class _Compiled:
@@ -461,34 +461,6 @@ def test_fused_and_allocating_ops_from_plans_repeat_the_checked_call(rows, monke
             assert a.data_ptr() != b.data_ptr(), name
             assert torch.equal(a.view(torch.uint8) if a.element_size() == 1 else a,
                                b.view(torch.uint8) if b.element_size() == 1 else b), name
-
-
-# At these sizes a call makes more than one launch, or a copy, so it has no plan.
-_UNPLANNED = {
-    "tiny": {"log_softmax"},  # over dim 0: a gathered copy first
-}
-
-
-@pytest.mark.skipif(not ON_GPU, reason="plans hold compiled GPU kernels; the interpreter has none")
-@pytest.mark.parametrize("size", ["tiny", "decode"])
-@pytest.mark.parametrize("name", sorted(OPS))
-def test_every_op_from_its_plan_repeats_the_checked_call(name, size):
-    # The first calls record; the next, on new tensors, launches from the plan and returns
-    # and writes what the checked path gives for the same arguments.
-    fn, dims = OPS[name].triton, SIZES[size]
-    fl.reset()
-    for _ in range(fl.RECORD_AT):
-        fn(*sample(name, dims))
-    expect_plan = name not in _UNPLANNED.get(size, ())
-    assert fl.plan_count() == int(expect_plan), f"{name}: {fl.plan_count()} plans, expected {int(expect_plan)}"
-    args = sample(name, dims)
-    ref = clone_args(args)
-    got = fn(*args)
-    with fl.plans_off():
-        want = fn(*ref)
-    torch.cuda.synchronize()
-    assert_same_bits(got, want, f"{name} ({size})")
-    assert_same_bits(args, ref, f"{name} ({size}) arguments")
 
 
 def test_reused_zeroed_buffers_are_left_zeroed(monkeypatch):

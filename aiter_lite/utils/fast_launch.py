@@ -119,14 +119,26 @@ def reset() -> None:
 
 
 @contextlib.contextmanager
-def plans_off():
-    """No plan used or made inside, in this thread: every call takes the checked path
-    (tests and benchmarks compare the two)."""
-    _state.off = getattr(_state, "off", 0) + 1
+def _counted(flag: str):
+    """``flag`` of this thread raised inside (nesting counts)."""
+    setattr(_state, flag, getattr(_state, flag, 0) + 1)
     try:
         yield
     finally:
-        _state.off -= 1
+        setattr(_state, flag, getattr(_state, flag) - 1)
+
+
+def plans_off():
+    """No plan used or made inside, in this thread: every call takes the checked path
+    (tests and benchmarks compare the two)."""
+    return _counted("off")
+
+
+def _active() -> bool:
+    """Whether plans are used or made now: not while torch.compile traces, with plans off (in
+    this thread or for good), or inside another op's recording."""
+    return not (torch.compiler.is_compiling() or not (_enabled if _enabled is not None else fast_launch_enabled())
+                or getattr(_state, "off", 0) or getattr(_state, "recording", None) is not None)
 
 
 def _quiet() -> bool:
@@ -266,15 +278,10 @@ class _Watch(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@contextlib.contextmanager
 def unwatched():
     """Torch work inside is not the recorded call's (a persistent buffer made or grown once,
     see ``utils.launch.stream_buffer``): it does not refuse the plan."""
-    _state.unwatched = getattr(_state, "unwatched", 0) + 1
-    try:
-        yield
-    finally:
-        _state.unwatched -= 1
+    return _counted("unwatched")
 
 
 class _Recording:
@@ -284,7 +291,7 @@ class _Recording:
         self.launches = []
         self.persistent = set()
         self.result = None
-        self.refused: str | bool = False  # what made the key unplannable: an aten op's name
+        self.refused = ""  # what made the key unplannable: an aten op's name
 
     def plan(self, inputs: tuple) -> Callable | None:
         """The plan of the recorded call; None where calls with its key never have one."""
@@ -375,16 +382,10 @@ class Plans:
         self.shapes: set = set()
         _all_plans.append(self)
 
-    def active(self) -> bool:
-        """Whether plans are used or made now: not while tracing, with plans off, or inside
-        another op's recording."""
-        return not (torch.compiler.is_compiling() or not (_enabled if _enabled is not None else fast_launch_enabled())
-                    or getattr(_state, "off", 0) or getattr(_state, "recording", None) is not None)
-
     def key(self, inputs: tuple, names: tuple = ()) -> tuple | None:
         """The plans' key of these arguments (the last ones passed by the keywords ``names``),
         or None where no plan is used or made now."""
-        return _key(inputs, names) if self.active() else None
+        return _key(inputs, names) if _active() else None
 
     def new_shape(self, inputs: tuple, names: tuple) -> bool:
         """Whether no call with this first tensor's shape, argument count and keywords was
@@ -431,8 +432,7 @@ def planned(fn=None, *, unless: Callable[[], bool] | None = None):
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if (torch.compiler.is_compiling() or not (_enabled if _enabled is not None else fast_launch_enabled())
-                or getattr(_state, "off", 0) or getattr(_state, "recording", None) is not None):
+        if not _active():
             return fn(*args, **kwargs)
         inputs, names = ((*args, *kwargs.values()), tuple(kwargs)) if kwargs else (args, ())
         if plans.new_shape(inputs, names):  # a new signature: the checked path, nothing more
