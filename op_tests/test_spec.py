@@ -32,7 +32,7 @@ from op_tests.utils import DEVICE
 from aiter_lite.library import OPS
 from aiter_lite.ops.native.rope import rope as native_rope
 from aiter_lite.ops.triton.rope import rope as triton_rope
-from aiter_lite.spec import quant as spec_quant
+from aiter_lite.spec import device as device_mod
 from aiter_lite.spec.quant import (
     FP8_DTYPES,
     GROUP_EPS,
@@ -91,22 +91,55 @@ def test_fp8_e4m3_dtype_on_this_cpu_machine():
     assert get_fp8_e4m3_dtype() == torch.float8_e4m3fn
 
 
+class _Props:
+    """What torch.cuda.get_device_properties reports of a GPU (the fields profiles read)."""
+
+    def __init__(self, name, arch="", major=9, minor=0, sms=132):
+        self.name, self.gcnArchName, self.major, self.minor = name, arch, major, minor
+        self.multi_processor_count, self.warp_size = sms, 64 if arch else 32
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """A GPU of the given properties as the current device (torch.version.hip as the props say)."""
+    def use(props):
+        monkeypatch.setattr(torch.version, "hip", "6.3" if props.gcnArchName else None, raising=False)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+        device_mod._live.cache_clear()
+    yield use
+    device_mod._live.cache_clear()
+
+
 @pytest.mark.parametrize("arch,want", [("gfx942:sramecc+:xnack-", torch.float8_e4m3fnuz),
                                        ("gfx940", torch.float8_e4m3fnuz),
                                        ("gfx950", torch.float8_e4m3fn),
                                        ("gfx1201", torch.float8_e4m3fn)])
-def test_fp8_e4m3_dtype_by_amd_arch(monkeypatch, arch, want):
-    monkeypatch.setattr(torch.version, "hip", "6.3", raising=False)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(spec_quant, "_arch", lambda index: arch)
+def test_fp8_e4m3_dtype_by_amd_arch(fake_gpu, arch, want):
+    fake_gpu(_Props("AMD Instinct", arch, sms=304))
     assert get_fp8_e4m3_dtype(0) == want
     assert get_fp8_e4m3_dtype(torch.device("cuda", 1)) == want
+    assert get_fp8_e4m3_dtype() == want
 
 
-def test_fp8_e4m3_dtype_on_nvidia(monkeypatch):
-    monkeypatch.setattr(torch.version, "hip", None, raising=False)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert get_fp8_e4m3_dtype(0) == torch.float8_e4m3fn
+@pytest.mark.parametrize("major,minor,stores_e4m3", [(8, 0, False), (8, 6, False), (8, 9, True), (9, 0, True),
+                                                     (10, 0, True), (12, 0, True)])
+def test_fp8_e4m3_dtype_on_nvidia(fake_gpu, major, minor, stores_e4m3):
+    fake_gpu(_Props("NVIDIA GPU", major=major, minor=minor))
+    assert get_fp8_e4m3_dtype(0) == torch.float8_e4m3fn  # what torch holds; sm_80's kernels refuse it
+    profile = device_mod.device_profile(torch.device("cuda", 0))
+    assert profile.arch == f"sm_{major}{minor}"
+    assert (torch.float8_e4m3fn in profile.quant_dtypes) == stores_e4m3
+    assert torch.float8_e5m2 in profile.quant_dtypes and torch.int8 in profile.quant_dtypes
+
+
+def test_fp8_e4m3_dtype_of_a_profile_in_use():
+    with device_mod.use_profile(device_mod.MI300X):
+        assert get_fp8_e4m3_dtype() == get_fp8_e4m3_dtype("cpu") == torch.float8_e4m3fnuz
+    with device_mod.use_profile(device_mod.A100):
+        assert device_mod.A100.fp8_e4m3 is None and get_fp8_e4m3_dtype() == torch.float8_e4m3fn
+    assert get_fp8_e4m3_dtype("cpu") == torch.float8_e4m3fn
 
 
 # ---------------------------------------------------------------------------

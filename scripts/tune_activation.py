@@ -16,6 +16,7 @@ from triton.testing import do_bench, do_bench_cudagraph
 
 from aiter_lite.ops.native import activation as native
 from aiter_lite.ops.triton.activation import ActLaunchConfig, act_and_mul, act_launch_config
+from aiter_lite.spec.device import device_profile
 
 
 def _configs():
@@ -88,7 +89,7 @@ def main(argv=None):
             top = " ".join(f"{c}:{u:.1f}" for c, u in zip(df.cfg[:6], df.us[:6]))
             print(f"n={n} m={m} best {df.gbs.iloc[0]:.0f}GB/s | {refs} | top {top}", flush=True)
             pd.DataFrame(rows).to_csv(a.o, index=False)
-    print(f"copy {copy_gbs:.0f} GB/s; default for 32768x14336: {act_launch_config(32768, 14336, x.device)}")
+    print(f"copy {copy_gbs:.0f} GB/s; default for 32768x14336: {act_launch_config(32768, 14336, device_profile(x.device))}")
 
 
 if __name__ == "__main__":

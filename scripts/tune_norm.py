@@ -19,7 +19,7 @@ from triton.testing import do_bench
 
 from aiter_lite.ops.triton.normalization import norm as nm
 from aiter_lite.ops.triton.normalization.norm import NormLaunchConfig
-from aiter_lite.utils.launch import num_sms
+from aiter_lite.spec.device import device_profile
 
 
 def fwd_configs(n, fams):
@@ -80,7 +80,7 @@ def main():
     p.add_argument("-o", default="tune_norm.csv")
     a = p.parse_args()
     dev = torch.device("cuda")
-    sms = num_sms(dev)
+    sms = device_profile(dev).sms
     rows = []
     for n in map(int, a.ns.split(",")):
         m = a.m or a.elems // n
@@ -94,7 +94,7 @@ def main():
         dy = torch.randn_like(x)
         for what in a.what.split(","):
             if what in ("fwd", "add"):
-                default = nm.norm_launch_config(m, n, dev, what == "add", rms)
+                default = nm.norm_launch_config(m, n, device_profile(dev), what == "add", rms)
                 cands = list(fwd_configs(n, a.fams))
                 if what == "fwd":
                     nbytes = 4 * m * n
@@ -114,7 +114,7 @@ def main():
                               if not c.LOOPED and not c.SPLIT]
                 cands = [(None, None)] + [(c, None) for c in cands]
             else:
-                default = nm.norm_bwd_launch_config(m, n, dev, rms)
+                default = nm.norm_bwd_launch_config(m, n, device_profile(dev), rms)
                 cands = [(None, None)] + list(bwd_configs(n, sms, a.fams, [int(v) for v in a.mults.split(",")]))
                 nm._launch_norm_fwd(x, y, w, b, 1e-6, rms, rstd=rstd, mean=mean)
                 nbytes = 6 * m * n

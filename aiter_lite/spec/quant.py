@@ -17,24 +17,34 @@ GROUP_EPS = 1e-10  # per_token_group_quant's amax floor (vLLM's default)
 _FNUZ_ARCHS = ("gfx940", "gfx941", "gfx942")
 
 
-@functools.lru_cache(maxsize=16)
-def _arch(device_index: int) -> str:
-    return getattr(torch.cuda.get_device_properties(device_index), "gcnArchName", "")
+def storable_quant_dtypes(arch: str) -> tuple[torch.dtype | None, tuple[torch.dtype, ...]]:
+    """(the e4m3 an arch computes in or None, the quantized dtypes its kernels can store)
+    for ``"sm_90"`` / ``"gfx942"`` style names: every dtype in the interpreter (it converts
+    in software); e4m3fn, e5m2 and int8 on NVIDIA sm_89+ and AMD gfx950 / RDNA4;
+    e4m3fnuz, e5m2 and int8 on MI300-class AMD; e5m2 and int8 on older NVIDIA (A100:
+    Triton has no e4m3fn conversion for sm_80)."""
+    if arch.startswith("sm_"):
+        if int(arch.removeprefix("sm_").rstrip("af")) >= 89:
+            return torch.float8_e4m3fn, (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)
+        return None, (torch.float8_e5m2, torch.int8)
+    if arch.startswith("gfx"):
+        e4m3 = torch.float8_e4m3fnuz if arch in _FNUZ_ARCHS else torch.float8_e4m3fn
+        return e4m3, (e4m3, torch.float8_e5m2, torch.int8)
+    return torch.float8_e4m3fn, QUANT_DTYPES
 
 
-def is_fnuz_arch(device_index: int) -> bool:
-    """Whether the AMD GPU ``device_index`` is MI300-class (its e4m3 is e4m3fnuz)."""
-    return _arch(device_index).split(":")[0] in _FNUZ_ARCHS
+def get_fp8_e4m3_dtype(device: torch.device | str | int | None = None) -> torch.dtype:
+    """The e4m3 ``device`` computes in (its ``DeviceProfile``'s; default the current GPU):
+    ``torch.float8_e4m3fnuz`` on MI300-class AMD GPUs (gfx942), ``torch.float8_e4m3fn``
+    elsewhere (NVIDIA, other AMD, no GPU, and devices with no e4m3 of their own such as
+    sm_80, whose kernels then refuse it with a ValueError naming what they store).
+    :func:`quant_range` gives its max (240 / 448)."""
+    from aiter_lite.spec.device import device_profile
 
-
-def get_fp8_e4m3_dtype(device: torch.device | int | None = None) -> torch.dtype:
-    """``torch.float8_e4m3fnuz`` on MI300-class AMD GPUs (gfx942), ``torch.float8_e4m3fn``
-    elsewhere (NVIDIA, other AMD, no GPU). :func:`quant_range` gives its max (240 / 448)."""
-    if not (torch.version.hip and torch.cuda.is_available()):
-        return torch.float8_e4m3fn
-    index = torch.device(device).index if isinstance(device, (str, torch.device)) else device
-    fnuz = is_fnuz_arch(torch.cuda.current_device() if index is None else index)
-    return torch.float8_e4m3fnuz if fnuz else torch.float8_e4m3fn
+    dev = torch.device("cuda", device) if isinstance(device, int) else None if device is None else torch.device(device)
+    if (dev is None or dev.type == "cuda") and not torch.cuda.is_available():
+        dev = torch.device("cpu")  # no GPU here: the interpreter's (or a profile in use)
+    return device_profile(dev or torch.device("cuda")).fp8_e4m3 or torch.float8_e4m3fn
 
 
 @functools.lru_cache(maxsize=16)

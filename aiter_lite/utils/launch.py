@@ -7,11 +7,9 @@ launch on a slow host, which eager decode pays on every call.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
-WARP_SIZE = 64 if torch.version.hip else 32  # a CDNA wavefront is 64 lanes
+from aiter_lite.spec.device import DeviceProfile, device_profile
 
 
 def cdiv(a: int, b: int) -> int:
@@ -23,28 +21,10 @@ def next_power_of_2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 1 else 1
 
 
-@functools.lru_cache(maxsize=16)
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def grid_sms(device: torch.device | None, interpreter_sms: int = 4) -> int:
-    """SMs to size a grid for: the GPU's, or ``interpreter_sms`` for CPU tensors (the
-    interpreter) and no device."""
-    return num_sms(device) if device is not None and device.type == "cuda" else interpreter_sms
-
-
-def row_warps(tile: int) -> int:
-    """Warps for a row tile held in registers: 4 up to 2048 elements, then 16 elements per
-    lane up to 8 warps, then 64 per lane (a 16384 row takes 8 warps, 32768 takes 16)."""
-    if tile <= 16384:
-        return min(max(tile // (16 * WARP_SIZE), 4), 8)
-    return min(tile // (64 * WARP_SIZE), 16)
-
-
-def num_sms(device: torch.device) -> int:
-    """Streaming multiprocessors (compute units on AMD) of a CUDA/HIP device."""
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+def grid_sms(profile: DeviceProfile, interpreter_sms: int = 4) -> int:
+    """SMs to size a grid for: the profile's, or ``interpreter_sms`` in the interpreter
+    (whose programs run one after another: each config's own small number)."""
+    return interpreter_sms if profile.interpreter else profile.sms
 
 
 _stream_buffers: dict = {}
@@ -92,9 +72,10 @@ def split_row_slots(op: str, n_rows: int, n_cols: int, block_n: int, device: tor
     from aiter_lite.utils.checks import TRITON_INTERPRET
 
     n_segs = cdiv(n_cols, block_n)
-    if not TRITON_INTERPRET and n_segs > num_sms(device):
+    sms = device_profile(device).sms
+    if not TRITON_INTERPRET and n_segs > sms:
         raise ValueError(f"{op}: rows of {n_cols} columns in {block_n}-wide segments need {n_segs} programs "
-                         f"running at once, more than this GPU's {num_sms(device)} SMs")
+                         f"running at once, more than this GPU's {sms} SMs")
     if released:
         slots = stream_buffer(f"{op}_split", n_rows * n_segs + 1 + n_rows, torch.int64, device, zeroed=True)
     else:

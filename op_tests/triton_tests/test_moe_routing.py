@@ -14,6 +14,7 @@ from torch.library import opcheck
 
 from aiter_lite.ops.native import moe_routing as ref
 from aiter_lite.ops.triton import moe_routing as tri
+from aiter_lite.spec.device import PROFILES
 from op_tests.utils import DEVICE, ON_GPU, assert_close, by_device, make_rows, poisoned
 
 EXPERTS = (8, 16, 60, 64, 128, 144, 160, 256, 384, 512)
@@ -346,10 +347,10 @@ def test_launch_config():
     with pytest.raises(AttributeError):
         cfg.BLOCK_T = 2  # frozen
     assert cfg.BLOCK_T >= 1 and cfg.num_warps >= 1
-    if ON_GPU:
+    for profile in PROFILES.values():
         for n_tokens in (1, 8, 64):  # decode: one token per program
-            assert tri.moe_routing_launch_config(n_tokens, 256, DEVICE).BLOCK_T == 1
-        big = tri.moe_routing_launch_config(65536, 256, DEVICE)
+            assert tri.moe_routing_launch_config(n_tokens, 256, profile).BLOCK_T == 1
+        big = tri.moe_routing_launch_config(65536, 256, profile)
         assert big.BLOCK_T > 1 and big.num_warps <= 8
 
 

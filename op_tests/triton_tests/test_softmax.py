@@ -8,6 +8,7 @@ import torch
 import aiter_lite.ops.triton.softmax as sm_mod
 from aiter_lite.ops.native import softmax as native
 from aiter_lite.ops.triton import softmax as tri
+from aiter_lite.spec.device import INTERPRETER, PROFILES
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device, make_rows
 
 OPS = ["softmax", "log_softmax"]
@@ -123,13 +124,17 @@ def test_bad_arguments():
         tri.softmax([1.0, 2.0])
 
 
+@pytest.mark.parametrize("profile", [INTERPRETER, *PROFILES.values()], ids=lambda p: p.name)
 @pytest.mark.parametrize("n_rows", [1, 7, 300, 100000])
-@pytest.mark.parametrize("n_cols", [1, 100, 2048, 32768, 32769, 262144, 1 << 20])
-def test_launch_config_covers_the_row(n_rows, n_cols):
-    cfg = sm_mod.softmax_launch_config(n_rows, n_cols, DEVICE)
+@pytest.mark.parametrize("n_cols", [1, 100, 2048, 16384, 32768, 32769, 262144, 1 << 20])
+def test_launch_config_covers_the_row(n_rows, n_cols, profile):
+    cfg = sm_mod.softmax_launch_config(n_rows, n_cols, profile)
     assert cfg.BLOCK_N & (cfg.BLOCK_N - 1) == 0 and cfg.BLOCK_M >= 1
     assert cfg.LOOPED or cfg.SPLIT or cfg.BLOCK_N >= n_cols
     assert cfg.BLOCK_M * cfg.BLOCK_N <= max(2048, cfg.BLOCK_N)
+    assert cfg.num_warps <= profile.max_warps  # 1024 lanes: 16 wavefronts of 64 on AMD
+    if cfg.SPLIT:  # a row's segments are resident together: half the SMs at most
+        assert -(-n_cols // cfg.BLOCK_N) <= profile.sms // 2
 
 
 def test_native_matches_torch():

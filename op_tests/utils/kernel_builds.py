@@ -8,7 +8,8 @@ conversions, which sm_90 lacks) or computes in fp64, at a fraction of the fp32 r
 Nothing here needs a GPU. The wrappers are called on meta tensors with every
 ``kernel[grid](...)`` recorded instead of launched (``fast_launch.record``): the launches,
 their arguments and constexprs are the wrappers' own (every registered op at tiny sizes,
-plus the regimes tiny sizes leave out, at sizes that select them on an H100). A launch is
+plus the regimes tiny sizes leave out, at sizes that select them on an H100: launch configs
+chosen for the H100 profile, ``utils.device.use_profile``). A launch is
 typed as Triton's binder types it (its specialization rules, alignment included), its
 Python floats as fp64, and built for ``GPUTarget("cuda", 90, 32)``: a kernel with float
 scalars once per regime of its constexpr flags, any other kernel once. The Triton IR of a
@@ -32,30 +33,16 @@ from typing import Callable
 
 import torch
 
-SM90 = ("cuda", 90, 32)
-H100_SMS = 132  # what the meta device stands for when a launch config sizes its grid
 KERNEL_PACKAGE = "aiter_lite.ops.triton._triton_kernels"
 
 
-def _offline() -> None:
-    """Launches recorded, not run; launch configs sized for an H100 on the meta device."""
+def offline() -> None:
+    """Launches recorded, not run (for the rest of the process)."""
     from triton.runtime.jit import JITFunction
 
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         raise RuntimeError("kernel_builds needs JITFunctions: run it without TRITON_INTERPRET")
     JITFunction.__getitem__ = lambda self, grid: (lambda *args, **meta: None)
-
-    import aiter_lite.utils.launch as launch_utils
-
-    def sms(device=None, *_):
-        return H100_SMS
-
-    originals = (launch_utils.grid_sms, launch_utils.num_sms)
-    for name, mod in list(sys.modules.items()):
-        if name.startswith("aiter_lite") and mod is not None:
-            for attr, original in zip(("grid_sms", "num_sms"), originals):
-                if getattr(mod, attr, None) is original:
-                    setattr(mod, attr, sms)
 
 
 def _meta(*shape, dtype=torch.bfloat16, grad=False) -> torch.Tensor:
@@ -71,15 +58,16 @@ def _norm_backward(op, n_rows: int, n_cols: int, layer_norm: bool = False) -> Ca
     return run
 
 
-def cases() -> list[tuple[str, Callable]]:
-    """(name, call): every registered op at tiny sizes (bf16 activations, e4m3fn outputs),
-    then the regimes tiny sizes leave out, at sizes that select them on an H100."""
+def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tuple[str, Callable]]:
+    """(name, call): every registered op at tiny sizes (bf16 activations, ``fp8`` outputs;
+    ``tiny``), then the regimes tiny sizes leave out, at sizes that select them on an H100
+    (and on the other profiles: a split row's segments are fewer than any's SMs)."""
     from aiter_lite.library import OPS
     from op_benchmarks.utils.op_args import TINY, op_args
 
-    fp8, f32 = torch.float8_e4m3fn, torch.float32
+    f32 = torch.float32
     out = []
-    for name, spec in OPS.items():
+    for name, spec in OPS.items() if tiny else ():
         args = op_args(name, TINY, "meta", torch.bfloat16, fp8)
         out.append((f"{name} tiny", lambda fn=spec.triton, args=args: fn(*args)))
 
@@ -108,8 +96,8 @@ def cases() -> list[tuple[str, Callable]]:
          lambda: op["dynamic_per_token_quant_fp8_i8"](_meta(4, 65536, dtype=fp8), _meta(4, 65536),
                                                       _meta(4, 1, dtype=f32), _meta(1, dtype=f32))),
         ("dynamic_per_token_quant split",
-         lambda: op["dynamic_per_token_quant_fp8_i8"](_meta(264, 131072, dtype=fp8), _meta(264, 131072),
-                                                      _meta(264, 1, dtype=f32), None)),
+         lambda: op["dynamic_per_token_quant_fp8_i8"](_meta(1024, 131072, dtype=fp8), _meta(1024, 131072),
+                                                      _meta(1024, 1, dtype=f32), None)),
         ("act_mul_and_fp8_quant per token",
          lambda: op["act_mul_and_fp8_quant"](_meta(4, 2 * 4096), "silu", None, fp8, None)),
         ("act_mul_and_fp8_quant per token looped, bound",
@@ -129,6 +117,20 @@ def cases() -> list[tuple[str, Callable]]:
     return out
 
 
+def record_cases(calls: list[tuple[str, Callable]], profile) -> list[tuple]:
+    """(case, kernel, grid, args, meta) of every launch the calls make with launch configs
+    chosen for ``profile`` (a :class:`DeviceProfile`; the meta device stands for it)."""
+    from aiter_lite.spec.device import use_profile
+    from aiter_lite.utils.fast_launch import record
+
+    out = []
+    with use_profile(profile):
+        for case, call in calls:
+            _, launches = record(call)
+            out += [(case, *launch) for launch in launches]
+    return out
+
+
 def entry_kernels() -> list[str]:
     """``module.name`` of every ``*_kernel`` JITFunction defined under the kernel package
     (its subfolders are namespace packages: walked as files)."""
@@ -145,16 +147,18 @@ def entry_kernels() -> list[str]:
     return found
 
 
-def _typed(kernel, args: tuple, meta: dict, backend):
+def _typed(kernel, args: tuple, meta: dict, backend, fp64: bool = True):
     """(signature, constexprs, attrs, options, float parameter names) of a launch, as the
-    binder types it, with its Python floats typed fp64."""
+    binder types it, with its Python floats typed fp64 (``fp64``, as torch.compile passes
+    them; else fp32, as an eager launch does)."""
     from triton.runtime.jit import create_function_from_signature
 
     binder = create_function_from_signature(kernel.signature, kernel.params, backend)
     bound, specialization, options = binder(*args, **meta)
     options, signature, constexprs, attrs = kernel._pack_args(backend, meta, bound, specialization, options)
     floats = [name for name, value in bound.items() if type(value) is float and signature[name] != "constexpr"]
-    signature = {name: "fp64" if name in floats else ty for name, ty in signature.items()}
+    if fp64:
+        signature = {name: "fp64" if name in floats else ty for name, ty in signature.items()}
     return signature, constexprs, attrs, options, floats
 
 
@@ -210,18 +214,15 @@ def build_all() -> list[dict]:
     dict each: the kernel, the first case that launched it, its fp64 parameters, its
     constexprs, and the build's error or the fp64 operations of its Triton IR."""
     import triton
-    from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
 
-    from aiter_lite.utils.fast_launch import record
+    from aiter_lite.spec.device import H100
 
-    _offline()
-    target = GPUTarget(*SM90)
+    offline()
+    target = H100.gpu_target()
     backend = make_backend(target)
     jobs = {}
-    for case, call in cases():
-        _, launches = record(call)
-        for kernel, _grid, args, meta in launches:
+    for case, kernel, _grid, args, meta in record_cases(cases(), H100):
             signature, constexprs, attrs, options, floats = _typed(kernel, args, meta, backend)
             key = (id(kernel), _regime(kernel, meta) if floats else ())
             if key not in jobs:

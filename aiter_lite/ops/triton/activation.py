@@ -15,6 +15,7 @@ from typing import Literal
 import torch
 
 from aiter_lite.ops.triton._triton_kernels.activation import _act_and_mul_kernel
+from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.utils.checks import (
     check_choice,
     check_float_tensor,
@@ -24,8 +25,8 @@ from aiter_lite.utils.checks import (
     rows_view,
 )
 from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launch import cdiv, next_power_of_2
 from aiter_lite.utils.launcher import launcher
-from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
@@ -71,7 +72,7 @@ _MAX_GRID_Y = 65535  # CUDA and HIP limit of grid axis 1
 
 
 @functools.lru_cache(maxsize=1024)
-def act_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None) -> ActLaunchConfig:
+def act_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPRETER) -> ActLaunchConfig:
     """Tile shape and warps for one activation launch over an (n_rows, n_cols) output.
 
     A tile of ``_TILE`` outputs at most ``_MAX_BLOCK_N`` wide, rows filling the
@@ -82,8 +83,8 @@ def act_launch_config(n_rows: int, n_cols: int, device: torch.device | None = No
     block_n = min(next_power_of_2(max(n_cols, 1)), _MAX_BLOCK_N)
     block_m = min(max(_TILE // block_n, 1), next_power_of_2(max(n_rows, 1)))
     per_lane = 8  # one 16-byte bf16 vector per lane per access
-    if device is not None and device.type == "cuda":
-        want = 2 * num_sms(device)
+    if not profile.interpreter:
+        want = 2 * profile.sms
         if cdiv(n_rows, block_m) * cdiv(n_cols, block_n) < want:
             per_lane = 4
         while block_m * block_n > _MIN_TILE and cdiv(n_rows, block_m) * cdiv(n_cols, block_n) < want:
@@ -92,7 +93,7 @@ def act_launch_config(n_rows: int, n_cols: int, device: torch.device | None = No
             else:
                 block_n //= 2
     # 8 warps of 32 lanes for a 2048 tile on NVIDIA, 4 wavefronts of 64 on AMD.
-    num_warps = min(max(block_m * block_n // (per_lane * WARP_SIZE), 4), 8)
+    num_warps = profile.warps_for(block_m * block_n, per_lane, hi=8)
     return ActLaunchConfig(block_m, block_n, num_warps)
 
 
@@ -101,7 +102,7 @@ def _launch_act_and_mul(x2: torch.Tensor, y2: torch.Tensor, activation: str, gat
                         config: ActLaunchConfig | None = None) -> None:
     """The kernel over 2-D views; ``config`` pins a launch (tests, tuning)."""
     n_rows, n_cols = y2.shape
-    cfg = config or act_launch_config(n_rows, n_cols, y2.device)
+    cfg = config or act_launch_config(n_rows, n_cols, device_profile(y2.device))
     row_blocks = cdiv(n_rows, cfg.BLOCK_M)
     col_blocks = cdiv(n_cols, cfg.BLOCK_N)
     grid = (col_blocks, min(row_blocks, _MAX_GRID_Y))

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 import torch
 
 from aiter_lite.ops.triton._triton_kernels.moe_routing import _moe_routing_kernel
+from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.utils.checks import (
     check_bool,
     check_choice,
@@ -68,8 +69,8 @@ from aiter_lite.utils.checks import (
     check_triton_device,
 )
 from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launch import cdiv, next_power_of_2
 from aiter_lite.utils.launcher import launcher
-from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, num_sms
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
@@ -109,7 +110,7 @@ class MoeRoutingLaunchConfig:
 # * tokens per program halve until the grid has two programs per SM: decode runs one
 #   token per program.
 _TILE = 512
-_ROW_PER_WARP = 16 * WARP_SIZE
+_PER_LANE = 16
 _MAX_WARPS = 8
 # Triton's interpreter (CPU tensors) pays per operation, not per element: 1000 tokens of
 # 512 experts took 5.8 s in programs of 8 tokens, 0.12 s in one program of 1024.
@@ -118,16 +119,16 @@ _INTERPRETER_TILE = 1 << 16
 
 @functools.lru_cache(maxsize=1024)
 def moe_routing_launch_config(n_tokens: int, row_tile: int,
-                              device: torch.device | None = None) -> MoeRoutingLaunchConfig:
+                              profile: DeviceProfile = INTERPRETER) -> MoeRoutingLaunchConfig:
     """Tokens per program and warps for ``n_tokens`` rows of ``row_tile`` (padded) experts."""
     tokens = next_power_of_2(max(n_tokens, 1))
-    if device is None or device.type != "cuda":
+    if profile.interpreter:
         return MoeRoutingLaunchConfig(min(max(1, _INTERPRETER_TILE // row_tile), tokens), 1)
     block_t = min(max(1, _TILE // row_tile), tokens)
-    want = 2 * num_sms(device)
+    want = 2 * profile.sms
     while block_t > 1 and cdiv(n_tokens, block_t) < want:
         block_t //= 2
-    warps = min(max(row_tile // _ROW_PER_WARP, 1), _MAX_WARPS)
+    warps = profile.warps_for(row_tile, _PER_LANE, lo=1, hi=_MAX_WARPS)
     return MoeRoutingLaunchConfig(block_t, warps)
 
 
@@ -174,7 +175,7 @@ def _launch_moe_routing(x: torch.Tensor, bias: torch.Tensor | None, weights: tor
     n_groups = num_expert_group if grouped else 1
     group_size = n_experts // n_groups
     block_g, block_s = next_power_of_2(n_groups), next_power_of_2(group_size)
-    cfg = config or moe_routing_launch_config(n_tokens, block_g * block_s, x.device)
+    cfg = config or moe_routing_launch_config(n_tokens, block_g * block_s, device_profile(x.device))
     launch(
         _moe_routing_kernel, (cdiv(n_tokens, cfg.BLOCK_T),),
         x, bias, weights, ids,

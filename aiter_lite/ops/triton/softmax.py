@@ -21,10 +21,11 @@ from aiter_lite.ops.triton._triton_kernels.softmax import (
     _softmax_looped_kernel,
     _softmax_split_kernel,
 )
+from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.utils.checks import check_float_tensor, check_int, check_triton_device, rows_view
 from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2, split_row_slots
 from aiter_lite.utils.launcher import launcher
-from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2, row_warps, split_row_slots
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
@@ -56,18 +57,20 @@ _SPLIT_WIDE_FROM = 131072
 
 
 @functools.lru_cache(maxsize=1024)
-def softmax_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None) -> SoftmaxLaunchConfig:
+def softmax_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPRETER) -> SoftmaxLaunchConfig:
     """Rows in registers (several per program when short, halved until the grid has two
     programs per SM) up to ``_MAX_ROW_IN_REGS`` columns; wider rows split over programs
-    or, past half the SMs' worth of segments, one row per program in chunks."""
+    or, past half the SMs' worth of segments, one row per program in chunks. The widest
+    row in registers takes as many warps as a program may have (32 of 32 lanes, 16 of 64)."""
+    sms = grid_sms(profile)
     block_n = next_power_of_2(n_cols)
     if block_n > _MAX_ROW_IN_REGS:
         split = _SPLIT_WIDE if n_cols > _SPLIT_WIDE_FROM else _SPLIT
-        return split if cdiv(n_cols, split.BLOCK_N) <= grid_sms(device) // 2 else _LOOP
+        return split if cdiv(n_cols, split.BLOCK_N) <= sms // 2 else _LOOP
     block_m = min(max(_TILE // block_n, 1), next_power_of_2(n_rows))
-    while block_m > 1 and cdiv(n_rows, block_m) < 2 * grid_sms(device):
+    while block_m > 1 and cdiv(n_rows, block_m) < 2 * sms:
         block_m //= 2
-    warps = 32 if block_n == _MAX_ROW_IN_REGS else row_warps(block_m * block_n)
+    warps = profile.max_warps if block_n == _MAX_ROW_IN_REGS else profile.row_warps(block_m * block_n)
     return SoftmaxLaunchConfig(block_m, block_n, warps, False)
 
 
@@ -75,7 +78,7 @@ def softmax_launch_config(n_rows: int, n_cols: int, device: torch.device | None 
 def _launch_softmax(x: torch.Tensor, y: torch.Tensor, log: bool, config: SoftmaxLaunchConfig | None = None) -> None:
     """Rows of 2-D x into y by the config's regime: in registers, split over programs, or looped."""
     n_rows, n_cols = x.shape
-    cfg = config or softmax_launch_config(n_rows, n_cols, x.device)
+    cfg = config or softmax_launch_config(n_rows, n_cols, device_profile(x.device))
     int64 = any(t.shape[0] * max(t.stride(0), t.shape[1]) + t.shape[1] >= 2**31 for t in (x, y))
     if cfg.SPLIT:
         n_segs, slots, phases = split_row_slots("softmax", n_rows, n_cols, cfg.BLOCK_N, x.device, released=True)

@@ -44,10 +44,11 @@ from aiter_lite.ops.triton._triton_kernels.topk import (
     _topk_filter_kernel,
     _topk_kernel,
 )
+from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.utils.checks import TRITON_INTERPRET, check_bool, check_float_tensor, check_int, check_triton_device
 from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2, stream_buffer
 from aiter_lite.utils.launcher import launcher
-from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2, num_sms, stream_buffer
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
@@ -103,13 +104,13 @@ _PASS_BLOCK = 1024  # pairs per bitonic pass program
 _MAX_WARPS = 16
 
 
-def _warps(elements: int) -> int:
+def _warps(elements: int, profile: DeviceProfile) -> int:
     """16 keys a lane, 4 to 16 warps."""
-    return min(max(elements // (16 * WARP_SIZE), 4), _MAX_WARPS)
+    return profile.warps_for(elements, 16, hi=_MAX_WARPS)
 
 
 @functools.lru_cache(maxsize=1024)
-def topk_launch_config(n_rows: int, n_cols: int, k: int, device: torch.device | None = None) -> TopkLaunchConfig:
+def topk_launch_config(n_rows: int, n_cols: int, k: int, profile: DeviceProfile = INTERPRETER) -> TopkLaunchConfig:
     """Launch config of a top-k of ``k`` over ``n_rows`` rows of ``n_cols``.
 
     Rows up to ``_ONE_PASS_MAX`` wide go in one pass, short ones several to a program,
@@ -119,20 +120,23 @@ def topk_launch_config(n_rows: int, n_cols: int, k: int, device: torch.device | 
     block_k = next_power_of_2(k)
     select = block_k <= _SELECT_MAX_K
     row = next_power_of_2(n_cols)
-    want = 2 * grid_sms(device, 1)  # the interpreter runs programs one after another
+    want = 2 * grid_sms(profile, 1)  # the interpreter runs programs one after another
     if row <= _ONE_PASS_MAX:
         block_m = min(max(_TILE // row, 1), next_power_of_2(n_rows))
         while block_m > 1 and cdiv(n_rows, block_m) < want:
             block_m //= 2
-        return TopkLaunchConfig(block_m, row, block_k, select, _warps(block_m * row))
+        return TopkLaunchConfig(block_m, row, block_k, select, _warps(block_m * row, profile))
     if block_k > _MAX_BLOCK_K:
-        return TopkLaunchConfig(1, _SORT_BLOCK, _SORT_BLOCK, False, _warps(_SORT_BLOCK), SORT=True)
+        return TopkLaunchConfig(1, _SORT_BLOCK, _SORT_BLOCK, False, _warps(_SORT_BLOCK, profile), SORT=True)
     target = min(max(4 * block_k, _MIN_GROUPS), _MAX_GROUPS)
     group = 1 << ((n_cols // target).bit_length() - 1)  # target to 2 * target groups
     chunk = max(_CHUNK, group)
     cap = max(2 * block_k, min(4 * block_k, 1024), 64)
     segments = cdiv(n_cols, chunk)
-    return TopkLaunchConfig(1, chunk, block_k, False, 8, GROUP=group, CAP=cap, SEGMENTS=segments,
+    # ptxas for sm_80 holds an 8-warp filter program to 80 registers and spills (8 B);
+    # 4 warps build in 162 without (scripts/check_targets.py)
+    warps = 4 if profile.arch == "sm_80" else 8
+    return TopkLaunchConfig(1, chunk, block_k, False, warps, GROUP=group, CAP=cap, SEGMENTS=segments,
                             filter_warps=16 if cap >= 2048 else 8 if cap >= 512 else 4,
                             ONE_LAUNCH=n_rows * segments <= _ONE_LAUNCH_PROGRAMS * want // 2)
 
@@ -191,7 +195,7 @@ def topk_rows(x: torch.Tensor, x_strides: tuple, n: int, values: torch.Tensor, i
     (r // inner) * s0 + (r % inner) * s1 + j * s2 for ``x_strides`` (s0, s1, s2), its
     results at ``out_strides`` in ``values`` and ``indices``; ``config`` pins a launch
     (tests, tuning)."""
-    cfg = config or topk_launch_config(n_rows, n, k, x.device)
+    cfg = config or topk_launch_config(n_rows, n, k, device_profile(x.device))
     if config is not None:
         _check_config(cfg, n, k)
     # Offsets of every lane, the masked lanes of a last chunk included.
@@ -244,7 +248,7 @@ def _filter_rows(x, x_strides, n, values, indices, out_strides, n_rows, inner, k
     filter, in one launch where ``cfg.ONE_LAUNCH`` (a GPU: the interpreter runs programs
     one after another, none could wait) and a row's segments fit the GPU at once."""
     width, sizes, grid, launches = _filter_plan(n_rows, n, k, 8 * x.element_size(), largest, int64, cfg,
-                                                num_sms(x.device) if x.device.type == "cuda" else 1)
+                                                grid_sms(device_profile(x.device), 1))
     # the kernel leaves its work words zeroed (module doc): both buffers are the stream's own
     work = stream_buffer("topk_work", 4 * n_rows + 1, torch.int32, x.device, zeroed=True)
     scratch = stream_buffer("topk_scratch", n_rows * width, torch.int64, x.device, zeroed=False)

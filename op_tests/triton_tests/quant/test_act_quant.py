@@ -21,6 +21,7 @@ from aiter_lite.ops.triton import quant
 from aiter_lite.ops.triton.activation import act_and_mul
 from aiter_lite.ops.triton.quant import act_quant as fused
 from aiter_lite.ops.triton.quant.quant import QuantLaunchConfig
+from aiter_lite.spec.device import INTERPRETER
 from op_tests.triton_tests.quant.test_quant import (  # noqa: F401  (_storable: skips qdtypes this device cannot store)
     SUPPORTED,
     _assert_codes,
@@ -221,7 +222,7 @@ def test_launch_configs():
     cfg = fused.act_quant_launch_config("per_token", 4, 16384)
     assert not cfg.LOOPED and cfg.BLOCK_N == 16384
     for group in (64, 128, 1024, 8192):
-        cfg = fused.act_quant_launch_config("group", 100, 100, None, group)
+        cfg = fused.act_quant_launch_config("group", 100, 100, INTERPRETER, group)
         assert cfg.BLOCK_N % group == 0 and not cfg.LOOPED
     with pytest.raises(ValueError, match="multiple of group_size"):
         fused.act_mul_and_fp8_group_quant(_input(2, 256, torch.float32), "silu", 128, config=QuantLaunchConfig(1, 64, 4))

@@ -17,6 +17,7 @@ from aiter_lite.ops.triton import quant
 from aiter_lite.ops.triton.normalization import layernorm, rmsnorm
 from aiter_lite.ops.triton.quant import norm_quant as fused
 from aiter_lite.ops.triton.quant.norm_quant import NormQuantLaunchConfig
+from aiter_lite.spec.device import INTERPRETER
 from op_tests.triton_tests.quant.test_quant import _assert_codes, _poisoned_q, _storable  # noqa: F401 (autouse)
 from op_tests.triton_tests.quant.test_quant import _assert_dequant as _dequant_within
 from op_tests.utils import DEVICE, DTYPES, assert_close, by_device, make_rows
@@ -207,7 +208,7 @@ def test_static_looped(case, is_rms, variant):
 
 def test_static_config_choice():
     """Wide LayerNorm rows from one wave up take the STATIC loop, its chunk dividing the row."""
-    cfg = fused.norm_quant_launch_config(4096, 14336, None, False, False)
+    cfg = fused.norm_quant_launch_config(4096, 14336, INTERPRETER, False, False)
     assert cfg.LOOPED and cfg.STATIC and 14336 % cfg.BLOCK_N == 0, cfg
 
 

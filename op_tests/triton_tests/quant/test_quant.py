@@ -261,7 +261,7 @@ def test_per_token_looped_config():
         q_ref, s_ref = native.dynamic_per_token_quant_fp8_i8(torch.empty_like(q), x, torch.empty_like(s))
         _assert_scales(s, s_ref, f"per-token {cfg}")
         _assert_codes(q, q_ref, f"per-token {cfg}")
-    assert per_token_launch_config(4, 1 << 20, None).LOOPED
+    assert per_token_launch_config(4, 1 << 20).LOOPED
 
 
 @pytest.mark.parametrize("n", [256, 300, 1000], ids=lambda n: f"n{n}")

@@ -12,6 +12,7 @@ import torch
 import aiter_lite.ops.triton.rope.rope as rope_mod
 from aiter_lite.ops.native.rope import rope as native
 from aiter_lite.ops.triton.rope import rope as tr
+from aiter_lite.spec.device import device_profile
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device
 from op_tests.utils.rope import angles, ref_rotate64
 
@@ -484,7 +485,7 @@ def test_no_build_per_token_count():
         q, k = torch.randn(t, 32, 128, device=DEVICE), torch.randn(t, 8, 128, device=DEVICE)
         pos = torch.randint(0, 8192, (t,), device=DEVICE)
         tr.rope_cached_thd_positions_2c_fwd_inplace(q, k, cos, sin, pos, 0, True, False)
-        configs.add(rope_mod.rope_launch_config(t, 32, 8, 128, DEVICE))
+        configs.add(rope_mod.rope_launch_config(t, 32, 8, 128, device_profile(DEVICE)))
         builds.append(sum(len(c) for c in _rope_kernel.device_caches.values()) if hasattr(
             _rope_kernel, "device_caches") else len(_rope_kernel.cache[DEVICE.index]))
     assert builds[-1] - builds[0] <= len(configs), builds

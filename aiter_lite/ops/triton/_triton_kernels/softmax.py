@@ -14,7 +14,7 @@ row of -inf all NaN; -inf elements of other rows give 0 (log: -inf).
 import triton
 import triton.language as tl
 
-from aiter_lite.ops.triton._triton_kernels.split_rows import _segment_release, _segment_ticket
+from aiter_lite.ops.triton._triton_kernels.split_rows import _segment_release, _segment_ticket, co_resident, segments_waiting
 
 
 @triton.jit
@@ -124,6 +124,7 @@ def _gather(slot_row, n_segs, BLOCK_S: tl.constexpr):
     return m, tl.where(m == float("-inf"), float("nan"), s)
 
 
+@co_resident(segments_waiting)
 @triton.jit
 def _softmax_split_kernel(
     x_ptr, y_ptr,

@@ -39,6 +39,8 @@ doc of ``aiter_lite.ops.triton.topk``).
 import triton
 import triton.language as tl
 
+from aiter_lite.ops.triton._triton_kernels.split_rows import co_resident, segments_waiting
+
 PAD32 = tl.constexpr(-(2**31))
 PAD64 = tl.constexpr(-(2**63))
 KEY_MIN = tl.constexpr(-(2**31))  # below every key but largest=False's NaN (which equals it)
@@ -381,11 +383,14 @@ def _filter_part(x_row, row, seg, work_ptr, cand_ptr, values_ptr, indices_ptr, s
         cand = tl.load(cand_row + lanes, mask=lanes < count, other=PAD64, cache_modifier=".cg")
         out_row = _row_offsets(row, rows_inner, stride_o_r0, stride_o_r1)
         _write_top(x_row, out_row, tl.topk(cand, BLOCK_K), k, stride_x_n, stride_o_k, values_ptr, indices_ptr, INT64)
-        # every sibling is past the bound and its filter: the row's four words left zeroed
+        # every sibling is past the bound and its filter: the row's four words left zeroed,
+        # by plain stores (no sibling reads them again; the next reader is the next launch;
+        # a vector atomic exchange does not build for AMD with Triton 3.6)
         words = tl.arange(0, 4) * n_rows + row
-        tl.atomic_xchg(work_ptr + words, tl.zeros([4], tl.int32), sem="relaxed", scope="gpu")
+        tl.store(work_ptr + words, tl.zeros([4], tl.int32))
 
 
+@co_resident(segments_waiting)
 @triton.jit
 def _topk_filter_kernel(
     x_ptr,                        # the input, addressed as in _topk_kernel

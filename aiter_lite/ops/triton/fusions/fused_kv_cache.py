@@ -35,10 +35,11 @@ from aiter_lite.ops.triton.fusions._common import (
     soft_round,
 )
 from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig, rope_launch_config
+from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.utils.checks import check_bool
 from aiter_lite.utils.fast_launch import launch
-from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
+from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
@@ -84,7 +85,7 @@ def _cache_strides(key_cache: torch.Tensor, value_cache: torch.Tensor, flash_lay
 
 @functools.lru_cache(maxsize=1024)
 def classic_launch_config(n_tokens: int, n_q_heads: int, n_kv_heads: int, head_dim: int,
-                          device: torch.device | None = None) -> RopeLaunchConfig:
+                          profile: DeviceProfile = INTERPRETER) -> RopeLaunchConfig:
     """Tokens and heads per program for the classic layout: 16 tokens (a cache block of
     consecutive slots) of 4096 elements' worth of heads, halved until the grid has two
     programs per SM.
@@ -100,7 +101,7 @@ def classic_launch_config(n_tokens: int, n_q_heads: int, n_kv_heads: int, head_d
     block_h = min(next_power_of_2(max(n_q_heads, n_kv_heads, 1)), max(1, 4096 // (16 * block_d)))
     block_t = min(16, next_power_of_2(max(n_tokens, 1)))
     head_blocks = cdiv(n_q_heads, block_h) + cdiv(n_kv_heads, block_h)
-    while block_t > 1 and cdiv(n_tokens, block_t) * head_blocks < 2 * grid_sms(device):
+    while block_t > 1 and cdiv(n_tokens, block_t) * head_blocks < 2 * grid_sms(profile):
         block_t //= 2
     return RopeLaunchConfig(block_t, block_h, 4 if block_t * block_h * block_d >= 2048 else 2)
 
@@ -120,7 +121,7 @@ def _launch_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_out:
     if n_tokens == 0:
         return
     cfg = config or (rope_launch_config if flash_layout else classic_launch_config)(n_tokens, n_q_heads, n_kv_heads,
-                                                                                    d, q.device)
+                                                                                    d, device_profile(q.device))
     rest = d - 2 * half
     kc_strides, vc_strides = _cache_strides(key_cache, value_cache, flash_layout)
     z = q_out if zeros_out is None else zeros_out
@@ -208,7 +209,7 @@ def _mla_part(op: str, name: str, t, ref: torch.Tensor | None) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=1024)
-def mla_launch_config(n_tokens: int, n_heads: int, d: int, device: torch.device | None = None) -> RopeLaunchConfig:
+def mla_launch_config(n_tokens: int, n_heads: int, d: int) -> RopeLaunchConfig:
     """Tokens and heads per program for the MLA cache write (entries ``d`` wide): 4096
     elements, 2 warps. H200, DeepSeek-V3's 576-wide latent, T = 32768: 4 tokens x 2 warps
     22.2 us (81% of copy) against 24.1 with 4 warps and 25.2 for one token a program."""
@@ -228,7 +229,7 @@ def _launch_cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache
     d2 = k_pe.shape[2]
     if n_tokens == 0:
         return
-    cfg = config or mla_launch_config(n_tokens, n_heads, d1 + d2, kv_cache.device)
+    cfg = config or mla_launch_config(n_tokens, n_heads, d1 + d2)
     block_t, block_h = cfg.BLOCK_T, cfg.BLOCK_H
     sb = k_pe.stride()
     sb = (sb[0], 0 if k_pe.shape[1] == 1 else sb[1], sb[2])

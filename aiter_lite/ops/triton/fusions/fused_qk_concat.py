@@ -19,8 +19,8 @@ from aiter_lite.ops.triton.fusions._common import (
 )
 from aiter_lite.utils.checks import check_bool
 from aiter_lite.utils.fast_launch import launch
-from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.launch import cdiv, next_power_of_2
+from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 

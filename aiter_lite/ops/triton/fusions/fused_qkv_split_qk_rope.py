@@ -10,10 +10,11 @@ from aiter_lite import envs
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_qkv_split_qk_rope import _qkv_split_rope_kernel
 from aiter_lite.ops.triton.fusions._common import check_positions, max_offset
 from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig, _table, rope_launch_config
+from aiter_lite.spec.device import device_profile
 from aiter_lite.utils.checks import check_bool, check_float_tensor, check_int, check_triton_device, check_unit_last_stride
 from aiter_lite.utils.fast_launch import launch
-from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.launch import cdiv, next_power_of_2
+from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
@@ -31,7 +32,7 @@ def _launch_qkv_split_rope(qkv: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
     kvh = k.shape[1]
     if n_tokens == 0:
         return
-    cfg = config or rope_launch_config(n_tokens, qh, kvh, d, q.device)
+    cfg = config or rope_launch_config(n_tokens, qh, kvh, d, device_profile(q.device))
     rest = d - 2 * half
     grid = (cdiv(n_tokens, cfg.BLOCK_T) * (cdiv(qh, cfg.BLOCK_H) + 2 * cdiv(kvh, cfg.BLOCK_H)),)
     launch(

@@ -17,6 +17,7 @@ from aiter_lite.ops.triton._triton_kernels.normalization.norm import (
     _norm_fwd_kernel,
     _norm_fwd_split_kernel,
 )
+from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.utils.checks import (
     check_float_tensor,
     check_real,
@@ -26,8 +27,8 @@ from aiter_lite.utils.checks import (
     rows_view,
 )
 from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2, split_row_slots
 from aiter_lite.utils.launcher import launcher
-from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2, row_warps, split_row_slots
 from aiter_lite.utils.logger import debug_on, log_call
 
 
@@ -83,7 +84,6 @@ class NormBwdLaunchConfig:
 #   262144 for 33..264 programs, the bandwidth of fewer SMs dropping faster than the
 #   re-read gains.
 _MAX_ROW_IN_REGS = 32768
-_MAX_WARPS = 1024 // WARP_SIZE  # 1024 threads a program: 32 warps of 32, 16 wavefronts of 64
 _LOOP = NormLaunchConfig(1, 16384, 16, True, PREFETCH=True)
 _LOOP_WIDE = NormLaunchConfig(1, 16384, 32, True, PREFETCH=True)
 
@@ -111,7 +111,8 @@ _STATIC_LOOPS = {
 _MIN_STATIC_CHUNK = 2048
 
 
-def _static_chunks(cfg: NormLaunchConfig, n_cols: int, min_chunk: int = _MIN_STATIC_CHUNK) -> NormLaunchConfig:
+def _static_chunks(cfg: NormLaunchConfig, n_cols: int, warp_size: int,
+                   min_chunk: int = _MIN_STATIC_CHUNK) -> NormLaunchConfig:
     """A STATIC config's chunks narrowed (halved, down to ``min_chunk``) to the widest
     that divides the row, if one does, warps halved to keep at least 8 elements a lane: a
     partial last chunk costs more than narrower whole ones (LayerNorm + residual 4096 x
@@ -123,7 +124,7 @@ def _static_chunks(cfg: NormLaunchConfig, n_cols: int, min_chunk: int = _MIN_STA
         block //= 2
     if n_cols % block:  # no chunk divides the row: the widest, with a partial last one
         return cfg
-    while warps > 4 and block // (warps * WARP_SIZE) < 8:
+    while warps > 4 and block // (warps * warp_size) < 8:
         warps //= 2
     return replace(cfg, BLOCK_N=block, num_warps=warps)
 
@@ -188,7 +189,7 @@ _BWD_SUMS = (8192, 8)  # row-sum chunk and warps of the looped backward's first 
 
 
 @functools.lru_cache(maxsize=1024)
-def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None, residual: bool = False,
+def norm_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPRETER, residual: bool = False,
                        is_rms: bool = True) -> NormLaunchConfig:
     """Forward tile for an (n_rows, n_cols) RMSNorm (``is_rms``) or LayerNorm, ``residual``
     for the fused-add form.
@@ -197,42 +198,59 @@ def norm_launch_config(n_rows: int, n_cols: int, device: torch.device | None = N
     program when short; wider rows loop in chunks, one row per program, or are
     split over programs (``_split_config``) while no more segments than half the
     SMs make a row. On a GPU the rows per program shrink until there are two
-    programs per SM.
+    programs per SM. Warps never pass what a program of ``profile`` may have (16
+    wavefronts of 64 on AMD).
     """
+    cfg = profile.fit(_norm_config(n_rows, n_cols, profile, residual, is_rms))
+    if cfg.STATIC and cfg.num_warps == 16 and profile.arch == "sm_100":
+        # ptxas for sm_100 holds a 512-lane program to 64 registers and spills the unrolled
+        # loop (LayerNorm 65536: 24 B); 32 warps build in 48 without (scripts/check_targets.py)
+        cfg = replace(cfg, num_warps=32)
+    return cfg
+
+
+def _norm_config(n_rows: int, n_cols: int, profile: DeviceProfile, residual: bool, is_rms: bool) -> NormLaunchConfig:
+    sms = grid_sms(profile)
     block_n = next_power_of_2(n_cols)
     split = _split_config(block_n, residual, is_rms)
-    if split is not None and cdiv(n_cols, split.BLOCK_N) <= grid_sms(device) // 2:
+    if split is not None and cdiv(n_cols, split.BLOCK_N) <= sms // 2:
         return split
     if block_n >= 32768 and not residual:
-        return _static_chunks((_WIDE_RMS if is_rms else _WIDE_LN)[min(block_n, 131072)], n_cols)
+        return _static_chunks((_WIDE_RMS if is_rms else _WIDE_LN)[min(block_n, 131072)], n_cols, profile.warp_size)
     if block_n > _MAX_ROW_IN_REGS:
         return _LOOP
     static = _STATIC_LOOPS.get((is_rms, residual, block_n))
-    if static is not None and n_rows >= grid_sms(device):
-        return _static_chunks(static, n_cols)
+    if static is not None and n_rows >= sms:
+        return _static_chunks(static, n_cols, profile.warp_size)
     plain = None if residual else _PLAIN_TILES.get((is_rms, block_n, n_rows * n_cols >= _BIG))
     block_m = min(plain[0] if plain else max(_TILE // block_n, 1), next_power_of_2(n_rows))
-    want = 2 * grid_sms(device)
+    want = 2 * sms
     while block_m > 1 and cdiv(n_rows, block_m) < want:
         block_m //= 2
     tile = block_m * block_n
     evict = "evict_last" if residual or tile <= _EVICT_LAST_MAX_TILE else ""
-    if cdiv(n_rows, block_m) < grid_sms(device):  # under one wave: latency-bound, 16 elements per lane
-        warps = min(max(row_warps(tile), tile // (16 * WARP_SIZE)), _MAX_WARPS)
+    if cdiv(n_rows, block_m) < sms:  # under one wave: latency-bound, 16 elements per lane
+        warps = max(profile.row_warps(tile), profile.warps_for(tile, 16, lo=1))
         if residual and n_rows >= _DECODE_ADD_ROWS and tile >= 8192:
-            return NormLaunchConfig(block_m, block_n, _MAX_WARPS, False)
+            return NormLaunchConfig(block_m, block_n, profile.max_warps, False)
         return NormLaunchConfig(block_m, block_n, warps, False, EVICT=evict, W_FIRST=block_n < 16384)
     if plain:
         return NormLaunchConfig(block_m, block_n, plain[1], False, EVICT=plain[2], W_FIRST=plain[3])
-    return NormLaunchConfig(block_m, block_n, row_warps(tile), False, EVICT=evict)
+    return NormLaunchConfig(block_m, block_n, profile.row_warps(tile), False, EVICT=evict)
 
 
 @functools.lru_cache(maxsize=1024)
-def norm_bwd_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None,
+def norm_bwd_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPRETER,
                            is_rms: bool = True) -> NormBwdLaunchConfig:
-    """Backward tile and programs along rows."""
+    """Backward tile and programs along rows; warps within what a program of ``profile``
+    may have."""
+    bwd = _norm_bwd_config(n_rows, n_cols, profile, is_rms)
+    return replace(bwd, tile=profile.fit(bwd.tile))
+
+
+def _norm_bwd_config(n_rows: int, n_cols: int, profile: DeviceProfile, is_rms: bool) -> NormBwdLaunchConfig:
     block_n = next_power_of_2(n_cols)
-    sms = grid_sms(device)
+    sms = grid_sms(profile)
     if not is_rms and block_n >= _BWD_MAX_ROW_IN_REGS:
         return NormBwdLaunchConfig(_BWD_LOOP_LN if block_n <= 65536 else _BWD_LOOP_LN_WIDE, min(n_rows, sms))
     if block_n > _BWD_MAX_ROW_IN_REGS:
@@ -301,11 +319,11 @@ def _launch_norm_fwd(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | No
     mean (LayerNorm) and rstd when given."""
     n_rows, n_cols = x.shape
     has_res = residual is not None
-    cfg = config or norm_launch_config(n_rows, n_cols, x.device, has_res, is_rms)
+    cfg = config or norm_launch_config(n_rows, n_cols, device_profile(x.device), has_res, is_rms)
     strides = (x.stride(0), residual.stride(0) if has_res else 0, residual_out.stride(0) if has_res else 0, y.stride(0))
     flags = dict(IS_RMS=is_rms, HAS_RESIDUAL=has_res, HAS_X_BIAS=x_bias is not None, HAS_WEIGHT=weight is not None,
                  HAS_BIAS=bias is not None, STORE_STATS=rstd is not None, EVICT=cfg.EVICT, BLOCK_N=cfg.BLOCK_N,
-                 num_warps=min(cfg.num_warps, _MAX_WARPS))
+                 num_warps=cfg.num_warps)
     if cfg.SPLIT and cdiv(n_cols, cfg.BLOCK_N) > 1:
         n_segs, slots, phases = split_row_slots("norm", n_rows, n_cols, cfg.BLOCK_N, x.device)
         for phase in phases:
@@ -328,7 +346,7 @@ def _launch_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | N
     """dx (rows like x) and, where given, dweight / dbias ((n_cols,), any float dtype: summed
     in fp32). ``config`` pins a launch (tests, tuning)."""
     n_rows, n_cols = x.shape
-    cfg = config or norm_bwd_launch_config(n_rows, n_cols, x.device, is_rms)
+    cfg = config or norm_bwd_launch_config(n_rows, n_cols, device_profile(x.device), is_rms)
     tile = cfg.tile
     col_blocks = cdiv(n_cols, tile.BLOCK_N)
     rows_per_program = cdiv(cdiv(n_rows, cfg.programs), tile.BLOCK_M) * tile.BLOCK_M
@@ -347,7 +365,7 @@ def _launch_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | N
         # Few wide rows: split each row's sums over column ranges until the grid holds
         # about two programs per SM.
         sums_n = _BWD_SUMS[0]
-        splits = min(cdiv(n_cols, sums_n), max(1, cdiv(2 * grid_sms(x.device), n_rows)))
+        splits = min(cdiv(n_cols, sums_n), max(1, cdiv(2 * grid_sms(device_profile(x.device)), n_rows)))
         cols_per_split = cdiv(cdiv(n_cols, splits), sums_n) * sums_n
         splits = cdiv(n_cols, cols_per_split)
         c1 = torch.empty((splits, n_rows), dtype=torch.float32, device=x.device)

@@ -37,11 +37,12 @@ from aiter_lite.ops.triton.quant.quant import (
     _soft_round,
     per_token_launch_config,
 )
+from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.spec.quant import GROUP_EPS, QUANT_DTYPES, get_fp8_e4m3_dtype, min_scale, quant_range
 from aiter_lite.utils.checks import check_choice, check_row_input, rows_view
 from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launch import cdiv, next_power_of_2
 from aiter_lite.utils.launcher import launcher
-from aiter_lite.utils.launch import WARP_SIZE, cdiv, next_power_of_2, row_warps
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
@@ -72,21 +73,21 @@ _MAX_ROW_IN_REGS = 16384
 
 
 @functools.lru_cache(maxsize=1024)
-def act_quant_launch_config(scaling: str, n_rows: int, n_cols: int, device: torch.device | None = None,
+def act_quant_launch_config(scaling: str, n_rows: int, n_cols: int, profile: DeviceProfile = INTERPRETER,
                             group_size: int = 1) -> QuantLaunchConfig:
     """Tile and warps of one fused launch over an (n_rows, n_cols) output, ``scaling`` one of
     "static", "per_token", "group" (tiles at least ``group_size`` wide)."""
     if scaling == "per_token":
-        cfg = per_token_launch_config(n_rows, n_cols, device)
+        cfg = per_token_launch_config(n_rows, n_cols, profile)
         if cfg.LOOPED or cfg.BLOCK_N > _MAX_ROW_IN_REGS:
-            return QuantLaunchConfig(1, _LOOP_BLOCK, row_warps(_LOOP_BLOCK), LOOPED=True)
-        warps = min(max(cfg.num_warps, cfg.BLOCK_M * cfg.BLOCK_N // (_OUTPUTS_PER_LANE * WARP_SIZE)), 16)
+            return QuantLaunchConfig(1, _LOOP_BLOCK, profile.row_warps(_LOOP_BLOCK), LOOPED=True)
+        warps = max(cfg.num_warps, profile.warps_for(cfg.BLOCK_M * cfg.BLOCK_N, _OUTPUTS_PER_LANE, lo=1, hi=16))
         return QuantLaunchConfig(cfg.BLOCK_M, cfg.BLOCK_N, warps)
-    cfg = act_launch_config(n_rows, n_cols, device)
+    cfg = act_launch_config(n_rows, n_cols, profile)
     if cfg.BLOCK_N >= group_size:
         return QuantLaunchConfig(cfg.BLOCK_M, cfg.BLOCK_N, cfg.num_warps)
     block_m = min(max(cfg.BLOCK_M * cfg.BLOCK_N // group_size, 1), next_power_of_2(max(n_rows, 1)))
-    return QuantLaunchConfig(block_m, group_size, row_warps(block_m * group_size))
+    return QuantLaunchConfig(block_m, group_size, profile.row_warps(block_m * group_size))
 
 
 # ---------------------------------------------------------------------------
@@ -128,7 +129,7 @@ def _launch_act_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, s
     """The kernel over 2-D views: x2 (M, 2d), q2 (M, d); scale one element ("static"),
     (M,) ("per_token") or (M, G) ("group"). ``config`` pins a launch (tests, tuning)."""
     n_rows, n_cols = q2.shape
-    cfg = config or act_quant_launch_config(scaling, n_rows, n_cols, x2.device, group_size)
+    cfg = config or act_quant_launch_config(scaling, n_rows, n_cols, device_profile(x2.device), group_size)
     if scaling == "group" and cfg.BLOCK_N % group_size:
         raise ValueError(f"act_quant: a group launch's BLOCK_N must be a multiple of group_size {group_size}, "
                          f"got {cfg.BLOCK_N}")

@@ -50,12 +50,13 @@ from aiter_lite.ops.triton.quant.quant import (
     _scale_vector,
     _soft_round,
 )
+from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.spec.normalization import LAYER_NORM_EPS
 from aiter_lite.spec.quant import min_scale, quant_range
 from aiter_lite.utils.checks import check_real, rows_view
 from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
 from aiter_lite.utils.launcher import launcher
-from aiter_lite.utils.launch import WARP_SIZE, cdiv, grid_sms, next_power_of_2
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
@@ -125,27 +126,33 @@ _STATIC_LOOPS = {
 _MIN_CHUNK = {(True, True, 16384): 4096}
 
 
-def _warps(tile: int) -> int:
-    return min(max(tile // (32 * WARP_SIZE), 4), _MAX_WARPS)
+def _warps(tile: int, profile: DeviceProfile) -> int:
+    return profile.warps_for(tile, 32, hi=_MAX_WARPS)
 
 
 @functools.lru_cache(maxsize=1024)
-def norm_quant_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None,
+def norm_quant_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPRETER,
                              residual: bool = False, is_rms: bool = True) -> NormQuantLaunchConfig:
     """Tile and warps of a fused norm + quant launch over (n_rows, n_cols), ``residual``
-    for the fused-add forms, ``is_rms`` for RMSNorm (else LayerNorm)."""
+    for the fused-add forms, ``is_rms`` for RMSNorm (else LayerNorm); warps within what a
+    program of ``profile`` may have."""
+    return profile.fit(_norm_quant_config(n_rows, n_cols, profile, residual, is_rms))
+
+
+def _norm_quant_config(n_rows: int, n_cols: int, profile: DeviceProfile, residual: bool,
+                       is_rms: bool) -> NormQuantLaunchConfig:
     row = next_power_of_2(max(n_cols, 1))
-    sms = grid_sms(device, 1)
+    sms = grid_sms(profile, 1)
     key = (is_rms, residual, row)
     static = _STATIC_LOOPS.get(key)
     if static is not None and n_rows >= sms:
-        return _static_chunks(static, n_cols, _MIN_CHUNK.get(key, _MIN_STATIC_CHUNK))
+        return _static_chunks(static, n_cols, profile.warp_size, _MIN_CHUNK.get(key, _MIN_STATIC_CHUNK))
     if row > _MAX_ROW_IN_REGS or (residual and row > _MAX_ADD_ROW_IN_REGS):
         return NormQuantLaunchConfig(1, _LOOP_BLOCK, 8, LOOPED=True)
     block_m = min(max(_TILE // row, 1), next_power_of_2(max(n_rows, 1)))
     while block_m > 1 and cdiv(n_rows, block_m) < 2 * sms:
         block_m //= 2
-    return NormQuantLaunchConfig(block_m, row, _warps(block_m * row))
+    return NormQuantLaunchConfig(block_m, row, _warps(block_m * row, profile))
 
 
 @launcher(mutates=("q2", "scale", "r_out2", "y2"))
@@ -158,7 +165,7 @@ def _launch_norm_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, 
     into ``scale``, or by the one-element ``scale``; residual_out and the normalized rows
     (y2) where given."""
     n_rows, n_cols = x2.shape
-    cfg = config or norm_quant_launch_config(n_rows, n_cols, x2.device, r2 is not None, is_rms)
+    cfg = config or norm_quant_launch_config(n_rows, n_cols, device_profile(x2.device), r2 is not None, is_rms)
     q_min, q_max = quant_range(q2.dtype)
     has_res = r2 is not None
     launch(

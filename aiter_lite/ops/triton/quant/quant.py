@@ -41,6 +41,7 @@ from aiter_lite.ops.triton._triton_kernels.quant.quant import (
     _static_quant_kernel,
 )
 from aiter_lite.ops.triton.quant.dtypes import check_quant_dtype_supported
+from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.spec.quant import GROUP_EPS, QUANT_DTYPES, get_fp8_e4m3_dtype, min_scale, quant_range
 from aiter_lite.utils.checks import (
     check_bool,
@@ -53,16 +54,8 @@ from aiter_lite.utils.checks import (
     rows_view,
 )
 from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2, split_row_slots, stream_buffer
 from aiter_lite.utils.launcher import launcher
-from aiter_lite.utils.launch import (
-    WARP_SIZE,
-    cdiv,
-    grid_sms,
-    next_power_of_2,
-    row_warps,
-    split_row_slots,
-    stream_buffer,
-)
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
@@ -120,7 +113,6 @@ _LOOP_BLOCK = 16384
 _MAX_SPLIT_FROM = 65536
 _SPLIT_SEG = 8192
 _PER_LANE = 32
-_MAX_WARPS = 1024 // WARP_SIZE
 _STATIC_TILE = 4096
 _STATIC_MAX_BLOCK_N = 2048
 # Static tiles take 8 elements a lane (8 warps for 2048 or 4096; 256 x 4096: 2.0 us a call
@@ -137,31 +129,31 @@ _AMAX_BLOCK = (4, 1024, 4)
 _AMAX_PROGRAMS_PER_SM = 8
 
 
-def _lane_warps(tile: int) -> int:
+def _lane_warps(tile: int, profile: DeviceProfile) -> int:
     """Warps for a tile held at _PER_LANE elements a lane (4 at least, a 1024-lane program at most)."""
-    return min(max(tile // (_PER_LANE * WARP_SIZE), 4), _MAX_WARPS)
+    return profile.warps_for(tile, _PER_LANE)
 
 
 @functools.lru_cache(maxsize=1024)
-def per_token_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None) -> QuantLaunchConfig:
+def per_token_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPRETER) -> QuantLaunchConfig:
     """Tile and warps of a per-token launch over (n_rows, n_cols): a row (several short
     ones) per program, halved until the grid has two programs per SM; rows wider than
     ``_MAX_ROW_IN_REGS`` looped, or (wider than ``_MAX_SPLIT_FROM``, a wave of rows or
     more, every segment of a row resident at once) split."""
     row = next_power_of_2(max(n_cols, 1))
-    sms = grid_sms(device, 1)
+    sms = grid_sms(profile, 1)
     if row > _MAX_SPLIT_FROM and n_rows >= sms and cdiv(n_cols, _SPLIT_SEG) <= sms:
-        return QuantLaunchConfig(1, _SPLIT_SEG, _lane_warps(_SPLIT_SEG), SPLIT=True)
+        return QuantLaunchConfig(1, _SPLIT_SEG, _lane_warps(_SPLIT_SEG, profile), SPLIT=True)
     if row > _MAX_ROW_IN_REGS:
-        return QuantLaunchConfig(1, _LOOP_BLOCK, _MAX_WARPS, LOOPED=True)
+        return QuantLaunchConfig(1, _LOOP_BLOCK, profile.max_warps, LOOPED=True)
     block_m = min(max(_TILE // row, 1), next_power_of_2(max(n_rows, 1)))
     while block_m > 1 and cdiv(n_rows, block_m) < 2 * sms:
         block_m //= 2
-    return QuantLaunchConfig(block_m, row, max(row_warps(block_m * row), _lane_warps(block_m * row)))
+    return QuantLaunchConfig(block_m, row, max(profile.row_warps(block_m * row), _lane_warps(block_m * row, profile)))
 
 
 @functools.lru_cache(maxsize=1024)
-def static_launch_config(n_rows: int, n_cols: int, device: torch.device | None = None) -> QuantLaunchConfig:
+def static_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPRETER) -> QuantLaunchConfig:
     """Tiles of a static per-tensor launch: columns in the widest power-of-2 block up to
     _STATIC_MAX_BLOCK_N that divides the width (no masked half-tiles at 7168), rows
     filling _STATIC_TILE; on a GPU shrunk toward two programs per SM for small inputs,
@@ -173,14 +165,14 @@ def static_launch_config(n_rows: int, n_cols: int, device: torch.device | None =
     if n_cols % block_n:
         block_n = min(next_power_of_2(max(n_cols, 1)), _STATIC_MAX_BLOCK_N)
     block_m = min(max(_STATIC_TILE // block_n, 1), next_power_of_2(max(n_rows, 1)))
-    want = 2 * grid_sms(device, 1)
+    want = 2 * grid_sms(profile, 1)
     tiles = lambda: cdiv(n_rows, block_m) * cdiv(n_cols, block_n)  # noqa: E731
     while block_m > 1 and tiles() < want:
         block_m //= 2
     per_lane = _STATIC_PER_LANE
     if tiles() < want:
         block_n, per_lane = min(block_n, _STATIC_SMALL_BLOCK_N), _STATIC_SMALL_PER_LANE
-    return QuantLaunchConfig(block_m, block_n, min(max(block_m * block_n // (per_lane * WARP_SIZE), 4), 8))
+    return QuantLaunchConfig(block_m, block_n, profile.warps_for(block_m * block_n, per_lane, hi=8))
 
 
 # ---------------------------------------------------------------------------
@@ -256,7 +248,7 @@ def _launch_static_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor
     """``q2 = x2 / scale`` (one element) over 2-D views; rows past grid axis 1's 65535
     blocks in further launches."""
     n_rows, n_cols = x2.shape
-    cfg = config or static_launch_config(n_rows, n_cols, x2.device)
+    cfg = config or static_launch_config(n_rows, n_cols, device_profile(x2.device))
     row_blocks, col_blocks = cdiv(n_rows, cfg.BLOCK_M), cdiv(n_cols, cfg.BLOCK_N)
     q_min, q_max = quant_range(q2.dtype)
     for start in range(0, row_blocks, _MAX_GRID_Y):  # grid axis 1 stops at 65535
@@ -278,13 +270,13 @@ def _launch_static_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor
 
 @functools.lru_cache(maxsize=1024)
 def dynamic_per_tensor_launch_config(n_rows: int, n_cols: int,
-                                     device: torch.device | None = None) -> QuantLaunchConfig:
+                                     profile: DeviceProfile = INTERPRETER) -> QuantLaunchConfig:
     """One launch (the tensor in registers, a tile a program, every program resident)
     where the tiles fit ``_ONE_LAUNCH_PER_SM`` programs an SM, tiles shrunk toward a
     program per SM; else LOOPED: an amax launch, then the static one (x read twice)."""
     block_n = min(next_power_of_2(max(n_cols, 1)), _ONE_LAUNCH_TILE)
     block_m = min(max(_ONE_LAUNCH_TILE // block_n, 1), next_power_of_2(max(n_rows, 1)))
-    sms = grid_sms(device, 1)
+    sms = grid_sms(profile, 1)
     tiles = lambda: cdiv(n_rows, block_m) * cdiv(n_cols, block_n)  # noqa: E731
     while block_m * block_n > _ONE_LAUNCH_MIN_TILE and tiles() < sms:
         if block_m > 1:
@@ -293,7 +285,7 @@ def dynamic_per_tensor_launch_config(n_rows: int, n_cols: int,
             block_n //= 2
     if tiles() > _ONE_LAUNCH_PER_SM * sms:
         return QuantLaunchConfig(1, 0, 8, LOOPED=True)
-    return QuantLaunchConfig(block_m, block_n, _lane_warps(block_m * block_n))
+    return QuantLaunchConfig(block_m, block_n, _lane_warps(block_m * block_n, profile))
 
 
 @launcher(mutates=("q2", "scale"))
@@ -302,7 +294,7 @@ def _launch_dynamic_per_tensor(x2: torch.Tensor, q2: torch.Tensor, scale: torch.
     """The tensor's scale into ``scale`` (one element), then q2; in one launch, or (LOOPED)
     an amax launch and the static one."""
     n_rows, n_cols = x2.shape
-    cfg = config or dynamic_per_tensor_launch_config(n_rows, n_cols, x2.device)
+    cfg = config or dynamic_per_tensor_launch_config(n_rows, n_cols, device_profile(x2.device))
     q_min, q_max = quant_range(q2.dtype)
     # three int32 words the kernels leave zeroed when they finish
     work = stream_buffer("quant_per_tensor", 3, torch.int32, x2.device, zeroed=True)
@@ -324,7 +316,7 @@ def _launch_dynamic_per_tensor(x2: torch.Tensor, q2: torch.Tensor, scale: torch.
     block_n = min(next_power_of_2(n_cols), block_n)
     block_m = min(max(block_m * _AMAX_BLOCK[1] // block_n, 1), next_power_of_2(n_rows))
     col_blocks = cdiv(n_cols, block_n)
-    stripes = min(cdiv(n_rows, block_m), max(_AMAX_PROGRAMS_PER_SM * grid_sms(x2.device, 1) // col_blocks, 1),
+    stripes = min(cdiv(n_rows, block_m), max(_AMAX_PROGRAMS_PER_SM * grid_sms(device_profile(x2.device), 1) // col_blocks, 1),
                   _MAX_GRID_Y)
     launch(
         _amax_scale_kernel, (col_blocks, stripes),
@@ -341,7 +333,7 @@ def _launch_per_token_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Ten
     """A scale per row of x2 into ``scale`` ((M,)), then q2; rows in registers, looped, or
     split over programs (SPLIT)."""
     n_rows, n_cols = x2.shape
-    cfg = config or per_token_launch_config(n_rows, n_cols, x2.device)
+    cfg = config or per_token_launch_config(n_rows, n_cols, device_profile(x2.device))
     q_min, q_max = quant_range(q2.dtype)
     if cfg.SPLIT:
         n_segs, slots, phases = split_row_slots("dynamic_per_token_quant_fp8_i8", n_rows, n_cols, cfg.BLOCK_N,
@@ -367,11 +359,11 @@ def _launch_per_token_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Ten
 
 
 @functools.lru_cache(maxsize=1024)
-def group_launch_config(n_rows: int, n_cols: int, group_size: int) -> QuantLaunchConfig:
+def group_launch_config(n_rows: int, n_cols: int, group_size: int,
+                        profile: DeviceProfile = INTERPRETER) -> QuantLaunchConfig:
     """Groups per program (BLOCK_M; BLOCK_N is the group): ``_GROUP_TILE`` elements, 32 a lane."""
     block_g = min(max(_GROUP_TILE // group_size, 1), next_power_of_2(n_rows * cdiv(n_cols, group_size)))
-    return QuantLaunchConfig(block_g, group_size,
-                             min(max(block_g * group_size // (_PER_LANE * WARP_SIZE), 1), _MAX_WARPS))
+    return QuantLaunchConfig(block_g, group_size, profile.warps_for(block_g * group_size, _PER_LANE, lo=1))
 
 
 @launcher(mutates=("q2", "scale"))
@@ -380,7 +372,7 @@ def _launch_group_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor,
     """A scale per ``group_size`` columns of a row into ``scale`` ((M, G), any strides), then q2."""
     n_rows, n_cols = x2.shape
     n_groups = cdiv(n_cols, group_size)
-    cfg = config or group_launch_config(n_rows, n_cols, group_size)
+    cfg = config or group_launch_config(n_rows, n_cols, group_size, device_profile(x2.device))
     block_g = cfg.BLOCK_M
     q_min, q_max = quant_range(q2.dtype)
     launch(

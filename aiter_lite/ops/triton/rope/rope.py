@@ -32,11 +32,12 @@ import torch
 
 from aiter_lite import envs
 from aiter_lite.ops.triton._triton_kernels.rope.rope import RowMode, _rope_kernel
+from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.spec.rope import RotateStyle, check_rotate_style, rotary_width
 from aiter_lite.utils.checks import check_bool, check_float_tensor, check_int, check_same_device, check_triton_device
 from aiter_lite.utils.fast_launch import launch
-from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
+from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
@@ -79,7 +80,7 @@ _TILE = {64: 2048}  # elements a program moves, by power-of-2 head dim (default 
 
 @functools.lru_cache(maxsize=1024)
 def rope_launch_config(n_tokens: int, n_heads: int, n_heads2: int, head_dim: int,
-                       device: torch.device | None = None) -> RopeLaunchConfig:
+                       profile: DeviceProfile = INTERPRETER) -> RopeLaunchConfig:
     """Tokens and heads per program for ``n_tokens`` tokens of ``n_heads`` (and, Q and K
     together, ``n_heads2``) heads ``head_dim`` wide.
 
@@ -93,7 +94,7 @@ def rope_launch_config(n_tokens: int, n_heads: int, n_heads2: int, head_dim: int
     tile = _TILE.get(block_d, 1024)
     block_t = min(max(1, tile // (block_h * block_d)), next_power_of_2(max(n_tokens, 1)))
     head_blocks = cdiv(n_heads, block_h) + cdiv(n_heads2, block_h)
-    want = 2 * grid_sms(device)
+    want = 2 * grid_sms(profile)
     while block_t > 1 and cdiv(n_tokens, block_t) * head_blocks < want:
         block_t //= 2
     warps = 2 if block_t * block_h * block_d <= 2048 else 4
@@ -227,7 +228,7 @@ def _launch_rope(x: torch.Tensor, out: torch.Tensor, x2: torch.Tensor | None, ou
         return
     if x2 is None:
         x2, out2 = x, out
-    cfg = config or rope_launch_config(n_tokens, n_heads, n_heads2, d, x.device)
+    cfg = config or rope_launch_config(n_tokens, n_heads, n_heads2, d, device_profile(x.device))
     rest = d - parts * 2 * half
     pos_strides = (0, 0)
     if pos is not None:

@@ -24,6 +24,21 @@ def _copy_heads(x_ptr, y_ptr, sx_t, sx_h, sy_t, sy_h, tok, t_mask, hblock, n_hea
     tl.store(yh[:, :, None] + c[None, None, :], tl.load(xh[:, :, None] + c[None, None, :], mask=m), mask=m)
 
 
+@triton.jit
+def _rotate_part(x_ptr, y_ptr, hblock, n_heads, head_dim, stride_qkv_t, tok, t_mask, cos_ptr, sin_ptr, pos_ptr,
+                 off_ptr, stride_t_r, stride_t_f, n_rows, HAS_OFFSETS: tl.constexpr, IS_NEOX: tl.constexpr,
+                 REUSE: tl.constexpr, NOPE_FIRST: tl.constexpr, COPY_REST: tl.constexpr, HALF: tl.constexpr,
+                 BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
+    """Q's or K's heads of a token block (rows of qkv at x_ptr, heads head_dim apart) rotated into y."""
+    _rotate_heads(x_ptr, y_ptr, stride_qkv_t, 0, head_dim, 1, n_heads * head_dim, 0, head_dim, 1,
+                  hblock, n_heads, head_dim, tok, t_mask,
+                  cos_ptr, sin_ptr, cos_ptr, sin_ptr, pos_ptr, off_ptr, pos_ptr,
+                  stride_t_r, stride_t_f, stride_t_r, stride_t_f, 1, 0,
+                  1, n_rows, n_rows, 0, 1, 1,
+                  1, HAS_OFFSETS, False, IS_NEOX, REUSE, False, NOPE_FIRST, COPY_REST,
+                  HALF, BLOCK_HALF, BLOCK_REST, BLOCK_T, BLOCK_H)
+
+
 @triton.jit(do_not_specialize=["n_tokens", "n_rows"])
 def _qkv_split_rope_kernel(
     qkv_ptr, q_ptr, k_ptr, v_ptr,  # qkv (n_tokens, (qh + 2 kvh) * head_dim); q, k, v contiguous
@@ -50,18 +65,17 @@ def _qkv_split_rope_kernel(
     n_kv_blocks = tl.cdiv(n_kv_heads, BLOCK_H)
     n_blocks = n_q_blocks + 2 * n_kv_blocks
     pid_h, tok, t_mask = _token_block(n_blocks, n_tokens, BLOCK_T, INT64)
-    if pid_h < n_q_blocks + n_kv_blocks:
-        if pid_h < n_q_blocks:
-            x_ptr, y_ptr, hblock, n_heads = qkv_ptr, q_ptr, pid_h, n_q_heads
-        else:
-            x_ptr, y_ptr, hblock, n_heads = qkv_ptr + n_q_heads * head_dim, k_ptr, pid_h - n_q_blocks, n_kv_heads
-        _rotate_heads(x_ptr, y_ptr, stride_qkv_t, 0, head_dim, 1, n_heads * head_dim, 0, head_dim, 1,
-                      hblock, n_heads, head_dim, tok, t_mask,
-                      cos_ptr, sin_ptr, cos_ptr, sin_ptr, pos_ptr, off_ptr, pos_ptr,
-                      stride_t_r, stride_t_f, stride_t_r, stride_t_f, 1, 0,
-                      1, n_rows, n_rows, 0, 1, 1,
-                      1, HAS_OFFSETS, False, IS_NEOX, REUSE, False, NOPE_FIRST, COPY_REST,
-                      HALF, BLOCK_HALF, BLOCK_REST, BLOCK_T, BLOCK_H)
+    # Q and K each call the rotation with their own pointers (as _rope_kernel does): one
+    # call on pointers chosen by a branch does not build for AMD (Triton 3.6's pointer
+    # canonicalization rejects an scf.if yielding pointers of two bases).
+    if pid_h < n_q_blocks:
+        _rotate_part(qkv_ptr, q_ptr, pid_h, n_q_heads, head_dim, stride_qkv_t, tok, t_mask, cos_ptr, sin_ptr,
+                     pos_ptr, off_ptr, stride_t_r, stride_t_f, n_rows, HAS_OFFSETS, IS_NEOX, REUSE, NOPE_FIRST,
+                     COPY_REST, HALF, BLOCK_HALF, BLOCK_REST, BLOCK_T, BLOCK_H)
+    elif pid_h < n_q_blocks + n_kv_blocks:
+        _rotate_part(qkv_ptr + n_q_heads * head_dim, k_ptr, pid_h - n_q_blocks, n_kv_heads, head_dim, stride_qkv_t,
+                     tok, t_mask, cos_ptr, sin_ptr, pos_ptr, off_ptr, stride_t_r, stride_t_f, n_rows, HAS_OFFSETS,
+                     IS_NEOX, REUSE, NOPE_FIRST, COPY_REST, HALF, BLOCK_HALF, BLOCK_REST, BLOCK_T, BLOCK_H)
     else:
         _copy_heads(qkv_ptr + (n_q_heads + n_kv_heads) * head_dim, v_ptr, stride_qkv_t, head_dim,
                     n_kv_heads * head_dim, head_dim, tok, t_mask, pid_h - n_q_blocks - n_kv_blocks, n_kv_heads,

@@ -21,7 +21,7 @@ Masked lanes load 0 and are excluded from every sum, so odd widths are exact.
 import triton
 import triton.language as tl
 
-from aiter_lite.ops.triton._triton_kernels.split_rows import _segment_ticket
+from aiter_lite.ops.triton._triton_kernels.split_rows import _segment_ticket, co_resident, segments_waiting
 
 
 @triton.jit
@@ -289,6 +289,7 @@ def _segments_stats(slot_row, n_segs, seg_len, n_cols, IS_RMS: tl.constexpr, BLO
     return mean, m2 / n_cols
 
 
+@co_resident(segments_waiting)
 @triton.jit
 def _norm_fwd_split_kernel(
     x_ptr, r_ptr, r_out_ptr, xb_ptr, w_ptr, b_ptr, y_ptr,

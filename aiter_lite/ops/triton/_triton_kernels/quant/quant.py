@@ -11,7 +11,7 @@ are ``amax / q_max`` by an IEEE division, so a scale equals the reference's bit 
 import triton
 import triton.language as tl
 
-from aiter_lite.ops.triton._triton_kernels.split_rows import _segment_ticket
+from aiter_lite.ops.triton._triton_kernels.split_rows import _segment_ticket, co_resident, segments_waiting
 
 
 @triton.jit
@@ -144,6 +144,7 @@ def _amax_scale_kernel(
         tl.store(scale_ptr, _scale_of(amax, q_max, min_scale))
 
 
+@co_resident(lambda a: a["grid"] if a["PHASE"] == 0 else 1)
 @triton.jit
 def _dynamic_per_tensor_kernel(
     x_ptr, q_ptr,
@@ -241,6 +242,7 @@ def _per_token_quant_kernel(
         tl.store(q_rows + cols[None, :], _quantize(x, inv_scale, q_min, q_max, dtype, SOFT_ROUND), mask=mask)
 
 
+@co_resident(segments_waiting)
 @triton.jit
 def _per_token_split_kernel(
     x_ptr, q_ptr,
