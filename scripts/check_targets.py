@@ -74,7 +74,7 @@ def _model_dims(cfg: dict, tokens: int):
     groups = cfg.get("n_group", 1)
     return Dims(tokens=tokens, hidden=cfg["hidden_size"], inter=cfg.get("moe_intermediate_size", cfg["intermediate_size"]),
                 heads=cfg["num_attention_heads"], kv_heads=cfg["num_key_value_heads"], head_dim=cfg["head_dim"],
-                rope_rows=8192, experts=experts, topk=cfg.get("num_experts_per_tok", 2), groups=groups,
+                rope_rows=max(8192, tokens), experts=experts, topk=cfg.get("num_experts_per_tok", 2), groups=groups,
                 topk_group=cfg.get("topk_group", 1), vocab=cfg["vocab_size"], k=50, group_size=128,
                 blocks=max(64, 2 * tokens), block_size=16, kv_lora=cfg.get("kv_lora_rank", 512),
                 rope_dim=cfg.get("qk_rope_head_dim", 64))
