@@ -377,12 +377,20 @@ def test_compiled():
         assert torch.equal(got, want)
 
 
-def test_compiled_call_refuses_a_dtype_the_device_cannot_store(monkeypatch):
+@pytest.fixture
+def without_e4m3fn():
+    """This device's profile, less e4m3fn among the dtypes it stores."""
+    from dataclasses import replace
+
+    from aiter_lite.spec.device import device_profile, use_profile
+
+    with use_profile(replace(device_profile(DEVICE), quant_dtypes=(torch.float8_e5m2, torch.int8))):
+        yield
+
+
+def test_compiled_call_refuses_a_dtype_the_device_cannot_store(without_e4m3fn):
     # The storable dtypes are a constant to torch.compile: a compiled call refuses one as an
     # eager call does (no kernel compiled for it), here on a device pretending to lack e4m3fn.
-    from aiter_lite.ops.triton.quant import dtypes
-
-    monkeypatch.setattr(dtypes, "supported_quant_dtypes", lambda device: (torch.float8_e5m2, torch.int8))
     op = getattr(fused.act_mul_and_fp8_group_quant, "eager", fused.act_mul_and_fp8_group_quant)
     x = make_rows(2, 128, torch.bfloat16)
     torch._dynamo.reset()

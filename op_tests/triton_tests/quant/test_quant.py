@@ -11,6 +11,7 @@ import torch
 from aiter_lite.ops.native.quant import quant as native
 from aiter_lite.ops.triton import quant
 from aiter_lite.ops.triton.quant.quant import QuantLaunchConfig, per_token_launch_config
+from aiter_lite.spec.device import device_profile
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, by_device, make_rows
 
 Q_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.int8)
@@ -192,7 +193,7 @@ def test_per_tensor_launch_config():
     assert cfg(4096, 7168).LOOPED
     if ON_GPU:
         sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
-        c = cfg(256, 4096, torch.device(DEVICE))
+        c = cfg(256, 4096, device_profile(DEVICE))
         assert not c.LOOPED and c.BLOCK_M * c.BLOCK_N <= 8192 and 256 * 4096 // (c.BLOCK_M * c.BLOCK_N) <= 2 * sms
 
 

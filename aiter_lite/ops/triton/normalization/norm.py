@@ -206,8 +206,8 @@ def norm_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERP
         # ptxas for sm_80 / sm_100 holds a 512-lane program to 64 registers and spills: the
         # unrolled loop of a static one (LayerNorm 65536 on sm_100: 24 B; 32 warps build in
         # 48 registers without), a decode row in registers (RMSNorm 1 x 7168 on sm_80: 4 B;
-        # 8 warps build without). scripts/check_targets.py
-        cfg = replace(cfg, num_warps=32 if cfg.STATIC else 8)
+        # 8 warps build without; a static chunk keeps 8 elements a lane). scripts/check_targets.py
+        cfg = replace(cfg, num_warps=32 if cfg.STATIC and cfg.BLOCK_N >= 8192 else 8)
     return cfg
 
 
