@@ -7,7 +7,6 @@ import torch
 
 from aiter_lite.library import OPS
 from aiter_lite.ops.triton import softmax as sm_mod
-from aiter_lite.ops.triton._triton_kernels import normalization, quant, softmax, topk  # noqa: F401
 from aiter_lite.ops.triton.activation import act_launch_config
 from aiter_lite.ops.triton.quant.quant import dynamic_per_tensor_launch_config, per_token_launch_config
 from aiter_lite.ops.triton.topk import topk_launch_config
