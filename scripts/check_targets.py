@@ -341,7 +341,7 @@ def main(argv=None) -> int:
             w.writeheader()
             for r in results:
                 w.writerow({**r, "error": " | ".join(r.get("error", [])), "problems": "; ".join(r["problems"])})
-    hardware = {"sm_90": "yes: H200"}
+    hardware = {"sm_90": "yes: H100, H200"}
     if args.markdown:
         Path(args.markdown).write_text(platforms_markdown(results, args.targets, dtype_failures, hardware) + "\n")
 

@@ -133,9 +133,10 @@ def topk_launch_config(n_rows: int, n_cols: int, k: int, profile: DeviceProfile 
     chunk = max(_CHUNK, group)
     cap = max(2 * block_k, min(4 * block_k, 1024), 64)
     segments = cdiv(n_cols, chunk)
-    # ptxas for sm_80 holds an 8-warp filter program to 80 registers and spills (8 B);
-    # 4 warps build in 162 without (scripts/check_targets.py)
-    warps = 4 if profile.arch == "sm_80" else 8
+    # 8 warps measured on the H200 and built without spills for AMD; ptxas for sm_80,
+    # sm_100 and sm_120 holds an 8-warp filter program to 64-80 registers and spills
+    # 8-16 B, where 4 warps build in 127-162 without (scripts/check_targets.py)
+    warps = 8 if profile.backend == "hip" or profile.arch == "sm_90" else 4
     return TopkLaunchConfig(1, chunk, block_k, False, warps, GROUP=group, CAP=cap, SEGMENTS=segments,
                             filter_warps=16 if cap >= 2048 else 8 if cap >= 512 else 4,
                             ONE_LAUNCH=n_rows * segments <= _ONE_LAUNCH_PROGRAMS * want // 2)

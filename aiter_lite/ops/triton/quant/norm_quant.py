@@ -127,7 +127,9 @@ _MIN_CHUNK = {(True, True, 16384): 4096}
 
 
 def _warps(tile: int, profile: DeviceProfile) -> int:
-    return profile.warps_for(tile, 32, hi=_MAX_WARPS)
+    # ptxas for sm_80 spills a 4-warp fused-add program at 32 elements a lane (SmoothQuant
+    # of a 4096 row: 4 B in 80 registers); 16 a lane builds in 48 (scripts/check_targets.py)
+    return profile.warps_for(tile, 16 if profile.arch == "sm_80" else 32, hi=_MAX_WARPS)
 
 
 @functools.lru_cache(maxsize=1024)
