@@ -1,5 +1,6 @@
 """aiter_lite: Triton kernels for LLM serving and training, with native PyTorch references."""
 
+from aiter_lite import envs
 from aiter_lite._version import __version__
 from aiter_lite.ops.triton.activation import (
     fused_silu_mul,
@@ -14,6 +15,8 @@ from aiter_lite.ops.triton.normalization.layernorm import layer_norm, layernorm2
 from aiter_lite.ops.triton.normalization.rmsnorm import fused_add_rms_norm, rms_norm, rmsnorm2d_fwd_with_add
 
 from aiter_lite import library  # noqa: E402,F401  (registers every public op as torch.ops.aiter_lite.<name>)
+
+envs.validate()  # a bad AITER_* value raises here, whichever paths this process takes
 
 __all__ = [
     "__version__",

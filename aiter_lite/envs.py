@@ -17,6 +17,9 @@ variable and the allowed values; an unset or empty variable takes its default.
 | AITER_TEST_COMPILE | 0, 1 | 0 (1: the op tests call every public Triton op through torch.compile(fullgraph=True)) |
 
 ``<FAMILY>`` is one of :data:`OP_FAMILIES` in upper case, e.g. AITER_ACTIVATION_BACKEND.
+
+Importing ``aiter_lite`` reads them all (:func:`validate`), so a bad value raises even where
+the code path that reads it is never taken (a flag of the GPU path on a CPU run).
 """
 
 from __future__ import annotations
@@ -138,3 +141,16 @@ def layer_backend(layer: str, family: str, choice: str | None) -> str:
     if value not in BACKENDS:
         raise ValueError(f"{layer}: backend must be one of {BACKENDS}, got {value!r}")
     return value
+
+
+def validate() -> None:
+    """Read every variable above: a ``ValueError`` for the first bad value."""
+    log_level()
+    _read_choice("AITER_BACKEND", BACKENDS + ("auto",), "auto")
+    rope_backend_flags()
+    rope_check_positions()
+    kv_cache_check_slots()
+    fast_launch()
+    test_compile()
+    for family in OP_FAMILIES:
+        _read_choice(f"AITER_{family.upper()}_BACKEND", BACKENDS + ("auto",), "auto")

@@ -1,6 +1,7 @@
 """AITER_* variables: defaults, every allowed value, and clear errors for the rest."""
 
 import logging
+import os
 
 import pytest
 import torch
@@ -10,8 +11,12 @@ from aiter_lite.ops.triton import activation as act
 from aiter_lite.utils import logger
 from op_tests.utils import DEVICE
 
+import subprocess
+import sys
+
 ALL_VARS = ["AITER_LOG_LEVEL", "AITER_BACKEND", "AITER_ROPE_TRITON_BACKEND", "AITER_ROPE_NATIVE_BACKEND",
-            "AITER_ROPE_CHECK_POSITIONS"] + [
+            "AITER_ROPE_CHECK_POSITIONS", "AITER_KV_CACHE_CHECK_SLOTS", "AITER_FAST_LAUNCH",
+            "AITER_TEST_COMPILE"] + [
     f"AITER_{f.upper()}_BACKEND" for f in envs.OP_FAMILIES
 ]
 
@@ -83,6 +88,32 @@ def test_unknown_value_names_variable_and_choices(monkeypatch, name, value, call
     monkeypatch.setenv(name, value)
     with pytest.raises(ValueError, match=rf"{name}='{value}' is not valid; allowed values: "):
         call()
+
+
+# A bad value of each variable, and a reader that is never called on some paths (a GPU
+# path's flag on a CPU run): validate() and the import read them all.
+BAD = {"AITER_LOG_LEVEL": "verbose", "AITER_BACKEND": "cuda", "AITER_ROPE_TRITON_BACKEND": "yes",
+       "AITER_ROPE_NATIVE_BACKEND": "2", "AITER_ROPE_CHECK_POSITIONS": "2", "AITER_KV_CACHE_CHECK_SLOTS": "maybe",
+       "AITER_FAST_LAUNCH": "2", "AITER_TEST_COMPILE": "true",
+       **{f"AITER_{f.upper()}_BACKEND": "tritonn" for f in envs.OP_FAMILIES}}
+
+
+def test_every_variable_has_a_bad_value_case():
+    assert sorted(BAD) == sorted(ALL_VARS)
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_validate_reads_every_variable(monkeypatch, name):
+    monkeypatch.setenv(name, BAD[name])
+    with pytest.raises(ValueError, match=rf"{name}='{BAD[name]}' is not valid; allowed values: "):
+        envs.validate()
+
+
+@pytest.mark.parametrize("name", ["AITER_FAST_LAUNCH", "AITER_KV_CACHE_CHECK_SLOTS", "AITER_ROPE_CHECK_POSITIONS"])
+def test_import_refuses_a_bad_value(name):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AITER_")} | {name: BAD[name]}
+    run = subprocess.run([sys.executable, "-c", "import aiter_lite"], env=env, capture_output=True, text=True)
+    assert run.returncode != 0 and f"ValueError: {name}='{BAD[name]}' is not valid" in run.stderr
 
 
 def test_unknown_family():

@@ -32,7 +32,7 @@ from aiter_lite.layers.base import BackendLayer
 from aiter_lite.ops.native.rope import rope as native_rope
 from aiter_lite.ops.triton.rope import rope as triton_rope
 from aiter_lite.spec.rope import RotateStyle
-from aiter_lite.utils.checks import check_bool, check_int, check_real
+from aiter_lite.utils.checks import check_bool, check_int, check_real, check_triton_device
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 _INDICES = (torch.int32, torch.int64)
@@ -167,6 +167,8 @@ class RotaryEmbedding(BackendLayer):
 
     def _rotate(self, ops, positions, query, key, offsets, *, check_range: bool):
         positions, offsets = self._check_positions(positions, offsets, query)
+        if ops is triton_rope:  # the caller's names: the op would call query x
+            check_triton_device(type(self).__name__, "query", query)
         t = positions.numel()
         q = self._heads("query", query, t, None)
         k = None if key is None else self._heads("key", key, t, query)
@@ -423,11 +425,32 @@ _DEEPSEEK_KEYS = ("extrapolation_factor", "attn_factor", "beta_fast", "beta_slow
 _ROPE_CACHE: dict[tuple, RotaryEmbedding] = {}
 
 
+class _Unhashable(Exception):
+    pass
+
+
 def _hashable(value: Any):
+    """``value`` frozen into a hashable key: mappings as their items sorted by key (keys
+    ordered by their repr where they do not compare), lists and tuples as tuples, sets as
+    frozensets, array-likes through ``tolist()``; nested values likewise. Raises
+    :class:`_Unhashable` where a value cannot be frozen (the module is then not shared)."""
+    if isinstance(value, Mapping):
+        items = [(_hashable(k), _hashable(v)) for k, v in value.items()]
+        try:
+            items.sort()
+        except TypeError:
+            items.sort(key=lambda kv: (type(kv[0]).__name__, repr(kv[0])))
+        return ("__mapping__", tuple(items))
     if isinstance(value, (list, tuple)):
         return tuple(_hashable(v) for v in value)
-    if isinstance(value, Mapping):
-        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    if isinstance(value, (set, frozenset)):
+        return frozenset(_hashable(v) for v in value)
+    if not isinstance(value, torch.Tensor) and callable(getattr(value, "tolist", None)):  # numpy arrays, scalars
+        return _hashable(value.tolist())
+    try:
+        hash(value)
+    except TypeError:
+        raise _Unhashable from None
     return value
 
 
@@ -441,23 +464,38 @@ def get_rope(head_size: int, rotary_dim: int, max_position: int, base: float, is
     ``partial_rotary_factor`` (0, 1] scales ``rotary_dim``. Equal arguments (and the same backend
     and default device) return the same module, so the layers of a model share one table.
     """
+    if isinstance(base, Mapping):  # vLLM's newer get_rope(head_size, max_position, is_neox_style, rope_parameters)
+        raise TypeError(f"get_rope: base must be a real number (the rotary base, rope_theta), got "
+                        f"{type(base).__name__} {base!r}; the arguments are (head_size, rotary_dim, max_position, "
+                        f"base, is_neox_style, rope_scaling, dtype, partial_rotary_factor): rope_scaling is the "
+                        f"sixth")
+    # Checked before the cache key is built: a bad argument raises its own error, never an unhashable one.
+    _check_int("get_rope", "head_size", head_size)
+    _check_int("get_rope", "rotary_dim", rotary_dim, 2)
+    _check_int("get_rope", "max_position", max_position)
+    _check_float("get_rope", "base", base)
+    is_neox_style = check_bool("get_rope", "is_neox_style", is_neox_style)
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise TypeError(f"get_rope: dtype must be a torch.dtype or None, got {type(dtype).__name__} {dtype!r}")
     partial_rotary_factor = check_real("get_rope", "partial_rotary_factor", partial_rotary_factor)
     if not 0.0 < partial_rotary_factor <= 1.0:
         raise ValueError(f"get_rope: partial_rotary_factor must be in (0, 1], got {partial_rotary_factor}")
     if rope_scaling is not None and not isinstance(rope_scaling, Mapping):
         raise TypeError(f"get_rope: rope_scaling must be a dict or None, got {type(rope_scaling).__name__}")
     if partial_rotary_factor < 1.0:
-        _check_int("get_rope", "rotary_dim", rotary_dim)
         rotary_dim = int(rotary_dim * partial_rotary_factor)
     dtype = torch.get_default_dtype() if dtype is None else dtype
     backend = envs.layer_backend("get_rope", "rope", backend)
     scaling = dict(rope_scaling or {})
     kind = scaling.get("rope_type", scaling.get("type", "default"))
-    if kind not in ROPE_SCALING_TYPES:
+    if not isinstance(kind, str) or kind not in ROPE_SCALING_TYPES:
         raise ValueError(f"get_rope: unknown rope_scaling type {kind!r}; known types: {', '.join(ROPE_SCALING_TYPES)}")
 
-    cache_key = (head_size, rotary_dim, max_position, base, is_neox_style, _hashable(scaling), dtype, backend,
-                 torch.get_default_device())
+    try:
+        cache_key = (head_size, rotary_dim, max_position, base, is_neox_style, _hashable(scaling), dtype, backend,
+                     torch.get_default_device())
+    except _Unhashable:  # a value that cannot be frozen (an unknown key's, most likely): a module of its own
+        cache_key = None
     if cache_key in _ROPE_CACHE:
         return _ROPE_CACHE[cache_key]
 
@@ -492,5 +530,6 @@ def get_rope(head_size: int, rotary_dim: int, max_position: int, base: float, is
         else:
             rope = DeepseekScalingRotaryEmbedding(head_size, rotary_dim, original, base, is_neox_style, factor,
                                                   dtype, backend=backend, **pick(_DEEPSEEK_KEYS))
-    _ROPE_CACHE[cache_key] = rope
+    if cache_key is not None:
+        _ROPE_CACHE[cache_key] = rope
     return rope

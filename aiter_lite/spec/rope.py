@@ -25,21 +25,28 @@ def check_rotate_style(op: str, rotate_style) -> int:
     return int(rotate_style)
 
 
-def rotary_width(op: str, head_dim: int, table_width: int, reuse_freqs_front_part: bool) -> int:
-    """The rotated width R for a ``table_width``-wide table; a ValueError where it cannot fit."""
+def rotary_width(op: str, head_dim: int, table_width: int, reuse_freqs_front_part: bool, *,
+                 table: str | None = None, x: str | None = None) -> int:
+    """The rotated width R for a ``table_width``-wide table; a ValueError where it cannot fit.
+    ``table`` and ``x``, where given, are the caller's names of the table and of the tensor
+    whose head dim it must fit: the message names both."""
     r = table_width * (2 if reuse_freqs_front_part else 1)
     if r < 2 or r % 2 or r > head_dim:
+        what = "a table" if table is None else table
+        whose = "the head dim" if x is None else f"{x}'s head dim"
         raise ValueError(
-            f"{op}: a table {table_width} wide (reuse_freqs_front_part={reuse_freqs_front_part}) rotates {r} "
-            f"channels; expected an even count from 2 up to the head dim {head_dim}")
+            f"{op}: {what} {table_width} wide (reuse_freqs_front_part={reuse_freqs_front_part}) rotates {r} "
+            f"channels; expected an even count from 2 up to {whose} {head_dim}")
     return r
 
 
-def cache_rotary_reuse(op: str, head_dim: int, table_width: int) -> bool:
+def cache_rotary_reuse(op: str, head_dim: int, table_width: int, x: str | None = None) -> bool:
     """Whether a KV-cache / MLA op's table is reused for both members of a pair: a table
     ``head_dim`` wide is a full one; a narrower one (``head_dim / 2``, or less for a partial
-    rotary part) serves both members of each pair."""
+    rotary part) serves both members of each pair. ``x``, where given, is the caller's name
+    of the tensor whose head dim the table must fit."""
     if table_width < 1 or table_width > head_dim or (table_width != head_dim and 2 * table_width > head_dim):
+        whose = "a head dim" if x is None else f"{x}'s head dim"
         raise ValueError(f"{op}: cos / sin must be {head_dim} wide (full) or at most {head_dim // 2} "
-                         f"(reused for both members of a pair) for a head dim of {head_dim}, got {table_width}")
+                         f"(reused for both members of a pair) for {whose} of {head_dim}, got {table_width}")
     return table_width != head_dim

@@ -81,12 +81,24 @@ def check_row_input(op: str, name: str, t, dims_note: str = "") -> None:
     check_triton_device(op, name, t)
 
 
+# Devices whose tensors a launch may take: GPUs (CUDA and ROCm both report "cuda"), the
+# CPU under Triton's interpreter, and "meta" while launches are recorded, not run
+# (op_tests/utils/kernel_builds.offline, scripts/check_targets.py).
+LAUNCH_DEVICES: set[str] = {"cuda", "cpu"} if TRITON_INTERPRET else {"cuda"}
+
+
 def check_triton_device(op: str, name: str, t: torch.Tensor) -> None:
-    if t.device.type == "cpu" and not TRITON_INTERPRET:
+    """``t`` on a device the Triton backend launches on (a GPU; the CPU under the interpreter)."""
+    kind = t.device.type
+    if kind in LAUNCH_DEVICES:
+        return
+    if kind == "cpu":
         raise ValueError(
             f"{op}: {name} is on the CPU; the Triton backend needs a GPU tensor "
             "(or TRITON_INTERPRET=1 set before import); use aiter_lite.ops.native for CPU tensors"
         )
+    raise ValueError(f"{op}: {name} is on the {kind} device; the Triton backend needs a GPU tensor "
+                     f"(or a CPU one with TRITON_INTERPRET=1)")
 
 
 def check_same_device(op: str, name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:

@@ -6,8 +6,8 @@ argument and formats a cache key on each call: 40-60 us on a slow host for a ker
 of 2-5 us at decode sizes. A serving loop calls each op with the same shapes step
 after step, so :func:`planned` keeps, per op, the launch a call made, under a key of
 what all that host work depends on (each tensor's shape, strides, dtype, device and
-16-byte alignment, which inputs share memory; every other argument's value; the
-current device and stream): the compiled kernel, its grid and every argument but the
+16-byte alignment, which inputs share an allocation and at what offsets; every other
+argument's value; the current device and stream): the compiled kernel, its grid and every argument but the
 call's tensors. A later call with the same key launches it directly, as
 torch.compile's generated code does, allocating the outputs an allocating op returns.
 
@@ -97,7 +97,8 @@ def fast_launch_enabled() -> bool:
     Triton whose launcher convention plans know."""
     global _enabled
     if _enabled is None:
-        _enabled = not TRITON_INTERPRET and torch.cuda.is_available() and envs.fast_launch()
+        wanted = envs.fast_launch()  # read first: a bad value raises whether or not plans could run
+        _enabled = wanted and not TRITON_INTERPRET and torch.cuda.is_available()
         if _enabled and not _launcher_convention():
             _log.warning("aiter_lite: launch plans off: this Triton's CompiledKernel launcher takes other arguments")
             _enabled = False
@@ -174,14 +175,19 @@ def _key(args: tuple, names: tuple = ()) -> tuple | None:
     with calls aliasing alike."""
     key = [*_device_stream(), names]
     first: dict = {}
+    storages: dict = {}
     grad = torch.is_grad_enabled()
     for i, a in enumerate(args):
         if isinstance(a, torch.Tensor):
             if (grad and a.requires_grad) or (_CPU_IS_HOST and a.is_cpu):
                 return None
             ptr = a.data_ptr()
+            # the first input in the same allocation and the byte offset from it: calls share a
+            # key only where their tensors overlap alike (the checked path refuses outputs
+            # that overlap other arguments; a plan must not let a new overlap through)
+            j, base_ptr = storages.setdefault(ptr - a.storage_offset() * a.dtype.itemsize, (i, ptr))
             key += (a.shape, a.stride(), a.dtype, a.get_device(), ptr & 15,
-                    first.setdefault(ptr, i) if a.numel() else i)
+                    first.setdefault(ptr, i) if a.numel() else i, j, ptr - base_ptr)
         else:
             key += (a.__class__, a)
     return tuple(key)

@@ -11,16 +11,26 @@ annotations, the fake kernel from the native reference of the same name at the m
 module path (``aiter_lite.ops.native.<same path>``). What the declaration adds is what the
 signature cannot say: the tensors the op writes (``mutates``: the registered op returns
 nothing), the optional output buffers of an allocating op (``buffers``: left out of the
-registered op, which allocates), and a switch that asks for host checks (``unless``).
+registered op, which allocates), the exact aliases it allows between an output and an
+input (``aliases``: ``out=input`` of an in-place norm), and a switch that asks for host
+checks (``unless``).
+
+Every call's checked path (``utils.fast_launch``) first refuses a written tensor (``mutates``
+and ``buffers``) whose elements overlap one another or overlap another argument other than
+as a declared alias (``utils.overlap``): what torch refuses of its own outputs.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import inspect
+from dataclasses import dataclass, field
 from typing import Callable
 
+import torch
+
 from aiter_lite.utils.fast_launch import planned
+from aiter_lite.utils.overlap import check_written
 
 __all__ = ["PublicOp", "PUBLIC_OPS", "public_op"]
 
@@ -32,6 +42,7 @@ class PublicOp:
     mutates: tuple[str, ...]  # arguments it writes
     buffers: tuple[str, ...]  # optional output buffers of an allocating op
     module: str  # where it is defined (aiter_lite.ops.triton...)
+    aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # output -> the inputs it may be
 
     @property
     def python(self) -> Callable:
@@ -43,13 +54,36 @@ PUBLIC_OPS: dict[str, PublicOp] = {}
 
 
 def public_op(fn: Callable | None = None, *, mutates: tuple[str, ...] = (), buffers: tuple[str, ...] = (),
-              unless: Callable[[], bool] | None = None):
+              aliases: dict[str, tuple[str, ...]] | None = None, unless: Callable[[], bool] | None = None):
     """Declare a public op (see the module doc); returns it with launch plans."""
     if fn is None:
-        return functools.partial(public_op, mutates=mutates, buffers=buffers, unless=unless)
+        return functools.partial(public_op, mutates=mutates, buffers=buffers, aliases=aliases, unless=unless)
     if fn.__name__ in PUBLIC_OPS:
         raise ValueError(f"public_op: {fn.__name__} is declared twice ({PUBLIC_OPS[fn.__name__].module}, "
                          f"{fn.__module__})")
-    wrapped = planned(fn, unless=unless)
-    PUBLIC_OPS[fn.__name__] = PublicOp(fn.__name__, wrapped, tuple(mutates), tuple(buffers), fn.__module__)
+    aliases = {k: tuple(v) for k, v in (aliases or {}).items()}
+    wrapped = planned(_written_apart(fn, frozenset(mutates) | frozenset(buffers), aliases), unless=unless)
+    PUBLIC_OPS[fn.__name__] = PublicOp(fn.__name__, wrapped, tuple(mutates), tuple(buffers), fn.__module__, aliases)
     return wrapped
+
+
+def _written_apart(fn: Callable, written: frozenset[str], aliases: dict[str, tuple[str, ...]]) -> Callable:
+    """``fn`` after :func:`~aiter_lite.utils.overlap.check_written` on its tensor arguments
+    (not while torch.compile traces: a traced graph's tensors have no memory yet)."""
+    names = tuple(inspect.signature(fn).parameters)
+    unknown = (written | set(aliases) | {a for v in aliases.values() for a in v}) - set(names)
+    if unknown:
+        raise ValueError(f"public_op: {fn.__name__} declares {sorted(unknown)}, which are not its arguments")
+    if not written:
+        return fn
+    op = fn.__name__
+
+    @functools.wraps(fn)
+    def checked(*args, **kwargs):
+        if not torch.compiler.is_compiling():
+            tensors = [(names[i], a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+            tensors += [(k, a) for k, a in kwargs.items() if isinstance(a, torch.Tensor)]
+            check_written(op, tensors, written, aliases)
+        return fn(*args, **kwargs)
+
+    return checked

@@ -1,5 +1,7 @@
 """aiter_lite.ops.triton.activation against the fp32 native reference."""
 
+import inspect
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -78,12 +80,11 @@ def test_gated_writes_only_out_and_leaves_input():
     assert_close(out, ref.act_and_mul(torch.empty_like(out), x, "silu"))
 
 
-def test_gated_in_place_over_gate_half():
-    # out aliasing the gate half (same rows) is safe: each tile reads before it writes.
+def test_gated_out_over_gate_half_refused():
+    # out over the gate half partly overlaps input: refused, as torch refuses such an out.
     x = make_rows(11, 2 * 300, torch.float32)
-    expected = ref.act_and_mul(torch.empty(11, 300, device=DEVICE), x, "silu")
-    act.silu_and_mul(x[:, :300], x)
-    assert_close(x[:, :300], expected)
+    with pytest.raises(ValueError, match=r"^silu_and_mul: out overlaps input"):
+        act.silu_and_mul(x[:, :300], x)
 
 
 def test_gated_nan_stays_in_its_row():
@@ -197,6 +198,22 @@ def test_nan_propagates_elementwise():
 
 # ---- bad input: a TypeError / ValueError naming the argument ----------------------------------
 
+def assert_each_tensor_refused_on_meta(op, *args, **kwargs):
+    """``op(*args, **kwargs)`` with each tensor argument in turn on the meta device (Triton
+    launches on none): a ValueError from the public op naming that argument, as the caller
+    named it (on the meta device, or not on the device of one that was checked)."""
+    names = list(inspect.signature(op).parameters)
+    slots = [(i, names[i]) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    slots += [(k, k) for k, a in kwargs.items() if isinstance(a, torch.Tensor)]
+    assert slots
+    for key, name in slots:
+        a, kw = list(args), dict(kwargs)
+        where = a if isinstance(key, int) else kw
+        where[key] = torch.empty(where[key].shape, dtype=where[key].dtype, device="meta")
+        with pytest.raises(ValueError, match=rf"^{op.__name__}: {name} (is on the meta device|must be on )"):
+            op(*a, **kw)
+
+
 def _x(m=4, n=16, dtype=torch.float32):
     return make_rows(m, n, dtype)
 
@@ -242,8 +259,35 @@ def test_elementwise_bad_input(case, call, exc, match):
         call()
 
 
+def test_meta_tensors_refused():
+    """Every op, every tensor argument: refused by the public op before Triton sees it."""
+    x, out = _x(), torch.empty(4, 8, device=DEVICE)
+    for op in (act.silu_and_mul, act.gelu_and_mul, act.gelu_tanh_and_mul):
+        assert_each_tensor_refused_on_meta(op, out, x)
+    assert_each_tensor_refused_on_meta(act.act_and_mul, out, x, "silu")
+    assert_each_tensor_refused_on_meta(act.fused_silu_mul, x)
+    assert_each_tensor_refused_on_meta(act.fused_silu_mul, x, out=out)
+    for op in (act.silu, act.relu):
+        assert_each_tensor_refused_on_meta(op, x)
+    assert_each_tensor_refused_on_meta(act.gelu, x, "tanh")
+
+
+def test_fused_silu_mul_names_its_arguments():
+    """fused_silu_mul's errors under its own name and its caller's names (x, out)."""
+    with pytest.raises(TypeError, match=r"^fused_silu_mul: x must be a torch.Tensor"):
+        act.fused_silu_mul([1.0, 2.0])
+    with pytest.raises(ValueError, match=r"^fused_silu_mul: x last dim must be even"):
+        act.fused_silu_mul(_x(4, 7))
+    with pytest.raises(ValueError, match=r"^fused_silu_mul: out must have shape \(4, 8\) for x \(4, 16\)"):
+        act.fused_silu_mul(_x(), out=torch.empty(4, 7, device=DEVICE))
+    with pytest.raises(TypeError, match=r"^fused_silu_mul: out must be float32"):
+        act.fused_silu_mul(_x(), out=torch.empty(4, 8, device=DEVICE, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"^fused_silu_mul: out must have unit stride"):
+        act.fused_silu_mul(_x(), out=torch.empty(4, 16, device=DEVICE)[:, ::2])
+
+
 def test_cpu_tensor_without_interpreter(monkeypatch):
-    monkeypatch.setattr(checks, "TRITON_INTERPRET", False)
+    monkeypatch.setattr(checks, "LAUNCH_DEVICES", {"cuda"})  # as without the interpreter
     x = torch.randn(4, 16)
     with pytest.raises(ValueError, match="input is on the CPU; the Triton backend needs a GPU tensor"):
         act.silu_and_mul(torch.empty(4, 8), x)

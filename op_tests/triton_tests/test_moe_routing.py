@@ -15,6 +15,7 @@ from torch.library import opcheck
 from aiter_lite.ops.native import moe_routing as ref
 from aiter_lite.ops.triton import moe_routing as tri
 from aiter_lite.spec.device import PROFILES
+from op_tests.triton_tests.test_activation import assert_each_tensor_refused_on_meta
 from op_tests.utils import DEVICE, ON_GPU, assert_close, by_device, make_rows, poisoned
 
 EXPERTS = (8, 16, 60, 64, 128, 144, 160, 256, 384, 512)
@@ -428,6 +429,27 @@ def _bad_calls():
         (ValueError, "correction_bias must be on gating_output's device",
          lambda: tri.biased_grouped_topk(x, torch.zeros(64, device="meta"), 2, 8, 2, True)),
     ]
+
+
+def test_meta_tensors_refused():
+    """gating_output or correction_bias on a device Triton cannot launch on: a ValueError
+    naming the public op and the argument, before the launch."""
+    x, bias = make_rows(4, 64, torch.float32), torch.randn(64, device=DEVICE)
+    assert_each_tensor_refused_on_meta(tri.topk_softmax, x, 2, True)
+    assert_each_tensor_refused_on_meta(tri.grouped_topk, x, 2, 8, 2, True)
+    assert_each_tensor_refused_on_meta(tri.biased_grouped_topk, x, bias, 2, 8, 2, True)
+    assert_each_tensor_refused_on_meta(tri.moe_routing, x, 2, "sigmoid", True, 8, 2, bias)
+
+
+def test_expanded_and_strided_bias():
+    """A bias read through its stride: a broadcast one (stride 0) and every other element of a longer one."""
+    x = make_rows(5, 64, torch.float32)
+    for bias in (torch.full((1,), 0.3, device=DEVICE).expand(64), torch.randn(128, device=DEVICE)[1::2]):
+        got = tri.biased_grouped_topk(x, bias, 4, 8, 2, True, 2.0)
+        want = tri.biased_grouped_topk(x, bias.contiguous(), 4, 8, 2, True, 2.0)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        want = ref.biased_grouped_topk(x, bias, 4, 8, 2, True, 2.0)
+        assert torch.equal(got[1], want[1])
 
 
 @pytest.mark.parametrize("case", range(len(_bad_calls())))

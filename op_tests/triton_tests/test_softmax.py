@@ -9,6 +9,7 @@ import aiter_lite.ops.triton.softmax as sm_mod
 from aiter_lite.ops.native import softmax as native
 from aiter_lite.ops.triton import softmax as tri
 from aiter_lite.spec.device import INTERPRETER, PROFILES
+from op_tests.triton_tests.test_activation import assert_each_tensor_refused_on_meta
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device, make_rows
 
 OPS = ["softmax", "log_softmax"]
@@ -122,6 +123,15 @@ def test_bad_arguments():
         tri.softmax(x, 1.0)
     with pytest.raises(TypeError, match="softmax: x must be a torch.Tensor"):
         tri.softmax([1.0, 2.0])
+
+
+def test_meta_tensors_refused():
+    """x on a device Triton cannot launch on: a ValueError naming the op and x, whatever the dim or rank."""
+    x = torch.randn(2, 3, device=DEVICE)
+    for op in (tri.softmax, tri.log_softmax):
+        assert_each_tensor_refused_on_meta(op, x)
+        assert_each_tensor_refused_on_meta(op, x, 0)
+        assert_each_tensor_refused_on_meta(op, x[0, 0])
 
 
 @pytest.mark.parametrize("profile", [INTERPRETER, *PROFILES.values()], ids=lambda p: p.name)

@@ -11,6 +11,7 @@ import aiter_lite.ops.triton.topk as topk_mod
 from aiter_lite.ops.native import topk as native
 from aiter_lite.ops.triton.topk import TopkLaunchConfig, topk, topk_launch_config
 from aiter_lite.utils.launch import cdiv
+from op_tests.triton_tests.test_activation import assert_each_tensor_refused_on_meta
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, by_device, make_rows
 
 NAN, INF = float("nan"), float("inf")
@@ -267,9 +268,10 @@ def _bad_calls():
         (TypeError, "k must be an int, got float", lambda: topk(x, 2.0)),
         (TypeError, "k must be an int, got bool", lambda: topk(x, True)),
         (TypeError, "k must be an int, got Tensor", lambda: topk(x, torch.tensor([2]))),
-        (ValueError, r"k must be in \[0, 10\] \(x.shape\[1\] for x of shape \(3, 10\)\), got 11", lambda: topk(x, 11)),
+        (ValueError, r"k must be in \[0, 10\] \(x.shape\[dim\] for dim=1 and x of shape \(3, 10\)\), got 11",
+         lambda: topk(x, 11)),
         (ValueError, r"k must be in \[0, 10\] .*got -1", lambda: topk(x, -1)),
-        (ValueError, r"k must be in \[0, 3\] \(x.shape\[0\]", lambda: topk(x, 4, 0)),
+        (ValueError, r"k must be in \[0, 3\] \(x.shape\[dim\] for dim=0 ", lambda: topk(x, 4, 0)),
         (ValueError, r"k must be in \[0, 1\]", lambda: topk(torch.tensor(1.0, device=DEVICE), 2)),
         (TypeError, "dim must be an int, got float", lambda: topk(x, 2, 1.0)),
         (ValueError, r"dim must be in \[-2, 1\] for x of shape \(3, 10\), got 2", lambda: topk(x, 2, 2)),
@@ -286,11 +288,25 @@ def test_bad_input(case):
         call()
 
 
+def test_meta_tensors_refused():
+    """x on a device Triton cannot launch on: a ValueError naming topk and x (any dim, 0-dim too)."""
+    x = make_rows(3, 10, torch.float32)
+    assert_each_tensor_refused_on_meta(topk, x, 2)
+    assert_each_tensor_refused_on_meta(topk, x, 2, 0)
+    assert_each_tensor_refused_on_meta(topk, x[0, 0], 1)
+
+
+def test_pinned_config_named():
+    """A pinned config that cannot hold k is refused under topk's name and its argument's."""
+    with pytest.raises(ValueError, match=r"^topk: config .* does not fit a row of 10 with k = 5"):
+        topk(make_rows(3, 10, torch.float32), 5, config=TopkLaunchConfig(1, 16, 2, False, 4))
+
+
 @pytest.mark.skipif(ON_GPU, reason="the Triton interpreter only")
 def test_cpu_tensor_without_interpreter(monkeypatch):
     from aiter_lite.utils import checks
 
-    monkeypatch.setattr(checks, "TRITON_INTERPRET", False)
+    monkeypatch.setattr(checks, "LAUNCH_DEVICES", {"cuda"})  # as without the interpreter
     with pytest.raises(ValueError, match="x is on the CPU; the Triton backend needs a GPU tensor"):
         topk(torch.randn(2, 8), 2)
 

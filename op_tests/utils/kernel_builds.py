@@ -40,9 +40,12 @@ def offline() -> None:
     """Launches recorded, not run (for the rest of the process)."""
     from triton.runtime.jit import JITFunction
 
+    from aiter_lite.utils import checks
+
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         raise RuntimeError("kernel_builds needs JITFunctions: run it without TRITON_INTERPRET")
     JITFunction.__getitem__ = lambda self, grid: (lambda *args, **meta: None)
+    checks.LAUNCH_DEVICES.add("meta")  # nothing is launched: the wrappers run on meta tensors
 
 
 def _meta(*shape, dtype=torch.bfloat16, grad=False) -> torch.Tensor:

@@ -128,7 +128,9 @@ def _gated(op: str, out: torch.Tensor, input: torch.Tensor, activation: str, con
     """Checked ``out = act(input[..., :d]) * input[..., d:]``; ``names`` are the caller's for out and input."""
     out_name, in_name = names
     check_float_tensor(op, in_name, input)
+    check_triton_device(op, in_name, input)
     check_float_tensor(op, out_name, out)
+    check_same_device(op, out_name, out, in_name, input)
     if input.dim() == 0 or input.shape[-1] % 2:
         raise ValueError(f"{op}: {in_name} last dim must be even (gate, then up), got shape {tuple(input.shape)}")
     d = input.shape[-1] // 2
@@ -136,10 +138,8 @@ def _gated(op: str, out: torch.Tensor, input: torch.Tensor, activation: str, con
     if tuple(out.shape) != expected:
         raise ValueError(f"{op}: {out_name} must have shape {expected} for {in_name} {tuple(input.shape)}, "
                          f"got {tuple(out.shape)}")
-    check_same_device(op, out_name, out, in_name, input)
     check_unit_last_stride(op, in_name, input)
     check_unit_last_stride(op, out_name, out)
-    check_triton_device(op, in_name, input)
     if debug_on():
         log_call(op, **{out_name: out, in_name: input})
     if out.numel() == 0:
@@ -180,6 +180,7 @@ def fused_silu_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Te
     """Allocating SwiGLU: ``silu(x[..., :d]) * x[..., d:]`` into ``out`` (allocated when None)."""
     if out is None:
         check_float_tensor("fused_silu_mul", "x", x)
+        check_triton_device("fused_silu_mul", "x", x)
         if x.dim() == 0:
             raise ValueError("fused_silu_mul: x must have at least 1 dim, got a 0-dim tensor")
         out = torch.empty((*x.shape[:-1], x.shape[-1] // 2), dtype=x.dtype, device=x.device)

@@ -186,7 +186,7 @@ def _check_config(cfg: TopkLaunchConfig, n: int, k: int) -> None:
     else:
         ok = ok and k <= cfg.BLOCK_K and next_power_of_2(n) <= cfg.BLOCK_N and (cfg.SELECT or cfg.BLOCK_K >= 2)
     if not ok:
-        raise ValueError(f"topk: launch config {cfg} does not fit a row of {n} with k = {k}")
+        raise ValueError(f"topk: config {cfg} does not fit a row of {n} with k = {k}")
 
 
 def topk_rows(x: torch.Tensor, x_strides: tuple, n: int, values: torch.Tensor, indices: torch.Tensor,
@@ -321,7 +321,8 @@ def topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: b
     sorted = check_bool("topk", "sorted", sorted)
     n = x.shape[dim] if x.dim() else 1
     if not 0 <= k <= n:
-        raise ValueError(f"topk: k must be in [0, {n}] (x.shape[{dim}] for x of shape {tuple(x.shape)}), got {k}")
+        raise ValueError(f"topk: k must be in [0, {n}] (x.shape[dim] for dim={dim} and x of shape "
+                         f"{tuple(x.shape)}), got {k}")
     if n > MAX_ROW:
         raise ValueError(f"topk: x.shape[{dim}] must be at most {MAX_ROW}, got {n}")
     check_triton_device("topk", "x", x)

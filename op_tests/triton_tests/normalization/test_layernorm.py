@@ -5,6 +5,7 @@ import torch
 
 from aiter_lite.ops.native.normalization import layernorm as ref
 from aiter_lite.ops.triton.normalization import layernorm as tri
+from op_tests.triton_tests.test_activation import assert_each_tensor_refused_on_meta
 from op_tests.utils import DEVICE, DTYPES, assert_close, by_device, make_rows, poisoned, tolerance
 from op_tests.utils.norm import (
     BWD_SHAPES,
@@ -159,4 +160,47 @@ def test_bad_input():
     with pytest.raises(TypeError, match="weight_offset must be a real number"):
         tri.layer_norm(x, w, b, weight_offset=None)
     with pytest.raises(ValueError, match="residual_out must have input's shape"):
-        tri.layernorm2d_fwd_with_add(torch.empty_like(x), x, x, x[:, :32], w, b, EPS)
+        tri.layernorm2d_fwd_with_add(torch.empty_like(x), x, x, torch.empty(4, 32, device=DEVICE), w, b, EPS)
+
+
+@pytest.mark.parametrize("regime", [None, *LOOPED_FWD])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_nonfinite_row_as_reference(bad, regime, monkeypatch):
+    """A NaN or an inf in a row makes it NaN (inf - inf), in every regime, as the reference; other rows untouched."""
+    if regime:
+        pin_config(monkeypatch, fwd=LOOPED_FWD[regime])
+    n = 300
+    x = make_rows(3, n, torch.float32)
+    w, b = weights(n, torch.float32, bias=True)
+    x[1, 7] = bad
+    y = tri.layer_norm(x, w, b, EPS)
+    assert y[1].isnan().all()
+    assert_close(y[[0, 2]], ref.layer_norm(x[[0, 2]], w, b, EPS), name="rows without the NaN")
+
+
+def test_eps_is_a_finite_real_at_least_zero():
+    """layer_norm's ``eps``, layernorm2d_fwd_with_add's ``epsilon``: finite and >= 0 (0 allowed)."""
+    x, r = make_rows(2, 16, torch.float32), make_rows(2, 16, torch.float32)
+    w, b = weights(16, torch.float32, bias=True)
+
+    def add(eps):
+        return tri.layernorm2d_fwd_with_add(torch.empty_like(x), x, r, torch.empty_like(x), w, b, eps)
+
+    for eps in (-1e-5, float("-inf"), float("inf"), float("nan")):
+        with pytest.raises(ValueError, match=r"^layer_norm: eps must be"):
+            tri.layer_norm(x, w, b, eps)
+        with pytest.raises(ValueError, match=r"^layernorm2d_fwd_with_add: epsilon must be"):
+            add(eps)
+    with pytest.raises(TypeError, match=r"^layer_norm: eps must be a real number"):
+        tri.layer_norm(x, w, b, "1e-5")
+    _check_ln(x, w, b, eps=0.0)
+    add(0.0)
+
+
+def test_meta_tensors_refused():
+    """Each tensor argument on a device Triton cannot launch on: a ValueError naming the op and the argument."""
+    x, r = make_rows(2, 16, torch.float32), make_rows(2, 16, torch.float32)
+    w, b = weights(16, torch.float32, bias=True)
+    assert_each_tensor_refused_on_meta(tri.layer_norm, x, w, b, EPS, w)
+    assert_each_tensor_refused_on_meta(tri.layernorm2d_fwd_with_add, torch.empty_like(x), x, r, torch.empty_like(r),
+                                       w, b, EPS, w)

@@ -5,6 +5,7 @@ import torch
 
 from aiter_lite.ops.native.normalization import rmsnorm as ref
 from aiter_lite.ops.triton.normalization import rmsnorm as tri
+from op_tests.triton_tests.test_activation import assert_each_tensor_refused_on_meta
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device, make_rows, poisoned, tolerance
 from op_tests.utils.norm import (
     BWD_SHAPES,
@@ -87,6 +88,13 @@ def test_rmsnorm2d_fwd_with_add_aliasing(alias, monkeypatch):
     tri.rmsnorm2d_fwd_with_add(out, x, r, r_out, w, EPS)
     assert_close(r_out, e_r, name="residual_out")
     assert_close(out, e_out, atol=tolerance(dtype, n)[0], name="out")
+
+
+def test_rmsnorm2d_fwd_with_add_undeclared_alias_refused():
+    """out over residual_in is not an alias the op declares (out=input; residual_out=residual_in or input)."""
+    x, r, w = make_rows(3, 40, torch.float32), make_rows(3, 40, torch.float32), weights(40, torch.float32)
+    with pytest.raises(ValueError, match=r"^rmsnorm2d_fwd_with_add: out overlaps residual_in"):
+        tri.rmsnorm2d_fwd_with_add(r, x, r, torch.empty_like(r), w, EPS)
 
 
 @pytest.mark.parametrize("regime", list(LOOPED_FWD))
@@ -210,7 +218,8 @@ def _bad_calls():
          lambda: tri.rmsnorm2d_fwd_with_add(torch.empty(4, 65, device=DEVICE), x, r, torch.empty_like(x), w, EPS)),
         (TypeError, "residual must be float32", lambda: tri.fused_add_rms_norm(x, r.to(torch.int32), w, EPS)),
         (ValueError, "residual_out .* cannot be viewed as rows",
-         lambda: tri.rmsnorm2d_fwd_with_add(torch.empty_like(x3), x3, x3, x3.transpose(0, 1), None, EPS)),
+         lambda: tri.rmsnorm2d_fwd_with_add(torch.empty_like(x3), x3, x3, torch.empty_like(x3).transpose(0, 1), None,
+                                            EPS)),
     ]
 
 
@@ -228,3 +237,40 @@ def test_bad_device():
         tri.rms_norm(x, w.cpu(), EPS)
     with pytest.raises(ValueError, match="the Triton backend needs a GPU tensor"):
         tri.rms_norm(x.cpu(), w.cpu(), EPS)
+
+
+def test_epsilon_is_a_finite_real_at_least_zero():
+    """Every RMSNorm name: ``epsilon`` finite and >= 0 (0 allowed), else a ValueError naming it."""
+    x, r, w = make_rows(2, 16, torch.float32), make_rows(2, 16, torch.float32), weights(16, torch.float32)
+    calls = {
+        "rms_norm": lambda eps: tri.rms_norm(x, w, eps),
+        "rmsnorm2d_fwd_with_add":
+            lambda eps: tri.rmsnorm2d_fwd_with_add(torch.empty_like(x), x, r, torch.empty_like(r), w, eps),
+        "fused_add_rms_norm": lambda eps: tri.fused_add_rms_norm(x.clone(), r.clone(), w, eps),
+    }
+    for name, call in calls.items():
+        for eps in (-1e-6, float("-inf"), float("inf"), float("nan")):
+            with pytest.raises(ValueError, match=rf"^{name}: epsilon must be"):
+                call(eps)
+        call(0.0)
+    _check_rms(x, w, eps=0.0)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_nonfinite_row_as_reference(bad):
+    """A NaN or inf in a row: that row as the reference's (NaN where x / rms is inf / inf), the others untouched."""
+    x, w = make_rows(3, 40, torch.float32), weights(40, torch.float32)
+    x[1, 3] = bad
+    y = tri.rms_norm(x, w, EPS)
+    y_ref = ref.rms_norm(x, w, EPS)
+    assert torch.equal(y[1].isnan(), y_ref[1].isnan()) and y[1].isnan().any()
+    assert_close(y[[0, 2]], y_ref[[0, 2]], name="rows without the NaN")
+
+
+def test_meta_tensors_refused():
+    """Each tensor argument on a device Triton cannot launch on: a ValueError naming the op and the argument."""
+    x, r, w = make_rows(2, 16, torch.float32), make_rows(2, 16, torch.float32), weights(16, torch.float32)
+    assert_each_tensor_refused_on_meta(tri.rms_norm, x, w, EPS)
+    assert_each_tensor_refused_on_meta(tri.rmsnorm2d_fwd_with_add, torch.empty_like(x), x, r, torch.empty_like(r), w,
+                                       EPS)
+    assert_each_tensor_refused_on_meta(tri.fused_add_rms_norm, x, r, w, EPS)

@@ -23,13 +23,17 @@ from aiter_lite.ops.triton.quant import act_quant as fused
 from aiter_lite.ops.triton.quant.quant import QuantLaunchConfig
 from aiter_lite.spec.device import INTERPRETER
 from op_tests.triton_tests.quant.test_quant import (  # noqa: F401  (_storable: skips qdtypes this device cannot store)
+    BADS,
     SUPPORTED,
     _assert_codes,
     _assert_scales,
     _poisoned_q,
+    _same,
     _storable,
+    assert_nonfinite_isolated,
 )
 from op_tests.triton_tests.quant.test_quant import _assert_dequant as _dequant_within
+from op_tests.triton_tests.test_activation import assert_each_tensor_refused_on_meta
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device, make_rows
 from op_tests.utils.inputs import poison_allocations
 
@@ -403,3 +407,82 @@ def test_compiled_call_refuses_a_dtype_the_device_cannot_store(without_e4m3fn):
     q, _ = torch.compile(op, backend=COMPILE_BACKEND, fullgraph=True)(x, "silu", 64, torch.float8_e5m2)
     assert q.dtype == torch.float8_e5m2
     torch._dynamo.reset()
+
+
+# ---------------------------------------------------------------------------
+# NaN and inf in y: visible in their own row (group), never in another
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["regs", "looped"])
+@pytest.mark.parametrize("bad", BADS)
+@pytest.mark.parametrize("qdtype", Q_DTYPES, ids=str)
+def test_per_token_nonfinite_row(qdtype, bad, looped):
+    """A NaN in one row's gate or an inf in its up half: that row's scale NaN / inf as the
+    reference's, every other row bit for bit the clean input's."""
+    dtype = DTYPES[Q_DTYPES.index(qdtype) % len(DTYPES)]
+    cfg = QuantLaunchConfig(1, 16, 4, LOOPED=True) if looped else None
+    x = make_rows(4, 2 * 24, dtype, strided=True, scale=3.0)
+
+    def run(x):
+        return fused.act_mul_and_fp8_quant(x, "silu", dtype_quant=qdtype, config=cfg)
+
+    def ref(x):
+        return native.act_mul_and_fp8_quant(x, "silu", dtype_quant=qdtype)
+
+    at = (1, 20) if bad == "nan" else (1, 24 + 20)  # gate NaN; up inf (silu(gate) * inf)
+    assert_nonfinite_isolated(run, ref, x, at, BADS[bad], 1, 20)
+
+
+@pytest.mark.parametrize("bad", BADS)
+@pytest.mark.parametrize("qdtype", Q_DTYPES, ids=str)
+def test_group_nonfinite(qdtype, bad):
+    """A NaN / inf in one group of one row: that group's scale only (the partial last one too)."""
+    dtype = DTYPES[Q_DTYPES.index(qdtype) % len(DTYPES)]
+    x = make_rows(3, 2 * 40, dtype, scale=3.0)
+
+    def run(x):
+        return fused.act_mul_and_fp8_group_quant(x, "silu", 16, dtype_quant=qdtype, column_major_scales=True)
+
+    def ref(x):
+        return native.act_mul_and_fp8_group_quant(x, "silu", 16, dtype_quant=qdtype)
+
+    assert_nonfinite_isolated(run, ref, x, (2, 17) if bad == "nan" else (2, 40 + 17), BADS[bad], 2, 17, 16)
+    assert_nonfinite_isolated(run, ref, x, (0, 38) if bad == "nan" else (0, 40 + 38), BADS[bad], 0, 38, 16)
+
+
+@pytest.mark.parametrize("qdtype", Q_DTYPES, ids=str)
+def test_static_nonfinite(qdtype):
+    """Static: y's NaN is NaN in fp8, 0 in int8, its inf saturates, as the reference; nothing else moves."""
+    x = make_rows(3, 2 * 24, torch.bfloat16, scale=3.0)
+    scale = torch.tensor([0.02], device=DEVICE)
+    clean = fused.silu_and_mul_quant(_poisoned_q((3, 24), qdtype), x, scale)
+    x[1, 0], x[1, 24 + 1] = float("nan"), float("inf")
+    out = fused.silu_and_mul_quant(_poisoned_q((3, 24), qdtype), x, scale)
+    out_ref = native.silu_and_mul_quant(torch.empty_like(out), x, scale)
+    assert _same(out[1, :2], out_ref[1, :2])
+    assert out[1, 0].float().isnan() if qdtype.is_floating_point else out[1, 0].item() == 0
+    assert out[1, 1].float().item() in quant.quant_range(qdtype)  # +-inf saturates
+    keep = torch.ones(3, 24, dtype=torch.bool, device=DEVICE)
+    keep[1, :2] = False
+    assert torch.equal(out.view(torch.uint8)[keep], clean.view(torch.uint8)[keep])
+    q, _ = fused.act_mul_and_fp8_quant(x, "silu", scale, qdtype)
+    assert torch.equal(q.view(torch.uint8), out.view(torch.uint8))
+
+
+def test_meta_tensors_refused():
+    """Every op, every tensor argument on a device Triton cannot launch on: named by the public op."""
+    x, one = make_rows(4, 128, torch.bfloat16), torch.ones(1, device=DEVICE)
+    out = torch.empty(4, 64, dtype=torch.int8, device=DEVICE)
+    assert_each_tensor_refused_on_meta(fused.act_mul_and_fp8_group_quant, x, "silu", 32)
+    assert_each_tensor_refused_on_meta(fused.act_mul_and_fp8_quant, x, "silu", one)
+    assert_each_tensor_refused_on_meta(fused.act_mul_and_fp8_quant, x, "silu", None, None, one)
+    assert_each_tensor_refused_on_meta(fused.silu_and_mul_quant, out, x, one)
+
+
+def test_flags_and_configs_named():
+    x = make_rows(4, 128, torch.bfloat16)
+    with pytest.raises(TypeError, match=r"^act_mul_and_fp8_group_quant: column_major_scales must be a bool"):
+        fused.act_mul_and_fp8_group_quant(x, "silu", 32, column_major_scales="yes")
+    with pytest.raises(ValueError, match=r"^act_mul_and_fp8_group_quant: config's BLOCK_N must be a multiple of "
+                                         r"group_size 32, got 16"):
+        fused.act_mul_and_fp8_group_quant(x, "silu", 32, config=QuantLaunchConfig(1, 16, 4))

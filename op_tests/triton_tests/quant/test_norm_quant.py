@@ -18,8 +18,16 @@ from aiter_lite.ops.triton.normalization import layernorm, rmsnorm
 from aiter_lite.ops.triton.quant import norm_quant as fused
 from aiter_lite.ops.triton.quant.norm_quant import NormQuantLaunchConfig
 from aiter_lite.spec.device import INTERPRETER
-from op_tests.triton_tests.quant.test_quant import _assert_codes, _poisoned_q, _storable  # noqa: F401 (autouse)
+from op_tests.triton_tests.quant.test_quant import (  # noqa: F401 (_storable: autouse)
+    BADS,
+    _assert_codes,
+    _poisoned_q,
+    _same,
+    _storable,
+    assert_nonfinite_isolated,
+)
 from op_tests.triton_tests.quant.test_quant import _assert_dequant as _dequant_within
+from op_tests.triton_tests.test_activation import assert_each_tensor_refused_on_meta
 from op_tests.utils import DEVICE, DTYPES, assert_close, by_device, make_rows
 
 Q_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.int8)
@@ -231,8 +239,144 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="scale must have one element"):
         fused.rms_norm_static_fp8_quant(q, x, w, torch.ones(2, device=DEVICE), 1e-6)
     with pytest.raises(ValueError, match="residual_in must have input's shape"):
-        fused.rmsnorm2d_fwd_with_add_dynamicquant(q, x, x[:2], x, s, w, 1e-6)
+        fused.rmsnorm2d_fwd_with_add_dynamicquant(q, x, x[:2], torch.empty_like(x), s, w, 1e-6)
     with pytest.raises(ValueError, match=r"xscale must have shape \(64,\)"):
         fused.rmsnorm2d_fwd_with_smoothquant(q, x, torch.ones(3, device=DEVICE), s, w, 1e-6)
     with pytest.raises(ValueError, match="scales must have 4 elements"):
         fused.rms_norm_dynamic_per_token_quant(q, x, w, torch.empty(5, device=DEVICE), 1e-6)
+
+
+# ---------------------------------------------------------------------------
+# NaN and inf: a row with either normalizes to NaN (inf / inf), visible in its own scale only
+
+# Every dynamic op, as (name, arguments after out and input given the row scales).
+def _dynamic_ops(m, n, dtype):
+    w = (torch.rand(n, device=DEVICE) + 0.5).to(dtype)
+    b = torch.randn(n, device=DEVICE).to(dtype)
+    xs = torch.rand(n, device=DEVICE) + 0.5
+    r = make_rows(m, n, dtype)
+    ro = lambda: torch.empty_like(r)  # noqa: E731
+    return {
+        "rmsnorm2d_fwd_with_dynamicquant": lambda s: (s, w, 1e-6),
+        "rmsnorm2d_fwd_with_smoothquant": lambda s: (xs, s, w, 1e-6),
+        "rmsnorm2d_fwd_with_add_dynamicquant": lambda s: (r, ro(), s, w, 1e-6),
+        "rmsnorm2d_fwd_with_add_smoothquant": lambda s: (r, ro(), xs, s, w, 1e-6),
+        "layernorm2d_fwd_with_dynamicquant": lambda s: (s, w, b, 1e-5),
+        "layernorm2d_fwd_with_smoothquant": lambda s: (xs, s, w, b, 1e-5),
+        "layernorm2d_fwd_with_add_dynamicquant": lambda s: (r, ro(), s, w, b, 1e-5),
+        "layernorm2d_fwd_with_add_smoothquant": lambda s: (r, ro(), xs, s, w, b, 1e-5),
+        "rms_norm_dynamic_per_token_quant": lambda s: (w, s, 1e-6, None, r.clone()),
+    }
+
+
+@pytest.mark.parametrize("bad", BADS)
+@pytest.mark.parametrize("qdtype", Q_DTYPES, ids=str)
+def test_dynamic_nonfinite_row(qdtype, bad):
+    """Every dynamic op: a NaN / inf in one row of fresh random rows makes that row's scale
+    NaN, as the reference's; every other row bit for bit the clean input's."""
+    dtype = DTYPES[Q_DTYPES.index(qdtype) % len(DTYPES)]
+    n = 24
+    x = make_rows(4, n, dtype, scale=3.0)
+    for name, tail in _dynamic_ops(4, n, dtype).items():
+        def call(impl, x, name=name, tail=tail):
+            q, s = _poisoned_q(x.shape, qdtype), _scales(x.shape)
+            getattr(impl, name)(q, x, *tail(s))
+            return q, s
+
+        assert_nonfinite_isolated(lambda x: call(fused, x), lambda x: call(native, x), x, (2, 5), BADS[bad], 2, 5)
+
+
+@pytest.mark.parametrize("cfg", [NormQuantLaunchConfig(1, 16, 4, LOOPED=True),
+                                 NormQuantLaunchConfig(1, 16, 4, LOOPED=True, STATIC=True)], ids=["looped", "static"])
+@pytest.mark.parametrize("bad", BADS)
+@pytest.mark.parametrize("is_rms", [True, False], ids=["rms", "ln"])
+def test_looped_nonfinite_row(is_rms, bad, cfg):
+    """The looped passes (runtime and compiled-in widths, a partial last chunk), with
+    smoothing and a scale bound: the row's scale NaN, the others untouched."""
+    dtype, qdtype = torch.bfloat16, torch.float8_e4m3fn
+    x, w, b = _case(3, 40, dtype)
+    xs = torch.rand(40, device=DEVICE) + 0.5
+    ub = torch.tensor([50.0], device=DEVICE)
+
+    def run(impl, head, extra):
+        def f(x):
+            q, s = _poisoned_q(x.shape, qdtype), _scales(x.shape)
+            impl.norm_quant(*head, q, x, w, None if is_rms else b, 1e-5, is_rms=is_rms, yscale=s, xscale=xs,
+                            scale_ub=ub, **extra)
+            return q, s
+        return f
+
+    assert_nonfinite_isolated(run(fused, ("t",), {"config": cfg}), run(native, (), {}), x, (0, 39), BADS[bad], 0, 39)
+
+
+@pytest.mark.parametrize("bad", BADS)
+@pytest.mark.parametrize("qdtype", Q_DTYPES, ids=str)
+def test_static_nonfinite_row(qdtype, bad):
+    """Static forms: the row's NaN values NaN in fp8, 0 in int8, as the reference's; other rows untouched."""
+    x, w, _ = _case(3, 24, torch.float16)
+    scale = torch.tensor([0.02], device=DEVICE)
+    res = make_rows(3, 24, torch.float16)
+    runs = {
+        "rms_norm_static_fp8_quant": lambda impl, q, x: impl.rms_norm_static_fp8_quant(q, x, w, scale, 1e-6),
+        "fused_add_rms_norm_static_fp8_quant":
+            lambda impl, q, x: impl.fused_add_rms_norm_static_fp8_quant(q, x, res.clone(), w, scale, 1e-6),
+    }
+    for name, run in runs.items():
+        clean = _poisoned_q(x.shape, qdtype)
+        run(fused, clean, x)
+        xb = x.clone()
+        xb[1, 3] = BADS[bad]
+        q, q_ref = _poisoned_q(x.shape, qdtype), torch.empty(x.shape, dtype=qdtype, device=DEVICE)
+        run(fused, q, xb)
+        run(native, q_ref, xb)
+        assert _same(q[1], q_ref[1]), name
+        assert torch.equal(q.view(torch.uint8)[[0, 2]], clean.view(torch.uint8)[[0, 2]]), name
+
+
+@pytest.mark.parametrize("name", fused.__all__[:11])
+def test_negative_epsilon(name):
+    """epsilon: a finite real >= 0 (0 allowed), named as the caller's argument."""
+    x, w, _ = _case(2, 8, torch.float32)
+    q, s = torch.empty(2, 8, dtype=torch.int8, device=DEVICE), _scales((2, 8))
+    if name.endswith("static_fp8_quant"):
+        args = ((q, x, w, torch.ones(1, device=DEVICE)) if name.startswith("rms") else
+                (q, x, torch.zeros_like(x), w, torch.ones(1, device=DEVICE)))
+        call = lambda eps: getattr(fused, name)(*args, eps)  # noqa: E731
+    else:
+        tail = _dynamic_ops(2, 8, torch.float32)[name](s)
+        i = next(i for i, a in enumerate(tail) if isinstance(a, float))
+        call = lambda eps: getattr(fused, name)(q, x, *tail[:i], eps, *tail[i + 1:])  # noqa: E731
+    for eps in (-1e-6, float("-inf"), float("nan")):
+        with pytest.raises(ValueError, match=rf"^{name}: epsilon must be"):
+            call(eps)
+    call(0.0)
+
+
+def test_meta_tensors_refused():
+    """Every op, every tensor argument on a device Triton cannot launch on: named by the public op."""
+    x, w, b = _case(2, 8, torch.float32)
+    q, s = torch.empty(2, 8, dtype=torch.int8, device=DEVICE), _scales((2, 8))
+    for name, tail in _dynamic_ops(2, 8, torch.float32).items():
+        assert_each_tensor_refused_on_meta(getattr(fused, name), q, x, *tail(s))
+    one = torch.ones(1, device=DEVICE)
+    assert_each_tensor_refused_on_meta(fused.rms_norm_static_fp8_quant, q, x, w, one, 1e-6)
+    assert_each_tensor_refused_on_meta(fused.fused_add_rms_norm_static_fp8_quant, q, x, x.clone(), w, one, 1e-6)
+    assert_each_tensor_refused_on_meta(fused.rmsnorm2d_fwd_with_dynamicquant, q, x, s, w, 1e-6, one)
+
+
+def test_flags_named():
+    x, w, _ = _case(2, 8, torch.float32)
+    q, s = torch.empty(2, 8, dtype=torch.int8, device=DEVICE), _scales((2, 8))
+    for flag in ("clamp_out", "dump_rms_norm"):
+        with pytest.raises(TypeError, match=rf"^rmsnorm2d_fwd_with_dynamicquant: {flag} must be a bool"):
+            fused.rmsnorm2d_fwd_with_dynamicquant(q, x, s, w, 1e-6, **{flag: "yes"})
+
+
+def test_smooth_scale_with_a_stride_refused():
+    """A SmoothQuant scale is read as one contiguous vector: a strided one is refused, never misread."""
+    x, w, _ = _case(2, 8, torch.float32)
+    q, s = torch.empty(2, 8, dtype=torch.int8, device=DEVICE), _scales((2, 8))
+    with pytest.raises(ValueError, match=r"^rmsnorm2d_fwd_with_smoothquant: xscale must be contiguous"):
+        fused.rmsnorm2d_fwd_with_smoothquant(q, x, torch.ones(16, device=DEVICE)[::2], s, w, 1e-6)
+    with pytest.raises(ValueError, match=r"^layernorm2d_fwd_with_dynamicquant: bias must be contiguous"):
+        fused.layernorm2d_fwd_with_dynamicquant(q, x, s, w, torch.ones(16, device=DEVICE)[::2], 1e-5)

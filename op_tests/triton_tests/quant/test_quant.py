@@ -12,6 +12,7 @@ from aiter_lite.ops.native.quant import quant as native
 from aiter_lite.ops.triton import quant
 from aiter_lite.ops.triton.quant.quant import QuantLaunchConfig, per_token_launch_config
 from aiter_lite.spec.device import device_profile
+from op_tests.triton_tests.test_activation import assert_each_tensor_refused_on_meta
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, by_device, make_rows
 
 Q_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.int8)
@@ -352,3 +353,219 @@ def test_bad_inputs():
         quant.scaled_fp8_quant(x, dtype=torch.float16)
     with pytest.raises(ValueError, match="column_major_scales needs a 2-D x"):
         quant.per_token_group_quant_fp8(x.reshape(2, 2, 64), 64, column_major_scales=True)
+
+
+# ---------------------------------------------------------------------------
+# NaN and inf: visible in their own row (group), never in another
+
+
+def _same(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Equal values, NaN exactly where the other has NaN (fp8 NaN codes may differ)."""
+    g, w = got.float(), want.float()
+    return g.shape == w.shape and torch.equal(g.isnan(), w.isnan()) and torch.equal(g.nan_to_num(), w.nan_to_num())
+
+
+def assert_nonfinite_isolated(run, ref, x, at, bad, r, c, group=None):
+    """``run(x) -> (q, scale)`` with ``bad`` (NaN or inf) written to x at ``at``, against
+    ``run`` of x itself and the reference ``ref``: the scale of row ``r`` (of its group
+    holding output column ``c``) is not finite and is the reference's; that row's (group's)
+    values are the reference's (NaN codes in fp8, 0 in int8, what inf * 0 gives); every
+    other value and scale is bit for bit x's own."""
+    q0, s0 = run(x)
+    xb = x.clone()
+    xb[at] = bad
+    q1, s1 = run(xb)
+    q_ref, s_ref = ref(xb)
+    m = q1.shape[0]
+    q0, q1, q_ref, s0, s1, s_ref = (t.reshape(m, -1) for t in (q0, q1, q_ref, s0, s1, s_ref))
+    n = q1.shape[1]
+    g = n if group is None else group
+    cols, sc = slice(c // g * g, min((c // g + 1) * g, n)), (0 if group is None else c // g)
+    hit_q = torch.zeros(q1.shape, dtype=torch.bool, device=q1.device)
+    hit_q[r, cols] = True
+    hit_s = torch.zeros(s1.shape, dtype=torch.bool, device=s1.device)
+    hit_s[r, sc] = True
+    assert torch.equal(q1.view(torch.uint8)[~hit_q], q0.view(torch.uint8)[~hit_q]), "a value outside the row moved"
+    assert torch.equal(s1[~hit_s], s0[~hit_s]), "a scale outside the row moved"
+    assert not torch.isfinite(s1[r, sc]), f"the row's scale hides the {bad}: {s1[r, sc].item()}"
+    assert _same(s1[r, sc], s_ref[r, sc]), f"scale {s1[r, sc].item()}, reference {s_ref[r, sc].item()}"
+    assert _same(q1[r, cols], q_ref[r, cols]), f"row values {q1[r, cols].float()[:8].tolist()}, reference " \
+                                               f"{q_ref[r, cols].float()[:8].tolist()}"
+
+
+BADS = {"nan": float("nan"), "inf": float("inf")}
+# Tiny rows (the interpreter's time grows with the tile): several rows a program by
+# default, a row in 16-wide chunks (looped) or over 16-wide programs (split).
+TOKEN_CONFIGS = {"default": None, "looped": QuantLaunchConfig(1, 16, 4, LOOPED=True),
+                 "split": QuantLaunchConfig(1, 16, 4, SPLIT=True)}
+
+
+@pytest.mark.parametrize("path", TOKEN_CONFIGS)
+@pytest.mark.parametrize("bad", BADS)
+@pytest.mark.parametrize("qdtype", Q_DTYPES, ids=str)
+def test_per_token_nonfinite_row(qdtype, bad, path):
+    """A NaN / inf in one row of fresh random rows: that row's scale NaN / inf as the
+    reference's, every other row bit for bit the clean input's."""
+    cfg = TOKEN_CONFIGS[path]
+    dtype = DTYPES[Q_DTYPES.index(qdtype) % len(DTYPES)]
+    x = make_rows(5, 40, dtype, strided=True, scale=3.0)
+
+    def run(x):
+        q, s = _poisoned_q(x.shape, qdtype), torch.full((5, 1), float("nan"), device=DEVICE)
+        return quant.dynamic_per_token_quant_fp8_i8(q, x, s, config=cfg)
+
+    def ref(x):
+        return native.dynamic_per_token_quant_fp8_i8(torch.empty(x.shape, dtype=qdtype, device=DEVICE), x,
+                                                     torch.empty(5, 1, device=DEVICE))
+
+    assert_nonfinite_isolated(run, ref, x, (2, 37), BADS[bad], 2, 37)
+
+
+@pytest.mark.parametrize("bad", BADS)
+@pytest.mark.parametrize("qdtype", Q_DTYPES, ids=str)
+def test_scaled_fp8_quant_nonfinite_bound(qdtype, bad):
+    """vLLM's per-token form with a bound: a NaN stays NaN in its row only; an inf is capped."""
+    x = make_rows(4, 24, torch.bfloat16, scale=3.0)
+    ub = torch.tensor([2.0], device=DEVICE)
+
+    def run(x):
+        return quant.scaled_fp8_quant(x, scale_ub=ub, use_per_token_if_dynamic=True, dtype=qdtype)
+
+    def ref(x):
+        return native.scaled_fp8_quant(x, scale_ub=ub, use_per_token_if_dynamic=True, dtype=qdtype)
+
+    if bad == "nan":
+        assert_nonfinite_isolated(run, ref, x, (3, 0), BADS[bad], 3, 0)
+    else:
+        x[3, 0] = BADS[bad]
+        (q, s), (q_ref, s_ref) = run(x), ref(x)
+        assert torch.equal(s, s_ref) and torch.isfinite(s).all() and _same(q, q_ref)
+
+
+@pytest.mark.parametrize("bad", BADS)
+@pytest.mark.parametrize("qdtype", Q_DTYPES, ids=str)
+def test_per_token_group_nonfinite(qdtype, bad):
+    """A NaN / inf in one group of one row: that group's scale only (the partial last group
+    too), column-major scales."""
+    dtype = DTYPES[Q_DTYPES.index(qdtype) % len(DTYPES)]
+    x = make_rows(3, 40, dtype, scale=3.0)
+
+    def run(x):
+        return quant.per_token_group_quant_fp8(x, 16, dtype=qdtype, column_major_scales=True)
+
+    def ref(x):
+        return native.per_token_group_quant_fp8(x, 16, dtype=qdtype)
+
+    assert_nonfinite_isolated(run, ref, x, (1, 20), BADS[bad], 1, 20, 16)
+    assert_nonfinite_isolated(run, ref, x, (2, 39), BADS[bad], 2, 39, 16)
+    if not qdtype.is_floating_point:
+        assert_nonfinite_isolated(lambda x: quant.per_token_group_quant_int8(x, 16),
+                                  lambda x: native.per_token_group_quant_int8(x, 16), x, (0, 3), BADS[bad], 0, 3, 16)
+
+
+@pytest.mark.parametrize("config", [None, QuantLaunchConfig(2, 16, 4), QuantLaunchConfig(1, 0, 8, LOOPED=True)],
+                         ids=["one-tile", "tiles", "looped"])
+@pytest.mark.parametrize("bad", BADS)
+@pytest.mark.parametrize("qdtype", Q_DTYPES, ids=str)
+def test_per_tensor_nonfinite(qdtype, bad, config):
+    """Dynamic per tensor (one launch of one tile or many, or amax then static): a NaN / inf
+    anywhere makes the tensor's scale NaN / inf, as the reference's, and the values its."""
+    dtype = DTYPES[Q_DTYPES.index(qdtype) % len(DTYPES)]
+    x = make_rows(5, 40, dtype, strided=True, scale=3.0)
+    x[3, 33] = BADS[bad]
+    q, s = _poisoned_q(x.shape, qdtype), torch.full((1,), 1.0, device=DEVICE)
+    quant.dynamic_per_tensor_quant_fp8_i8(q, x, s, config=config)
+    q_ref, s_ref = native.dynamic_per_tensor_quant_fp8_i8(torch.empty_like(q), x, torch.empty_like(s))
+    assert not torch.isfinite(s).any() and _same(s, s_ref), f"scale {s.item()}, reference {s_ref.item()}"
+    assert _same(q, q_ref)
+    if config is None:  # vLLM's form
+        q, s = quant.scaled_fp8_quant(x, dtype=qdtype)
+        assert _same(s, s_ref) and _same(q, q_ref)
+
+
+@pytest.mark.parametrize("qdtype", Q_DTYPES, ids=str)
+def test_static_nonfinite(qdtype):
+    """A static scale: inf saturates, NaN is NaN in fp8 and 0 in int8, as the reference; nothing else moves."""
+    x = make_rows(3, 24, torch.float16, scale=3.0)
+    scale = torch.tensor([0.01], device=DEVICE)
+    clean = quant.static_per_tensor_quant_fp8_i8(_poisoned_q(x.shape, qdtype), x, scale)
+    x[1, :3] = torch.tensor([float("nan"), float("inf"), float("-inf")])
+    q = quant.static_per_tensor_quant_fp8_i8(_poisoned_q(x.shape, qdtype), x, scale)
+    q_ref = native.static_per_tensor_quant_fp8_i8(torch.empty_like(q), x, scale)
+    assert _same(q, q_ref)
+    lo, hi = quant.quant_range(qdtype)
+    assert q[1, 1].float().item() == hi and q[1, 2].float().item() == lo
+    assert q[1, 0].float().isnan() if qdtype.is_floating_point else q[1, 0].item() == 0
+    assert torch.equal(q.view(torch.uint8)[:, 3:], clean.view(torch.uint8)[:, 3:])
+    assert torch.equal(q.view(torch.uint8)[[0, 2]], clean.view(torch.uint8)[[0, 2]])
+    q, _ = quant.scaled_fp8_quant(x, scale, dtype=qdtype)
+    assert _same(q, q_ref)
+
+
+# ---------------------------------------------------------------------------
+# errors: the public op's name and its caller's argument names
+
+
+def test_meta_tensors_refused():
+    """Every op, every tensor argument (output buffers included) on a device Triton cannot launch on."""
+    x = make_rows(4, 64, torch.bfloat16)
+    q, one = torch.empty(4, 64, dtype=torch.int8, device=DEVICE), torch.ones(1, device=DEVICE)
+    assert_each_tensor_refused_on_meta(quant.static_per_tensor_quant_fp8_i8, q, x, one)
+    assert_each_tensor_refused_on_meta(quant.dynamic_per_tensor_quant_fp8_i8, q, x, torch.empty(1, device=DEVICE))
+    assert_each_tensor_refused_on_meta(quant.dynamic_per_token_quant_fp8_i8, q, x, torch.empty(4, device=DEVICE), one)
+    assert_each_tensor_refused_on_meta(quant.per_token_group_quant, q, x, torch.empty(4, 2, device=DEVICE), 32)
+    assert_each_tensor_refused_on_meta(quant.scaled_fp8_quant, x, one, output=q)
+    assert_each_tensor_refused_on_meta(quant.scaled_fp8_quant, x, None, one, True, q)
+    assert_each_tensor_refused_on_meta(quant.per_token_group_quant_fp8, x, 32, out_q=q)
+    assert_each_tensor_refused_on_meta(quant.per_token_group_quant_int8, x, 32)
+
+
+def test_errors_name_the_public_op_and_argument():
+    """vLLM's allocating forms report under their own names and their callers' argument names."""
+    x = make_rows(4, 64, torch.bfloat16)
+    one = torch.ones(1, device=DEVICE)
+    cases = [
+        (TypeError, r"^scaled_fp8_quant: input must be float32", lambda: quant.scaled_fp8_quant(x.int())),
+        (ValueError, r"^scaled_fp8_quant: output must have shape \(4, 64\) for input \(4, 64\)",
+         lambda: quant.scaled_fp8_quant(x, output=torch.empty(4, 8, dtype=torch.int8, device=DEVICE))),
+        (TypeError, r"^scaled_fp8_quant: output must be a torch.Tensor", lambda: quant.scaled_fp8_quant(x, output=3)),
+        (ValueError, r"^scaled_fp8_quant: scale must have one element",
+         lambda: quant.scaled_fp8_quant(x, torch.ones(2, device=DEVICE))),
+        (TypeError, r"^scaled_fp8_quant: use_per_token_if_dynamic must be a bool",
+         lambda: quant.scaled_fp8_quant(x, use_per_token_if_dynamic="yes")),
+        (TypeError, r"^per_token_group_quant_fp8: x must be float32",
+         lambda: quant.per_token_group_quant_fp8(x.int(), 32)),
+        (ValueError, r"^per_token_group_quant_fp8: out_q must have shape \(4, 64\) for x",
+         lambda: quant.per_token_group_quant_fp8(x, 32, out_q=torch.empty(4, 8, dtype=torch.int8, device=DEVICE))),
+        (ValueError, r"^per_token_group_quant_int8: group_size must be a power of 2",
+         lambda: quant.per_token_group_quant_int8(x, 48)),
+        (ValueError, r"^per_token_group_quant_int8: eps must be positive",
+         lambda: quant.per_token_group_quant_int8(x, 32, -1.0)),
+        (TypeError, r"^per_token_group_quant_int8: x must be a torch.Tensor",
+         lambda: quant.per_token_group_quant_int8(x.tolist(), 32)),
+        (TypeError, r"^per_token_group_quant_int8: dtype must be one of",
+         lambda: quant.per_token_group_quant_int8(x, 32, dtype=torch.float16)),
+        (TypeError, r"^per_token_group_quant: scale_out must be a torch.Tensor",
+         lambda: quant.per_token_group_quant(torch.empty(4, 64, dtype=torch.int8, device=DEVICE), x, "s", 32)),
+        (TypeError, r"^dynamic_per_tensor_quant_fp8_i8: x_in must be float32",
+         lambda: quant.dynamic_per_tensor_quant_fp8_i8(torch.empty(4, 64, dtype=torch.int8, device=DEVICE), x.int(),
+                                                        one)),
+    ]
+    for exc, match, call in cases:
+        with pytest.raises(exc, match=match):
+            call()
+
+
+def test_scales_through_their_strides():
+    """A per-token scale every other element of a longer buffer, a group scale in any
+    layout: written through their strides, nothing else touched."""
+    x = make_rows(4, 64, torch.bfloat16, scale=3.0)
+    q = torch.empty(4, 64, dtype=torch.int8, device=DEVICE)
+    buf = torch.full((8,), -1.0, device=DEVICE)
+    quant.dynamic_per_token_quant_fp8_i8(q, x, buf[::2])
+    _, s_ref = native.dynamic_per_token_quant_fp8_i8(torch.empty_like(q), x, torch.empty(4, device=DEVICE))
+    assert torch.equal(buf[::2], s_ref) and (buf[1::2] == -1).all()
+    buf = torch.full((4, 3), -1.0, device=DEVICE)
+    quant.per_token_group_quant(q, x, buf[:, 1:], 32)
+    _, s_ref = native.per_token_group_quant_fp8(x, 32, dtype=torch.int8)
+    assert torch.equal(buf[:, 1:], s_ref) and (buf[:, 0] == -1).all()

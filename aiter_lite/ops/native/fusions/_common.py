@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from aiter_lite.ops.native.rope.rope import rotate
+from aiter_lite.ops.native.rope.rope import _check_tables, rotate
 from aiter_lite.spec.rope import RotateStyle, cache_rotary_reuse
 
 
@@ -24,6 +24,7 @@ def tables(cos, sin, pos, offsets=None):
 def rotate_qk(op: str, q, k, cos, sin, pos, offsets, is_neox: bool):
     """q and k (T, heads, d) rotated whole, the table's width deciding whether it is reused
     (the KV-cache and MLA ops take no ``reuse_freqs_front_part``)."""
+    _check_tables(op, cos=cos, sin=sin)
     reuse = cache_rotary_reuse(op, q.shape[-1], cos.shape[-1])
     tabs, s = tables(cos, sin, pos, offsets), style(is_neox)
     return rotate(op, q, tabs, s, reuse, False), rotate(op, k, tabs, s, reuse, False)

@@ -1,7 +1,8 @@
 """fp8 / int8 quantization in plain PyTorch (fp32 math).
 
 Same names and signatures as ``aiter_lite.ops.triton.quant.quant``; the reference the tests
-compare against and the "native" backend.
+compare against and the "native" backend. A NaN in a dynamic scale's rows makes that scale
+NaN (``amax`` and ``clamp`` keep NaN): NaN values in fp8, 0 in int8.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ __all__ = ["static_per_tensor_quant_fp8_i8", "dynamic_per_tensor_quant_fp8_i8", 
 def quantize(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``x * (1 / scale)`` (scale broadcast) saturated to dtype's range; int8 rounded to
     nearest even. By the reciprocal, as the kernels (and vLLM's) do: ``x / scale`` can
-    round to the other side of an fp8 tie."""
+    round to the other side of an fp8 tie. NaN (a NaN input, or any value under a NaN
+    scale) stays NaN in fp8 and is 0 in int8, which has no NaN (its scale carries it)."""
     lo, hi = quant_range(dtype)
     y = (x.float() * (1.0 / scale)).clamp(lo, hi)
-    return (y.round() if not dtype.is_floating_point else y).to(dtype)
+    return (y if dtype.is_floating_point else y.round().nan_to_num(nan=0.0)).to(dtype)
 
 
 def _scale(amax: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

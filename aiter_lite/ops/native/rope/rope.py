@@ -105,6 +105,14 @@ def _sbhd_tables(freqs: torch.Tensor, s: int):
     return [(torch.cos(f), torch.sin(f))]
 
 
+def _check_tables(op: str, **tables) -> None:
+    """A TypeError naming the first of ``tables`` (the caller's names) that is not a tensor:
+    a cached op takes both cos and sin (a None sin is no angle table)."""
+    for name, t in tables.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+
+
 def _cached_tables(cos, sin, index):
     """Rows of cached cos/sin at ``index`` (any shape): (*index.shape, F)."""
     return _rows(cos)[index], _rows(sin)[index]
@@ -139,7 +147,7 @@ def rope_bwd(x, freqs, rotate_style, reuse_freqs_front_part, nope_first, transpo
 
 def _thd(op, x, cu_seqlens, freqs, rotate_style, reuse, nope_first, backward):
     t = x.shape[0]
-    cu = cu_seqlens.long().to(x.device)
+    cu = cu_seqlens.long().to(x.device).contiguous()  # any strides (searchsorted wants one)
     tok = torch.arange(t, device=x.device)
     seq = torch.searchsorted(cu[1:], tok, right=True).clamp(max=max(cu.numel() - 2, 0))
     covered = tok < cu[-1] if cu.numel() > 1 else torch.zeros_like(tok, dtype=torch.bool)
@@ -167,6 +175,7 @@ def rope_thd_bwd(x, cu_seqlens, freqs, rotate_style, reuse_freqs_front_part, nop
 # (+ offsets[i, b]).
 
 def _sbhd_cached(op, x, cos, sin, positions, offsets, rotate_style, reuse, nope_first, backward, transpose_output):
+    _check_tables(op, cos=cos, sin=sin)
     s, b = x.shape[:2]
     index = torch.arange(s, device=x.device)[:, None] if positions is None else _positions(positions, offsets)
     c, sn = _cached_tables(cos, sin, index.expand(s, b) if positions is None else index)
@@ -229,6 +238,7 @@ def rope_cached_positions_offsets_bwd(x, cos, sin, positions, offsets, rotate_st
 # row positions[t] (+ offsets[t]).
 
 def _two(op, x, y, cos, sin, positions, offsets, rotate_style, reuse, nope_first, backward):
+    _check_tables(op, cos=cos, sin=sin)
     c, s = _cached_tables(cos, sin, _positions(positions, offsets))
     tables = [(c[:, None, :], s[:, None, :])]
     return (rotate(op, x, tables, rotate_style, reuse, nope_first, backward=backward),
@@ -278,6 +288,7 @@ def rope_cached_thd_positions_offsets_2c_bwd(x, y, cos, sin, positions, offsets,
 # its column (tables (1, rows, 1, F) or (rows, F)).
 
 def _2d(op, x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style, reuse, nope_first, backward):
+    _check_tables(op, cos_h=cos_h, sin_h=sin_h, cos_w=cos_w, sin_w=sin_w)
     img_height, img_width = int(img_height), int(img_width)
     if x.shape[1] != img_height * img_width:
         raise ValueError(f"{op}: x has {x.shape[1]} tokens per image, expected img_height * img_width = "

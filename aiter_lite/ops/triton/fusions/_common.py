@@ -49,21 +49,23 @@ def soft_round(*dtypes: torch.dtype) -> bool:
     return TRITON_INTERPRET and any(d in FP8_DTYPES for d in dtypes)
 
 
-def check_out(op: str, name: str, out, shape: tuple, ref: torch.Tensor, allowed=CACHE_DTYPES) -> torch.Tensor:
-    """A caller's output tensor of ``shape`` on ``ref``'s device, or a new one like ``ref``."""
+def check_out(op: str, name: str, out, shape: tuple, ref: torch.Tensor, allowed=CACHE_DTYPES,
+              ref_name: str = "q") -> torch.Tensor:
+    """A caller's output tensor of ``shape`` on ``ref``'s device (``ref_name``: the caller's
+    name of ``ref``), or a new one like ``ref``."""
     if out is None:
         return torch.empty(shape, dtype=ref.dtype, device=ref.device)
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a torch.Tensor or None, got {type(out).__name__}")
+    check_same_device(op, name, out, ref_name, ref)
     check_out_dtype(op, name, out.dtype, out.device, allowed)
     if tuple(out.shape) != tuple(shape):
         raise ValueError(f"{op}: {name} must have shape {tuple(shape)}, got {tuple(out.shape)}")
-    check_same_device(op, name, out, "q", ref)
     return out
 
 
-def check_scale(op: str, name: str, scale, ref: torch.Tensor) -> None:
-    """None or a one-element float tensor on ``ref``'s device."""
+def check_scale(op: str, name: str, scale, ref: torch.Tensor, ref_name: str = "q") -> None:
+    """None or a one-element float tensor on ``ref``'s device (``ref_name``: the caller's name of ``ref``)."""
     if scale is None:
         return
     if not isinstance(scale, torch.Tensor):
@@ -72,7 +74,7 @@ def check_scale(op: str, name: str, scale, ref: torch.Tensor) -> None:
         raise TypeError(f"{op}: {name} must be a float tensor (fp32), got {scale.dtype}")
     if scale.numel() != 1:
         raise ValueError(f"{op}: {name} must have one element (a per-tensor scale), got shape {tuple(scale.shape)}")
-    check_same_device(op, name, scale, "q", ref)
+    check_same_device(op, name, scale, ref_name, ref)
 
 
 def check_slots(op: str, slot_mapping, n_tokens: int, n_cache_slots: int, ref: torch.Tensor,
@@ -89,24 +91,25 @@ def check_slots(op: str, slot_mapping, n_tokens: int, n_cache_slots: int, ref: t
     if slot_mapping.shape[0] > n_tokens:
         raise ValueError(f"{op}: slot_mapping has {slot_mapping.shape[0]} entries, more than {tokens_name}'s "
                          f"{n_tokens} tokens")
+    check_same_device(op, "slot_mapping", slot_mapping, tokens_name, ref)  # before a host read of its values
     if host_check_wanted(slot_mapping, switch=envs.kv_cache_check_slots) and slot_mapping.numel():
         hi = int(slot_mapping.max())
         if hi >= n_cache_slots:
             raise ValueError(f"{op}: slot_mapping must hold slots below the cache's {n_cache_slots} "
                              f"(num_blocks x block_size), or < 0 for padding; got {hi}")
-    if slot_mapping.device != ref.device:
-        raise ValueError(f"{op}: slot_mapping must be on {tokens_name}'s device {ref.device}, "
-                         f"got {slot_mapping.device}")
-    return slot_mapping.contiguous()
+    return slot_mapping.contiguous()  # the kernels read it with a unit stride (a no-op when it has one)
 
 
 def check_positions(op: str, name: str, pos, n_tokens: int, ref: torch.Tensor, n_rows: int,
-                    offsets=None, offsets_name: str = "offsets") -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Positions (and offsets) of ``n_tokens`` tokens, unit stride; their table rows checked
-    on the host where they are there already, or with AITER_ROPE_CHECK_POSITIONS=1."""
-    _check_indices(op, name, pos, (n_tokens,), ref)
+                    offsets=None, offsets_name: str = "offsets",
+                    ref_name: str = "q") -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Positions (and offsets) of ``n_tokens`` tokens on ``ref``'s device (``ref_name``: the
+    caller's name of ``ref``), returned with a unit stride (the kernels read them so; a no-op
+    for contiguous ones); their table rows checked on the host where they are there already,
+    or with AITER_ROPE_CHECK_POSITIONS=1."""
+    _check_indices(op, name, pos, (n_tokens,), ref, ref_name)
     if offsets is not None:
-        _check_indices(op, offsets_name, offsets, (n_tokens,), ref)
+        _check_indices(op, offsets_name, offsets, (n_tokens,), ref, ref_name)
     if host_check_wanted(pos, offsets) and n_tokens:
         rows = pos.long() + (0 if offsets is None else offsets.long())
         lo, hi = int(rows.min()), int(rows.max())
@@ -117,10 +120,13 @@ def check_positions(op: str, name: str, pos, n_tokens: int, ref: torch.Tensor, n
     return pos.contiguous(), None if offsets is None else offsets.contiguous()
 
 
-def rope_tables(op: str, cos, sin, ref: torch.Tensor, head_dim: int) -> tuple[_Table, bool, int]:
-    """The cos / sin table, whether it is reused for both members of a pair, and HALF (R / 2)."""
-    tab = _table(op, ("cos", "sin"), cos, sin, ref)
-    reuse = cache_rotary_reuse(op, head_dim, tab.width)
+def rope_tables(op: str, cos, sin, ref: torch.Tensor, head_dim: int, ref_name: str = "q",
+                rotated_name: str | None = None) -> tuple[_Table, bool, int]:
+    """The cos / sin table (on ``ref``'s device; ``ref_name`` the caller's name of ``ref``),
+    whether it is reused for both members of a pair, and HALF (R / 2). ``rotated_name``: the
+    tensor whose ``head_dim`` the table must fit (``ref_name`` if None)."""
+    tab = _table(op, ("cos", "sin"), cos, sin, ref, ref_name)
+    reuse = cache_rotary_reuse(op, head_dim, tab.width, rotated_name or ref_name)
     return tab, reuse, tab.width if reuse else tab.width // 2
 
 

@@ -52,9 +52,9 @@ def _check_caches(op: str, key_cache, value_cache, flash_layout: bool, n_kv_head
     for name, c in (("key_cache", key_cache), ("value_cache", value_cache)):
         if not isinstance(c, torch.Tensor):
             raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(c).__name__}")
-        check_out_dtype(op, name, c.dtype, c.device)
         if c.device != q.device:
             raise ValueError(f"{op}: {name} must be on q's device {q.device}, got {c.device}")
+        check_out_dtype(op, name, c.dtype, c.device)
     if value_cache.dtype != key_cache.dtype:
         raise TypeError(f"{op}: value_cache must have key_cache's dtype {key_cache.dtype}, got {value_cache.dtype}")
     kshape, vshape = tuple(key_cache.shape), tuple(value_cache.shape)
@@ -145,7 +145,8 @@ def _launch_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_out:
     )
 
 
-@public_op(mutates=("key_cache", "value_cache", "q_out", "k_out", "zeros_out"), unless=check_rope_and_slots)
+@public_op(mutates=("key_cache", "value_cache", "q_out", "k_out", "zeros_out"),
+           aliases={"q_out": ("q",), "k_out": ("k",)}, unless=check_rope_and_slots)
 def fused_qk_rope_reshape_and_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_cache: torch.Tensor,
                                     value_cache: torch.Tensor, slot_mapping: torch.Tensor, pos: torch.Tensor,
                                     cos: torch.Tensor, sin: torch.Tensor, k_scale: torch.Tensor | None,
@@ -184,7 +185,7 @@ def fused_qk_rope_reshape_and_cache(q: torch.Tensor, k: torch.Tensor, v: torch.T
     check_scale(op, "k_scale", k_scale, q)
     check_scale(op, "v_scale", v_scale, q)
     q_out = check_out(op, "q_out", q_out, q.shape, q)
-    k_out = check_out(op, "k_out", k_out, k.shape, k)
+    k_out = check_out(op, "k_out", k_out, k.shape, k, ref_name="k")
     if zeros_out is not None or output_zeros:
         zeros_out = check_out(op, "zeros_out", zeros_out, q.shape, q)
     if debug_on():
@@ -268,9 +269,9 @@ def cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.
     apply_scale = check_bool(op, "apply_scale", apply_scale)
     if not isinstance(kv_cache, torch.Tensor):
         raise TypeError(f"{op}: kv_cache must be a torch.Tensor, got {type(kv_cache).__name__}")
-    check_out_dtype(op, "kv_cache", kv_cache.dtype, kv_cache.device, CACHE_DTYPES)
     if kv_cache.device != k_nope.device:
         raise ValueError(f"{op}: kv_cache must be on k_nope's device {k_nope.device}, got {kv_cache.device}")
+    check_out_dtype(op, "kv_cache", kv_cache.dtype, kv_cache.device, CACHE_DTYPES)
     d = d1 + k_pe.shape[2]
     shape = tuple(kv_cache.shape)
     if kv_cache.dim() == 3 and shape[1:] == (n_heads, d):
@@ -284,7 +285,7 @@ def cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.
                          f"{d}) for k_nope {tuple(k_nope.shape)} and k_pe {tuple(k_pe.shape)}, got {shape}")
     n_cache_slots = shape[0] * block_size
     slot_mapping = check_slots(op, slot_mapping, n_tokens, n_cache_slots, k_nope, "k_nope")
-    check_scale(op, "k_scale", k_scale, k_nope)
+    check_scale(op, "k_scale", k_scale, k_nope, "k_nope")
     if debug_on():
         log_call(op, k_nope=k_nope, k_pe=k_pe, kv_cache=kv_cache, slot_mapping=slot_mapping, k_scale=k_scale,
                  apply_scale=apply_scale)

@@ -38,7 +38,8 @@ def _check_parts(op: str, names: tuple[str, str, str, str], q1, q2, k1, k2) -> N
     if k1.shape[0] != n or k1.shape[2] != d1:
         raise ValueError(f"{op}: {names[2]} must be ({n}, heads, {d1}) like {names[0]}, got {tuple(k1.shape)}")
     if tuple(k2.shape) not in ((n, kh, d2), (n, 1, d2)):
-        raise ValueError(f"{op}: {names[3]} must be ({n}, {kh} or 1, {d2}), got {tuple(k2.shape)}")
+        raise ValueError(f"{op}: {names[3]} must be ({n}, {kh} or 1, {d2}) ({names[0]}'s tokens, {names[2]}'s heads "
+                         f"or 1, {names[1]}'s width), got {tuple(k2.shape)}")
     if k1.dtype != q1.dtype:
         raise TypeError(f"{op}: {names[2]} must have {names[0]}'s dtype {q1.dtype}, got {k1.dtype}")
     if k2.dtype != q2.dtype:
@@ -121,8 +122,8 @@ def fused_qk_rope_cat(q_nope: torch.Tensor, q_pe: torch.Tensor, k_nope: torch.Te
     _check_parts(op, ("q_nope", "q_pe", "k_nope", "k_pe"), q_nope, q_pe, k_nope, k_pe)
     is_neox = check_bool(op, "is_neox", is_neox)
     dr = q_pe.shape[2]
-    tab, reuse, half = rope_tables(op, cos, sin, q_nope, dr)
-    pos, _ = check_positions(op, "pos", pos, q_nope.shape[0], q_nope, tab.rows)
+    tab, reuse, half = rope_tables(op, cos, sin, q_nope, dr, "q_nope", "q_pe")
+    pos, _ = check_positions(op, "pos", pos, q_nope.shape[0], q_nope, tab.rows, ref_name="q_nope")
     if debug_on():
         log_call(op, q_nope=q_nope, q_pe=q_pe, k_nope=k_nope, k_pe=k_pe, pos=pos, cos=tab.cos, sin=tab.sin,
                  is_neox=is_neox)

@@ -71,13 +71,13 @@ def fused_qkv_split_qk_rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Ten
     is_neox = check_bool(op, "is_neox", is_neox)
     reuse = check_bool(op, "reuse_freqs_front_part", reuse_freqs_front_part)
     nope_first = check_bool(op, "nope_first", nope_first)
-    tab = _table(op, ("cos", "sin"), cos, sin, qkv)
+    tab = _table(op, ("cos", "sin"), cos, sin, qkv, "qkv")
     r = tab.width * (2 if reuse else 1)
     if r < 2 or r % 2 or r > head_dim:
         raise ValueError(f"{op}: cos / sin {tab.width} wide (reuse_freqs_front_part={reuse}) rotate {r} channels; "
                          f"expected an even count from 2 up to head_dim {head_dim}")
     n_tokens = qkv.shape[0]
-    pos, off = check_positions(op, "positions", positions, n_tokens, qkv, tab.rows, offsets)
+    pos, off = check_positions(op, "positions", positions, n_tokens, qkv, tab.rows, offsets, ref_name="qkv")
     if debug_on():
         log_call(op, qkv=qkv, cos=tab.cos, sin=tab.sin, positions=pos, qh=qh, kvh=kvh, head_dim=head_dim,
                  is_neox=is_neox, offsets=off, reuse_freqs_front_part=reuse, nope_first=nope_first)

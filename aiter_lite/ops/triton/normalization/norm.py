@@ -301,6 +301,15 @@ def check_input(op: str, input) -> None:
     check_row_input(op, "input", input, " (normalized over the last)")
 
 
+def check_eps(op: str, name: str, eps) -> float:
+    """The norm's epsilon (``name``: the caller's): a finite real >= 0, as a float (a negative
+    one can make ``var + eps`` negative or 0, and the row NaN or inf)."""
+    eps = check_real(op, name, eps)
+    if eps < 0:
+        raise ValueError(f"{op}: {name} must be a finite real >= 0, got {eps}")
+    return eps
+
+
 # ---------------------------------------------------------------------------
 # launches
 
@@ -447,21 +456,25 @@ class _NormFunction(torch.autograd.Function):
                 None, None, None)
 
 
-def _check_params(op, input, weight, bias, x_bias, eps, weight_offset) -> tuple[float, float]:
-    """The (N,) vectors and the two scalars, checked against input; eps and weight_offset as floats."""
+def _check_params(op, input, weight, bias, x_bias, eps, weight_offset, eps_name) -> tuple[float, float]:
+    """The (N,) vectors and the two scalars, checked against input; eps (the caller's
+    ``eps_name``) and weight_offset as floats."""
     n = input.shape[-1]
     check_vector(op, "weight", weight, n, input)
     check_vector(op, "bias", bias, n, input)
     check_vector(op, "x_bias", x_bias, n, input)
-    return check_real(op, "epsilon", eps), check_real(op, "weight_offset", weight_offset)
+    return check_eps(op, eps_name, eps), check_real(op, "weight_offset", weight_offset)
 
 
-def norm(op: str, input, weight, bias, eps, *, is_rms, x_bias=None, weight_offset=0.0) -> torch.Tensor:
-    """Checked, differentiable normalization of ``input`` over its last dim; a new tensor."""
+def norm(op: str, input, weight, bias, eps, *, is_rms, x_bias=None, weight_offset=0.0,
+         eps_name: str = "epsilon") -> torch.Tensor:
+    """Checked, differentiable normalization of ``input`` over its last dim; a new tensor.
+    ``eps_name``: the caller's name of eps, for error messages."""
     check_input(op, input)
-    eps, weight_offset = _check_params(op, input, weight, bias, x_bias, eps, weight_offset)
+    eps, weight_offset = _check_params(op, input, weight, bias, x_bias, eps, weight_offset, eps_name)
     if debug_on():
-        log_call(op, input=input, weight=weight, bias=bias, x_bias=x_bias, epsilon=eps, weight_offset=weight_offset)
+        log_call(op, input=input, weight=weight, bias=bias, x_bias=x_bias, weight_offset=weight_offset,
+                 **{eps_name: eps})
     x2 = rows_view(op, "input", input, writable=False)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (input, weight, bias, x_bias)):
         y = _NormFunction.apply(x2, weight, bias, x_bias, eps, weight_offset, is_rms)
@@ -481,7 +494,7 @@ def norm_with_add(op: str, out, input, residual_in, residual_out, weight, bias, 
     check_like(op, r_name, residual_in, input)
     check_like(op, r_out_name, residual_out, input)
     check_like(op, out_name, out, input)
-    eps, weight_offset = _check_params(op, input, weight, bias, x_bias, eps, weight_offset)
+    eps, weight_offset = _check_params(op, input, weight, bias, x_bias, eps, weight_offset, "epsilon")
     if debug_on():
         log_call(op, out=out, input=input, residual_in=residual_in, residual_out=residual_out, weight=weight,
                  bias=bias, x_bias=x_bias, epsilon=eps, weight_offset=weight_offset)

@@ -4,6 +4,7 @@
 ``weight_offset=1.0`` is Gemma's ``(1 + weight)`` scaling. Inputs of any rank, rows
 may be strided (unit stride in the last dim); fp32/fp16/bf16 in, the output's
 dtype out (the input's for new tensors); weight of any float dtype; math in fp32.
+``epsilon`` is a finite real >= 0.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor | None, epsilon: float,
     return norm("rms_norm", input, weight, None, epsilon, is_rms=True, weight_offset=weight_offset)
 
 
-@public_op(mutates=("out", "residual_out"))
+@public_op(mutates=("out", "residual_out"),
+           aliases={"out": ("input",), "residual_out": ("residual_in", "input")})
 def rmsnorm2d_fwd_with_add(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                            residual_out: torch.Tensor, weight: torch.Tensor | None, epsilon: float,
                            weight_offset: float = 0.0) -> torch.Tensor:

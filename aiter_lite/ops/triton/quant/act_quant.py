@@ -16,7 +16,9 @@ quant ops quantize: the result is ``act_and_mul`` followed by the quant op, in o
 bfloat16 of any rank with an even last dim (gate, then up), unit stride in the last
 dim, rows of any stride. The quantized dtype (default :func:`get_fp8_e4m3_dtype` of x's
 device) is float8_e4m3fn, float8_e4m3fnuz, float8_e5m2 or int8, as far as the device
-stores it; values saturate to its range.
+stores it; values saturate to its range. NaN as the quant ops: a NaN in y makes its row's
+(group's) dynamic scale NaN and the values under it NaN in fp8, 0 in int8; other rows and
+groups are unaffected.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from aiter_lite.ops.triton.quant.quant import (
 )
 from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.spec.quant import GROUP_EPS, QUANT_DTYPES, get_fp8_e4m3_dtype, min_scale, quant_range
-from aiter_lite.utils.checks import check_choice, check_row_input, rows_view
+from aiter_lite.utils.checks import check_bool, check_choice, check_row_input, rows_view
 from aiter_lite.utils.fast_launch import launch
 from aiter_lite.utils.launch import cdiv, next_power_of_2
 from aiter_lite.utils.launcher import launcher
@@ -185,12 +187,16 @@ def act_mul_and_fp8_group_quant(x: torch.Tensor, activation: Activation, group_s
     of 2) columns of a row, each with scale ``max(amax, 1e-10) / q_max``. Returns
     ``(q, scales)``: q (*x.shape[:-1], d) of ``dtype_quant``, scales fp32
     (*x.shape[:-1], ceil(d / group_size)) (a last group may be partial), column-major
-    (stride 1 along the rows) with ``column_major_scales`` for 2-D x. ``config`` pins a
+    (stride 1 along the rows) with ``column_major_scales`` for 2-D x. A NaN in a group of y
+    makes that group's scale NaN and its values NaN (fp8) or 0 (int8). ``config`` pins a
     launch (tests, tuning)."""
     op = "act_mul_and_fp8_group_quant"
     d = _check_input(op, "x", x, activation)
     dtype = _q_dtype(op, dtype_quant, x)
     group_size, _ = _check_group(op, group_size, GROUP_EPS)
+    column_major_scales = check_bool(op, "column_major_scales", column_major_scales)
+    if config is not None and config.BLOCK_N % group_size:
+        raise ValueError(f"{op}: config's BLOCK_N must be a multiple of group_size {group_size}, got {config.BLOCK_N}")
     n_groups = cdiv(d, group_size)
     if column_major_scales:
         if x.dim() != 2:
@@ -217,7 +223,8 @@ def act_mul_and_fp8_quant(x: torch.Tensor, activation: Activation, scale: torch.
     ``dtype_quant``. ``scale`` given (one fp32 element): static, ``q = y / scale``,
     returns ``(q, scale)``. Else dynamic per token: a scale per row,
     ``max(min(amax, scale_ub) / q_max, 1 / (q_max * 512))``, returned as fp32
-    (*x.shape[:-1], 1). ``config`` pins a launch (tests, tuning)."""
+    (*x.shape[:-1], 1); a NaN in a row of y makes that row's scale NaN and its values NaN
+    (fp8) or 0 (int8). ``config`` pins a launch (tests, tuning)."""
     op = "act_mul_and_fp8_quant"
     d = _check_input(op, "x", x, activation)
     dtype = _q_dtype(op, dtype_quant, x)

@@ -25,6 +25,12 @@ quant``): so each op equals its unfused sequence (norm, then quantization). Dyna
 scales are ``max(min(amax, scale_ub) / q_max, 1 / (q_max * 512))``; values saturate to
 the output dtype's range (``clamp_out`` is accepted and always in effect). Inputs of
 any rank, rows may be strided (unit last stride); fp32 / fp16 / bf16; math in fp32.
+``epsilon`` is a finite real >= 0.
+
+NaN and inf, as the unfused sequence: a row holding either normalizes to NaN (an inf
+gives inf / inf), so its dynamic scale is NaN and its values NaN in fp8 (e4m3fn,
+e4m3fnuz, e5m2) or 0 in int8 (no NaN code; the NaN scale marks the row). Other rows
+are unaffected. Under a static scale the row's NaN values are NaN (fp8) or 0 (int8).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from aiter_lite.ops.triton.normalization.norm import (
     _int64,
     _MIN_STATIC_CHUNK,
     _static_chunks,
+    check_eps,
     check_input,
     check_like,
     check_vector,
@@ -53,7 +60,7 @@ from aiter_lite.ops.triton.quant.quant import (
 from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.spec.normalization import LAYER_NORM_EPS
 from aiter_lite.spec.quant import min_scale, quant_range
-from aiter_lite.utils.checks import check_real, rows_view
+from aiter_lite.utils.checks import check_bool, rows_view
 from aiter_lite.utils.fast_launch import launch
 from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
 from aiter_lite.utils.launcher import launcher
@@ -209,7 +216,7 @@ def norm_quant(op: str, out, input, weight, bias, epsilon, *, is_rms: bool, ysca
         _check_scale(op, "scale", scale, 1, input, "input")
     if scale_ub is not None:
         _check_scale(op, "scale_ub", scale_ub, 1, input, "input")
-    eps = check_real(op, "epsilon", epsilon)
+    eps = check_eps(op, "epsilon", epsilon)
     if debug_on():
         log_call(op, out=out, input=input, residual_in=residual_in, residual_out=residual_out, weight=weight,
                  bias=bias, x_bias=x_bias, xscale=xscale, yscale=yscale, scale=scale, scale_ub=scale_ub,
@@ -233,6 +240,13 @@ def norm_quant(op: str, out, input, weight, bias, epsilon, *, is_rms: bool, ysca
 # aiter's names: RMSNorm
 
 
+def _static_scale(op: str, scale) -> torch.Tensor:
+    """A static op's ``scale``: a tensor (None would ask ``norm_quant`` for a dynamic one)."""
+    if not isinstance(scale, torch.Tensor):
+        raise TypeError(f"{op}: scale must be a torch.Tensor, got {type(scale).__name__}")
+    return scale
+
+
 @public_op(mutates=("out", "yscale"))
 def rmsnorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, yscale: torch.Tensor,
                                     weight: torch.Tensor | None, epsilon: float,
@@ -240,8 +254,10 @@ def rmsnorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, ysca
                                     dump_rms_norm: bool = False) -> torch.Tensor | None:
     """``out, yscale = dynamic_per_token_quant(rms_norm(input, weight, epsilon))``; returns the
     normalized rows (input's dtype) where ``dump_rms_norm``, else None."""
-    return norm_quant("rmsnorm2d_fwd_with_dynamicquant", out, input, weight, None, epsilon, is_rms=True,
-                      yscale=yscale, scale_ub=scale_ub, dump=dump_rms_norm)
+    op = "rmsnorm2d_fwd_with_dynamicquant"
+    check_bool(op, "clamp_out", clamp_out)
+    return norm_quant(op, out, input, weight, None, epsilon, is_rms=True, yscale=yscale, scale_ub=scale_ub,
+                      dump=check_bool(op, "dump_rms_norm", dump_rms_norm))
 
 
 @public_op(mutates=("out", "yscale"))
@@ -252,7 +268,7 @@ def rmsnorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xscal
                xscale=xscale)
 
 
-@public_op(mutates=("out", "residual_out", "yscale"))
+@public_op(mutates=("out", "residual_out", "yscale"), aliases={"residual_out": ("residual_in",)})
 def rmsnorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                                         residual_out: torch.Tensor, yscale: torch.Tensor,
                                         weight: torch.Tensor | None, epsilon: float) -> None:
@@ -261,7 +277,7 @@ def rmsnorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor, 
                yscale=yscale, residual_in=residual_in, residual_out=residual_out)
 
 
-@public_op(mutates=("out", "residual_out", "yscale"))
+@public_op(mutates=("out", "residual_out", "yscale"), aliases={"residual_out": ("residual_in",)})
 def rmsnorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                                        residual_out: torch.Tensor, xscale: torch.Tensor, yscale: torch.Tensor,
                                        weight: torch.Tensor | None, epsilon: float) -> None:
@@ -292,7 +308,7 @@ def layernorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xsc
                yscale=yscale, xscale=xscale, x_bias=x_bias)
 
 
-@public_op(mutates=("out", "residual_out", "yscale"))
+@public_op(mutates=("out", "residual_out", "yscale"), aliases={"residual_out": ("residual_in",)})
 def layernorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                                           residual_out: torch.Tensor, yscale: torch.Tensor,
                                           weight: torch.Tensor | None, bias: torch.Tensor | None,
@@ -302,7 +318,7 @@ def layernorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor
                yscale=yscale, residual_in=residual_in, residual_out=residual_out, x_bias=x_bias)
 
 
-@public_op(mutates=("out", "residual_out", "yscale"))
+@public_op(mutates=("out", "residual_out", "yscale"), aliases={"residual_out": ("residual_in",)})
 def layernorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                                          residual_out: torch.Tensor, xscale: torch.Tensor, yscale: torch.Tensor,
                                          weight: torch.Tensor | None, bias: torch.Tensor | None,
@@ -320,14 +336,16 @@ def layernorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor,
 def rms_norm_static_fp8_quant(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None,
                               scale: torch.Tensor, epsilon: float) -> None:
     """``out = static_per_tensor_quant(rms_norm(input, weight, epsilon), scale)``."""
-    norm_quant("rms_norm_static_fp8_quant", out, input, weight, None, epsilon, is_rms=True, scale=scale)
+    norm_quant("rms_norm_static_fp8_quant", out, input, weight, None, epsilon, is_rms=True,
+               scale=_static_scale("rms_norm_static_fp8_quant", scale))
 
 
 @public_op(mutates=("out", "residual"))
 def fused_add_rms_norm_static_fp8_quant(out: torch.Tensor, input: torch.Tensor, residual: torch.Tensor,
                                         weight: torch.Tensor | None, scale: torch.Tensor, epsilon: float) -> None:
     """``residual += input`` (in place); ``out = static_per_tensor_quant(rms_norm(residual), scale)``."""
-    norm_quant("fused_add_rms_norm_static_fp8_quant", out, input, weight, None, epsilon, is_rms=True, scale=scale,
+    op = "fused_add_rms_norm_static_fp8_quant"
+    norm_quant(op, out, input, weight, None, epsilon, is_rms=True, scale=_static_scale(op, scale),
                residual_in=residual, residual_out=residual, names=("out", "residual", "residual"))
 
 

@@ -20,8 +20,15 @@ dtype's largest value (448 for e4m3fn, 240 for e4m3fnuz, 57344 for e5m2, 127 for
 a dynamic scale is never below ``1 / (q_max * 512)`` (per tensor, per token) or
 ``eps / q_max`` (groups), so all-zero rows quantize to zeros with a finite scale.
 Values are ``x * (1 / scale)`` saturated to the dtype's range (never inf), int8
-rounded to nearest even; NaN stays NaN in fp8. Inputs: float32 / float16 / bfloat16 of
-any rank and width, unit stride in the last dim, rows of any stride.
+rounded to nearest even. Inputs: float32 / float16 / bfloat16 of any rank and width,
+unit stride in the last dim, rows of any stride.
+
+NaN and inf, as the native reference: a NaN in the input makes its dynamic scale NaN
+(per tensor: the tensor's; per token: its row's only; per group: its group's only) and
+every value under that scale NaN. fp8 (e4m3fn, e4m3fnuz, e5m2) writes NaN as its NaN
+code; int8 has none and writes 0 (the NaN scale keeps the row marked, and dequantizes
+to NaN). An inf makes its dynamic scale inf: its row quantizes to 0, the inf itself to
+NaN (inf * 0). Under a static scale an inf saturates, a NaN is NaN in fp8 and 0 in int8.
 """
 
 from __future__ import annotations
@@ -188,12 +195,12 @@ def _check_q(op: str, qx, x_in: torch.Tensor, names: tuple[str, str] = ("qx", "x
     if qx.dtype not in QUANT_DTYPES:
         dtypes = ", ".join(str(d) for d in QUANT_DTYPES)
         raise TypeError(f"{op}: {q_name} must be one of {dtypes}, got {qx.dtype}")
+    check_same_device(op, q_name, qx, x_name, x_in)
     check_quant_dtype_supported(op, q_name, qx.dtype, qx.device)
     want = tuple(x_in.shape) if shape is None else tuple(shape)
     if tuple(qx.shape) != want:
         raise ValueError(f"{op}: {q_name} must have shape {want} for {x_name} {tuple(x_in.shape)}, "
                          f"got {tuple(qx.shape)}")
-    check_same_device(op, q_name, qx, x_name, x_in)
     check_unit_last_stride(op, q_name, qx)
 
 
@@ -433,11 +440,10 @@ def _group(op: str, qx, x_in, scale_out, group_size, eps, names=_AITER) -> tuple
     group_size, eps = _check_group(op, group_size, eps)
     n_groups = cdiv(x_in.shape[-1], group_size)
     want = (*x_in.shape[:-1], n_groups)
-    if not isinstance(scale_out, torch.Tensor) or tuple(scale_out.shape) != want:
-        got = tuple(scale_out.shape) if isinstance(scale_out, torch.Tensor) else type(scale_out).__name__
+    if isinstance(scale_out, torch.Tensor) and tuple(scale_out.shape) != want:
         raise ValueError(f"{op}: {s_name} must have shape {want} for {x_name} {tuple(x_in.shape)} and group_size "
-                         f"{group_size}, got {got}")
-    _check_scale(op, s_name, scale_out, scale_out.numel(), x_in, x_name)
+                         f"{group_size}, got {tuple(scale_out.shape)}")
+    _check_scale(op, s_name, scale_out, math.prod(want), x_in, x_name)
     if debug_on():
         log_call(op, **{q_name: qx, x_name: x_in, s_name: scale_out}, group_size=group_size)
     if x_in.numel():
@@ -477,6 +483,7 @@ def dynamic_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_
                                     config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The tensor's scale ``max(amax / q_max, 1 / (q_max * 512))`` written to ``scale_out``
     (one fp32 element, any prior content), then ``qx = x_in / scale``. Returns ``(qx, scale_out)``.
+    A NaN anywhere makes the scale NaN and every value NaN (fp8) or 0 (int8).
     ``config`` pins a launch (tests, tuning; LOOPED: an amax launch then the static one)."""
     return _dynamic_per_tensor("dynamic_per_tensor_quant_fp8_i8", qx, x_in, scale_out, config)
 
@@ -487,8 +494,9 @@ def dynamic_per_token_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_o
                                    config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A scale per row (every dim of x_in but the last) into ``scale_out`` (as many fp32
     elements as rows: (M,) or (M, 1)), ``max(min(amax, scale_ub) / q_max, 1 / (q_max * 512))``,
-    then each row quantized with its own. Returns ``(qx, scale_out)``. ``config`` pins a
-    launch (tests, tuning)."""
+    then each row quantized with its own. Returns ``(qx, scale_out)``. A NaN in a row makes
+    that row's scale NaN and its values NaN (fp8) or 0 (int8); other rows are unaffected.
+    ``config`` pins a launch (tests, tuning)."""
     return _per_token("dynamic_per_token_quant_fp8_i8", qx, x_in, scale_out, scale_ub, config)
 
 
@@ -498,7 +506,8 @@ def per_token_group_quant(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch
     """Each ``group_size`` columns of a row quantized with their own scale
     ``max(amax, eps) / q_max``; ``scale_out`` fp32 of shape (*x_in.shape[:-1], G) with
     G = ceil(width / group_size) (a last group may be partial), any strides (a
-    column-major (M, G) view included). Returns ``(qx, scale_out)``."""
+    column-major (M, G) view included). Returns ``(qx, scale_out)``. A NaN in a group makes
+    that group's scale NaN and its values NaN (fp8) or 0 (int8), no other group's."""
     return _group("per_token_group_quant", qx, x_in, scale_out, group_size, eps)
 
 
@@ -521,9 +530,12 @@ def scaled_fp8_quant(input: torch.Tensor, scale: torch.Tensor | None = None, sca
     """vLLM's ``scaled_fp8_quant``: static when ``scale`` is given, else dynamic per
     tensor, or per token (scales of shape (*input.shape[:-1], 1)) with
     ``use_per_token_if_dynamic``. ``dtype`` (default :func:`get_fp8_e4m3_dtype`) or
-    ``output``'s dtype picks the format, int8 included. Returns ``(q, scale)``."""
+    ``output``'s dtype picks the format, int8 included. Returns ``(q, scale)``. A NaN makes
+    its dynamic scale (the tensor's, or its row's) NaN and the values under it NaN (fp8) or
+    0 (int8); under a static scale a NaN is NaN (fp8) or 0 (int8)."""
     op = "scaled_fp8_quant"
     _check_input(op, input, "input")
+    use_per_token_if_dynamic = check_bool(op, "use_per_token_if_dynamic", use_per_token_if_dynamic)
     dtype = output.dtype if isinstance(output, torch.Tensor) and dtype is None else _quant_dtype(op, dtype)
     q = torch.empty(input.shape, dtype=dtype, device=input.device) if output is None else output
     names = ("output", "input", "scale")
@@ -544,7 +556,8 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = GRO
                               dtype: torch.dtype | None = None, column_major_scales: bool = False,
                               out_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM's ``per_token_group_quant_fp8``: ``(q, scales)``, scales (*x.shape[:-1], G)
-    fp32, column-major (stride 1 along the rows) with ``column_major_scales`` for 2-D x."""
+    fp32, column-major (stride 1 along the rows) with ``column_major_scales`` for 2-D x. A NaN
+    in a group makes that group's scale NaN and its values NaN (fp8) or 0 (int8)."""
     return _group_allocating("per_token_group_quant_fp8", x, group_size, eps, dtype, column_major_scales, out_q)
 
 
@@ -567,5 +580,6 @@ def _group_allocating(op: str, x, group_size, eps, dtype, column_major_scales=Fa
 @public_op
 def per_token_group_quant_int8(x: torch.Tensor, group_size: int, eps: float = GROUP_EPS,
                                dtype: torch.dtype = torch.int8) -> tuple[torch.Tensor, torch.Tensor]:
-    """vLLM's ``per_token_group_quant_int8``: ``(q, scales)`` with int8 values."""
+    """vLLM's ``per_token_group_quant_int8``: ``(q, scales)`` with int8 values; a NaN in a
+    group makes that group's scale NaN and its values 0 (int8 has no NaN)."""
     return _group_allocating("per_token_group_quant_int8", x, group_size, eps, dtype)

@@ -124,13 +124,20 @@ class _Table:
     stride_f: int
 
 
-def _table(op: str, names: tuple[str, str], cos, sin, x: torch.Tensor) -> _Table:
+def _table(op: str, names: tuple[str, str | None], cos, sin, x: torch.Tensor, x_name: str = "x") -> _Table:
     """cos / sin laid out (rows, 1, 1, F), (1, rows, 1, F) or (rows, F): unit dims besides rows
-    and F are ignored. ``sin`` is None for raw angles (``cos`` holds them)."""
-    tensors = [(names[0], cos)] + ([] if sin is None else [(names[1], sin)])
+    and F are ignored; each on ``x``'s device (``x_name``: the caller's name for it).
+
+    ``names`` are the caller's names of the two tables; ``names[1]`` None means raw angles
+    (``cos`` holds them, ``sin`` is None): the angle ops' internal form, never a public
+    cached op's, which must be given both tables (a None ``sin`` raises TypeError)."""
+    angles = names[1] is None
+    if angles and sin is not None:
+        raise ValueError(f"{op}: internal error: raw angles take no second table")
+    tensors = [(names[0], cos)] + ([] if angles else [(names[1], sin)])
     for name, t in tensors:
         check_float_tensor(op, name, t)
-        check_same_device(op, name, t, "x", x)
+        check_same_device(op, name, t, x_name, x)
         if t.dim() < 1 or sum(n != 1 for n in t.shape[:-1]) > 1:
             raise ValueError(f"{op}: {name} must be (rows, F) with any unit dims between, got shape "
                              f"{tuple(t.shape)}")
@@ -147,15 +154,17 @@ def _table(op: str, names: tuple[str, str], cos, sin, x: torch.Tensor) -> _Table
     return _Table(cos, sin, rows, shape[-1], stride_r, cos.stride(-1))
 
 
-def _check_indices(op: str, name: str, t, shape: tuple, x: torch.Tensor) -> None:
+def _check_indices(op: str, name: str, t, shape: tuple, x: torch.Tensor, x_name: str = "x") -> None:
+    """An int32 / int64 index tensor of ``shape`` on ``x``'s device (any strides: the kernels
+    read it with its own, or the wrapper makes it contiguous)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"{op}: {name} must be int32 or int64, got {t.dtype}")
     if tuple(t.shape) != shape:
-        raise ValueError(f"{op}: {name} must have shape {shape} for x of shape {tuple(x.shape)}, "
+        raise ValueError(f"{op}: {name} must have shape {shape} for {x_name} of shape {tuple(x.shape)}, "
                          f"got {tuple(t.shape)}")
-    check_same_device(op, name, t, "x", x)
+    check_same_device(op, name, t, x_name, x)
 
 
 def host_check_wanted(*tensors, switch=envs.rope_check_positions) -> bool:
@@ -166,11 +175,13 @@ def host_check_wanted(*tensors, switch=envs.rope_check_positions) -> bool:
     return any(t is not None and t.device.type == "cpu" for t in tensors) or switch()
 
 
-def _check_positions(op: str, positions, offsets, shape: tuple, x: torch.Tensor, n_rows: int) -> None:
-    """positions (and offsets) of ``shape`` on x's device; their rows checked against the
-    table's ``n_rows`` on the host when they are there already, or when asked to."""
+def _check_positions(op: str, positions, offsets, shape: tuple, x: torch.Tensor, n_rows: int,
+                     has_offsets: bool = False) -> None:
+    """positions (and, ``has_offsets``, offsets: a tensor, never None) of ``shape`` on x's
+    device; their rows checked against the table's ``n_rows`` on the host when they are
+    there already, or when asked to."""
     _check_indices(op, "positions", positions, shape, x)
-    if offsets is not None:
+    if has_offsets:
         _check_indices(op, "offsets", offsets, shape, x)
     if not host_check_wanted(positions, offsets) or positions.numel() == 0:
         return
@@ -235,6 +246,8 @@ def _launch_rope(x: torch.Tensor, out: torch.Tensor, x2: torch.Tensor | None, ou
         if off is not None and off.stride() != pos.stride():  # read with the positions' strides
             pos, off = pos.contiguous(), off.contiguous()
         pos_strides = pos.stride() if pos.dim() == 2 else (pos.stride(0), 0)
+    elif cu is not None:  # VARLEN reads cu_seqlens with the positions' outer stride
+        pos_strides = (cu.stride(0), 0)
     n_seqs = 0 if cu is None else cu.numel() - 1
     tensors = (x, x2) if out is x else (x, out, x2, out2)
     int64 = max(map(_max_offset, tensors)) >= 2**31 or max(n_rows * abs(stride_r), n_rows2 * abs(stride_r2)) >= 2**31
@@ -272,16 +285,17 @@ def _new_out(x: torch.Tensor, transpose_output: bool = False) -> torch.Tensor:
 
 def _rope(op: str, x, tab: _Table, rotate_style, reuse, nope_first, *, row_mode: RowMode, is_freqs: bool = False,
           backward: bool = False, inplace: bool = False, transpose_output: bool = False, x2=None,
-          pos=None, off=None, cu=None, tab2: _Table | None = None, img_width: int = 1):
-    """Checked flags and widths, then one launch; returns out (and out2)."""
+          pos=None, off=None, cu=None, tab2: _Table | None = None, img_width: int = 1, table_name: str = "cos"):
+    """Checked flags and widths, then one launch; returns out (and out2). ``table_name``: the
+    caller's name of ``tab``'s first table (in width errors)."""
     style = check_rotate_style(op, rotate_style)
     reuse = check_bool(op, "reuse_freqs_front_part", reuse)
     nope_first = check_bool(op, "nope_first", nope_first)
     d = x.shape[-1]
     parts = 2 if tab2 is not None else 1
-    r = rotary_width(op, d, tab.width, reuse)
+    r = rotary_width(op, d, tab.width, reuse, table=table_name, x="x")
     if parts * r > d:
-        raise ValueError(f"{op}: two rotary parts of {r} channels (height and width) do not fit the head dim {d}")
+        raise ValueError(f"{op}: two rotary parts of {r} channels (height and width) do not fit x's head dim {d}")
     if x2 is not None and x2.shape[-1] != d:
         raise ValueError(f"{op}: y must have x's head dim {d}, got shape {tuple(x2.shape)}")
     if x2 is not None and x2.dtype != x.dtype:
@@ -315,7 +329,7 @@ def _sbhd_freqs(op, x, freqs, rotate_style, reuse, nope_first, transpose_output,
         raise ValueError(f"{op}: freqs has {tab.rows} rows, fewer than x's sequence length {x.shape[0]}")
     transpose_output = _check_transpose(op, transpose_output, not inplace)
     return _rope(op, x, tab, rotate_style, reuse, nope_first, row_mode=RowMode.OUTER, is_freqs=True,
-                 backward=backward, inplace=inplace, transpose_output=transpose_output)
+                 backward=backward, inplace=inplace, transpose_output=transpose_output, table_name="freqs")
 
 
 @public_op(unless=envs.rope_check_positions)
@@ -362,10 +376,10 @@ def _thd(op, x, cu_seqlens, freqs, rotate_style, reuse, nope_first, transpose_ou
             raise ValueError(f"{op}: cu_seqlens must start at 0 or more, never decrease and end at most at "
                              f"x's {x.shape[0]} tokens, got {cu.tolist()}")
         if lens.numel() and int(lens.max()) > tab.rows:
-            raise ValueError(f"{op}: the longest sequence has {int(lens.max())} tokens, more than freqs' "
+            raise ValueError(f"{op}: cu_seqlens' longest sequence has {int(lens.max())} tokens, more than freqs' "
                              f"{tab.rows} rows")
     return _rope(op, x, tab, rotate_style, reuse, nope_first, row_mode=RowMode.VARLEN, is_freqs=True,
-                 backward=backward, inplace=inplace, cu=cu_seqlens)
+                 backward=backward, inplace=inplace, cu=cu_seqlens, table_name="freqs")
 
 
 @public_op(unless=envs.rope_check_positions)
@@ -396,12 +410,12 @@ def rope_thd_bwd(x: torch.Tensor, cu_seqlens: torch.Tensor, freqs: torch.Tensor,
 
 
 def _sbhd_cached(op, x, cos, sin, positions, offsets, rotate_style, reuse, nope_first, transpose_output, *,
-                 inplace=False, backward=False, has_positions=False):
+                 inplace=False, backward=False, has_positions=False, has_offsets=False):
     _check_x(op, "x", x, 4, "(s, b, h, d)")
     tab = _table(op, ("cos", "sin"), cos, sin, x)
     transpose_output = _check_transpose(op, transpose_output, not inplace)
     if has_positions:
-        _check_positions(op, positions, offsets, tuple(x.shape[:2]), x, tab.rows)
+        _check_positions(op, positions, offsets, tuple(x.shape[:2]), x, tab.rows, has_offsets)
     elif tab.rows < x.shape[0]:
         raise ValueError(f"{op}: cos has {tab.rows} rows, fewer than x's sequence length {x.shape[0]}")
     return _rope(op, x, tab, rotate_style, reuse, nope_first, row_mode=RowMode.POSITIONS if has_positions else RowMode.OUTER,
@@ -459,7 +473,8 @@ def rope_cached_positions_offsets_fwd(x: torch.Tensor, cos: torch.Tensor, sin: t
                                       offsets: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool,
                                       nope_first: bool, transpose_output: bool = False) -> torch.Tensor:
     return _sbhd_cached("rope_cached_positions_offsets_fwd", x, cos, sin, positions, offsets, rotate_style,
-                        reuse_freqs_front_part, nope_first, transpose_output, has_positions=True)
+                        reuse_freqs_front_part, nope_first, transpose_output, has_positions=True,
+                        has_offsets=True)
 
 
 @public_op(mutates=("x",), unless=envs.rope_check_positions)
@@ -469,7 +484,7 @@ def rope_cached_positions_offsets_fwd_inplace(x: torch.Tensor, cos: torch.Tensor
                                               transpose_output: bool = False) -> torch.Tensor:
     return _sbhd_cached("rope_cached_positions_offsets_fwd_inplace", x, cos, sin, positions, offsets,
                         rotate_style, reuse_freqs_front_part, nope_first, transpose_output, inplace=True,
-                        has_positions=True)
+                        has_positions=True, has_offsets=True)
 
 
 @public_op(unless=envs.rope_check_positions)
@@ -477,7 +492,8 @@ def rope_cached_positions_offsets_bwd(x: torch.Tensor, cos: torch.Tensor, sin: t
                                       offsets: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool,
                                       nope_first: bool, transpose_output: bool = False) -> torch.Tensor:
     return _sbhd_cached("rope_cached_positions_offsets_bwd", x, cos, sin, positions, offsets, rotate_style,
-                        reuse_freqs_front_part, nope_first, transpose_output, backward=True, has_positions=True)
+                        reuse_freqs_front_part, nope_first, transpose_output, backward=True, has_positions=True,
+                        has_offsets=True)
 
 
 # ---------------------------------------------------------------------------
@@ -486,7 +502,7 @@ def rope_cached_positions_offsets_bwd(x: torch.Tensor, cos: torch.Tensor, sin: t
 
 
 def _two(op, x, y, cos, sin, positions, offsets, rotate_style, reuse, nope_first, transpose_output, *,
-         inplace=False, backward=False):
+         inplace=False, backward=False, has_offsets=False):
     _check_x(op, "x", x, 3, "(t, qh, d)")
     _check_x(op, "y", y, 3, "(t, kh, d)")
     if y.shape[0] != x.shape[0]:
@@ -494,7 +510,7 @@ def _two(op, x, y, cos, sin, positions, offsets, rotate_style, reuse, nope_first
     check_same_device(op, "y", y, "x", x)
     tab = _table(op, ("cos", "sin"), cos, sin, x)
     _check_transpose(op, transpose_output, False)
-    _check_positions(op, positions, offsets, (x.shape[0],), x, tab.rows)
+    _check_positions(op, positions, offsets, (x.shape[0],), x, tab.rows, has_offsets)
     return _rope(op, x, tab, rotate_style, reuse, nope_first, row_mode=RowMode.POSITIONS, backward=backward,
                  inplace=inplace, x2=y, pos=positions, off=offsets)
 
@@ -532,7 +548,7 @@ def rope_cached_thd_positions_offsets_2c_fwd(x: torch.Tensor, y: torch.Tensor, c
                                              reuse_freqs_front_part: bool, nope_first: bool,
                                              transpose_output: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     return _two("rope_cached_thd_positions_offsets_2c_fwd", x, y, cos, sin, positions, offsets, rotate_style,
-                reuse_freqs_front_part, nope_first, transpose_output)
+                reuse_freqs_front_part, nope_first, transpose_output, has_offsets=True)
 
 
 @public_op(mutates=("x", "y"), unless=envs.rope_check_positions)
@@ -542,7 +558,7 @@ def rope_cached_thd_positions_offsets_2c_fwd_inplace(x: torch.Tensor, y: torch.T
                                                      reuse_freqs_front_part: bool, nope_first: bool,
                                                      transpose_output: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     return _two("rope_cached_thd_positions_offsets_2c_fwd_inplace", x, y, cos, sin, positions, offsets,
-                rotate_style, reuse_freqs_front_part, nope_first, transpose_output, inplace=True)
+                rotate_style, reuse_freqs_front_part, nope_first, transpose_output, inplace=True, has_offsets=True)
 
 
 @public_op(unless=envs.rope_check_positions)
@@ -551,7 +567,7 @@ def rope_cached_thd_positions_offsets_2c_bwd(x: torch.Tensor, y: torch.Tensor, c
                                              reuse_freqs_front_part: bool, nope_first: bool,
                                              transpose_output: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     return _two("rope_cached_thd_positions_offsets_2c_bwd", x, y, cos, sin, positions, offsets, rotate_style,
-                reuse_freqs_front_part, nope_first, transpose_output, backward=True)
+                reuse_freqs_front_part, nope_first, transpose_output, backward=True, has_offsets=True)
 
 
 # ---------------------------------------------------------------------------
@@ -561,8 +577,12 @@ def rope_cached_thd_positions_offsets_2c_bwd(x: torch.Tensor, y: torch.Tensor, c
 
 
 def _image_size(op: str, name: str, value) -> int:
-    """A positive int, or a one-element integer tensor holding one (read on the host)."""
+    """A positive int, or a one-element integer tensor holding one (read on the host: on the
+    CPU or a GPU, whatever x's device)."""
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        if value.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"{op}: {name} is a tensor on the {value.device.type} device, whose value cannot be "
+                             f"read; pass an int or a one-element tensor on the CPU or a GPU")
         value = int(value.item())
     return check_int(op, name, value, 1)
 
@@ -579,11 +599,12 @@ def _2d(op, x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_style, 
     if tab_w.width != tab_h.width:
         raise ValueError(f"{op}: cos_w must be as wide as cos_h ({tab_h.width}), got {tab_w.width}")
     if tab_h.rows < img_height or tab_w.rows < img_width:
-        raise ValueError(f"{op}: the height table has {tab_h.rows} rows and the width table {tab_w.rows}; "
+        raise ValueError(f"{op}: cos_h has {tab_h.rows} rows and cos_w {tab_w.rows}; "
                          f"need at least img_height = {img_height} and img_width = {img_width}")
     transpose_output = _check_transpose(op, transpose_output, not inplace)
     return _rope(op, x, tab_h, rotate_style, reuse, nope_first, row_mode=RowMode.IMAGE, backward=backward,
-                 inplace=inplace, transpose_output=transpose_output, tab2=tab_w, img_width=img_width)
+                 inplace=inplace, transpose_output=transpose_output, tab2=tab_w, img_width=img_width,
+                 table_name="cos_h")
 
 
 @public_op(unless=envs.rope_check_positions)

@@ -111,7 +111,8 @@ def _looped_stats(acc, acc_sq, shift, n_cols, eps, IS_RMS: tl.constexpr):
         var = tl.sum(acc_sq, axis=0) / n_cols
     else:
         mean_s = tl.sum(acc, axis=0) / n_cols
-        var = tl.maximum(tl.sum(acc_sq, axis=0) / n_cols - mean_s * mean_s, 0.0)
+        # clamped at 0 against rounding, NaN kept (a NaN or inf row normalizes to NaN, as the reference)
+        var = tl.maximum(tl.sum(acc_sq, axis=0) / n_cols - mean_s * mean_s, 0.0, propagate_nan=tl.PropagateNan.ALL)
         mean = shift + mean_s
     return mean, tl.rsqrt(var + eps)
 

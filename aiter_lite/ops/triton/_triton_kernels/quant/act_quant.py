@@ -3,7 +3,8 @@ quantized without a round trip through memory.
 
 ``y`` is computed in fp32 and rounded to x's dtype, exactly as ``act_and_mul`` stores it,
 then quantized as the quant kernels quantize (``_quantize``, scales by ``_scale_of`` or
-``max(amax, eps) / q_max``): the fused result is bit for bit the unfused pair's.
+``max(amax, eps) / q_max``, NaN-keeping amaxes): the fused result is bit for bit the
+unfused pair's.
 One kernel, three modes (``MODE``): a static per-tensor scale, a dynamic scale per row,
 a dynamic scale per group of GROUP columns of a row.
 """
@@ -12,7 +13,7 @@ import triton
 import triton.language as tl
 
 from aiter_lite.ops.triton._triton_kernels.activation import _apply_activation
-from aiter_lite.ops.triton._triton_kernels.quant.quant import _load_f32, _quantize, _row_scale
+from aiter_lite.ops.triton._triton_kernels.quant.quant import _amax, _load_f32, _nan_max, _quantize, _row_scale
 
 
 @triton.jit
@@ -82,11 +83,11 @@ def _act_quant_kernel(
             for start in range(0, n_cols, BLOCK_N):
                 mask = None if EVEN else row_mask[:, None] & (start + cols < n_cols)[None, :]
                 y = _act_mul(x_rows + start + cols[None, :], n_cols, mask, ACTIVATION, x_dtype, EVEN)
-                amax = tl.maximum(amax, tl.max(tl.abs(y), axis=1))
+                amax = _nan_max(amax, _amax(y, 1))
         else:
             mask = None if EVEN else row_mask[:, None] & (cols < n_cols)[None, :]
             y = _act_mul(x_rows + cols[None, :], n_cols, mask, ACTIVATION, x_dtype, EVEN)
-            amax = tl.max(tl.abs(y), axis=1)
+            amax = _amax(y, 1)
         scale = _row_scale(amax, ub_ptr, q_max, min_scale, HAS_UB)
         tl.store(scale_ptr + rows * stride_s_row, scale, mask=row_mask)
         inv_scale = tl.math.div_rn(1.0, scale)[:, None]
@@ -112,7 +113,7 @@ def _act_quant_kernel(
         mask = None if EVEN else row_mask[:, None, None] & (cols < n_cols)[None, :, :]
         y = _act_mul(x_ptr + rows[:, None, None] * stride_x_row + cols[None, :, :], n_cols, mask, ACTIVATION,
                      x_dtype, EVEN)
-        scale = tl.math.div_rn(tl.maximum(tl.max(tl.abs(y), axis=2), eps), q_max)
+        scale = tl.math.div_rn(_nan_max(_amax(y, 2), eps), q_max)
         s_mask = None if EVEN else row_mask[:, None] & (grp * GROUP < n_cols)[None, :]
         tl.store(scale_ptr + rows[:, None] * stride_s_row + grp[None, :] * stride_s_group, scale, mask=s_mask)
         q = _quantize(y, tl.math.div_rn(1.0, scale)[:, :, None], q_min, q_max, q_dtype, SOFT_ROUND)

@@ -5,7 +5,9 @@ A row is normalized as the normalization kernels do it, rounded to the input's d
 (the value the unfused norm would store, so fused and unfused agree), optionally
 multiplied by a per-column smoothing scale (SmoothQuant's ``xscale``), then quantized
 as the quant kernels do (``_quantize``): by a static per-tensor scale, or by the
-row's own scale from its amax (DYNAMIC, per token). Two regimes (``LOOPED``):
+row's own scale from its amax (DYNAMIC, per token; NaN-keeping, as the quant kernels':
+a NaN in the normalized row, an inf input's inf / inf included, makes its scale NaN).
+Two regimes (``LOOPED``):
 
 * the row block in registers: a (BLOCK_M, BLOCK_N) tile, BLOCK_N >= n_cols;
 * looped: one row per program in BLOCK_N-wide chunks: statistics, then (DYNAMIC)
@@ -27,7 +29,7 @@ from aiter_lite.ops.triton._triton_kernels.normalization.norm import (
     _looped_stats,
     _reload_row_input,
 )
-from aiter_lite.ops.triton._triton_kernels.quant.quant import _quantize, _row_scale
+from aiter_lite.ops.triton._triton_kernels.quant.quant import _amax, _nan_max, _quantize, _row_scale
 
 
 @triton.jit
@@ -77,14 +79,14 @@ def _amax_chunk(amax, x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, col_
                               HAS_X_BIAS, "evict_last")
         w, b = _load_scale_shift(w_ptr, b_ptr, cols, col_mask, HAS_WEIGHT, HAS_BIAS)
         ys = _apply_scale_shift((x - mean) * rstd, w, b, weight_offset, HAS_WEIGHT, HAS_BIAS)
-    return tl.maximum(amax, tl.where(col_mask, tl.abs(ys), 0.0))
+    return _nan_max(amax, tl.where(col_mask, tl.abs(ys), 0.0))
 
 
 @triton.jit
 def _rounded_amax(amax, round_ty: tl.constexpr, HAS_SMOOTH: tl.constexpr):
     """The row's amax from ``_amax_chunk``'s per-lane values: rounded to ``round_ty`` once
-    (each value was, with smoothing)."""
-    amax = tl.max(amax, axis=0)
+    (each value was, with smoothing); NaN where any lane's is."""
+    amax = _amax(amax, 0)
     return amax if HAS_SMOOTH else amax.to(round_ty).to(tl.float32)
 
 
@@ -166,7 +168,7 @@ def _norm_quant_kernel(
         if HAS_SMOOTH:
             y = y * tl.load(xs_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
         if DYNAMIC:
-            scale = _row_scale(tl.max(tl.where(mask, tl.abs(y), 0.0), axis=1), ub_ptr, q_max, min_scale, HAS_UB)
+            scale = _row_scale(_amax(tl.where(mask, y, 0.0), 1), ub_ptr, q_max, min_scale, HAS_UB)
             tl.store(scale_ptr + rows * stride_s, scale, mask=row_mask)
             inv_scale = tl.math.div_rn(1.0, scale)[:, None]
         else:

@@ -3,9 +3,15 @@ per token group.
 
 Every kernel quantizes the same way (``_quantize``): ``x * (1 / scale)`` in fp32,
 saturated to the output dtype's range ``[q_min, q_max]`` (runtime values the wrapper
-takes from the output dtype: no inf in fp8, no wrap in int8), NaN kept, rounded to the
-nearest even integer for int8 (fp8's own conversion rounds to nearest even). Scales
-are ``amax / q_max`` by an IEEE division, so a scale equals the reference's bit for bit.
+takes from the output dtype: no inf in fp8, no wrap in int8), rounded to the nearest
+even integer for int8 (fp8's own conversion rounds to nearest even). Scales are
+``amax / q_max`` by an IEEE division, so a scale equals the reference's bit for bit.
+
+NaN stays visible, as in the reference: every amax is a NaN-keeping maximum
+(``_nan_max``: ``tl.maximum`` and ``tl.max`` drop NaN by default), so a NaN in a row
+(group, tensor) makes that scale NaN, and every value it scales NaN in fp8 (e4m3fn,
+e4m3fnuz and e5m2 all have one) or 0 in int8 (which has none: the NaN scale carries it).
+A NaN reaching a static scale is NaN in fp8, 0 in int8.
 """
 
 import triton
@@ -33,14 +39,34 @@ def _fp8_grid(y, dtype: tl.constexpr):
 
 
 @triton.jit
+def _nan_max(a, b):
+    """``max(a, b)``, NaN where either is (``tl.maximum``'s default drops a NaN)."""
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _amax(x, axis):
+    """``max |x|`` along ``axis``, NaN where any element there is NaN."""
+    return tl.reduce(tl.abs(x), axis, _nan_max)
+
+
+@triton.jit
+def _amax_bits(amax):
+    """A non-negative amax (or NaN) as int32 bits that order as the values do, NaN above
+    inf: the integer atomic max of the per-tensor amax keeps NaN (the sign bit cleared)."""
+    return tl.abs(amax).to(tl.int32, bitcast=True)
+
+
+@triton.jit
 def _quantize(x, inv_scale, q_min, q_max, dtype: tl.constexpr, SOFT_ROUND: tl.constexpr):
-    """fp32 ``x`` scaled by ``inv_scale``, saturated, in ``dtype``. SOFT_ROUND: fp8 values
+    """fp32 ``x`` scaled by ``inv_scale``, saturated, in ``dtype``; NaN stays NaN in fp8 and
+    is 0 in int8 (a float-to-int conversion of NaN is undefined). SOFT_ROUND: fp8 values
     rounded in fp32 first, so the conversion is exact, and NaN written as its bits
     (Triton's interpreter converts fp32 to fp8 without carrying a rounded-up mantissa
     into the exponent, and NaN to a number)."""
     y = tl.clamp(x * inv_scale, q_min, q_max, propagate_nan=tl.PropagateNan.ALL)
     if dtype.is_int():
-        return _rint(y).to(dtype)
+        return tl.where(y != y, 0.0, _rint(y)).to(dtype)
     if SOFT_ROUND:
         nan_bits = 0x80 if dtype == tl.float8e4b8 else 0x7F  # e4m3fnuz's one NaN; e4m3fn's, an e5m2 NaN
         bits = _fp8_grid(y, dtype).to(dtype).to(tl.uint8, bitcast=True)
@@ -50,15 +76,17 @@ def _quantize(x, inv_scale, q_min, q_max, dtype: tl.constexpr, SOFT_ROUND: tl.co
 
 @triton.jit
 def _scale_of(amax, q_max, min_scale):
-    """``max(amax / q_max, min_scale)``: never 0 (an all-zero input quantizes to zeros)."""
-    return tl.maximum(tl.math.div_rn(amax, q_max), min_scale)
+    """``max(amax / q_max, min_scale)``: never 0 (an all-zero input quantizes to zeros); NaN
+    for a NaN amax."""
+    return _nan_max(tl.math.div_rn(amax, q_max), min_scale)
 
 
 @triton.jit
 def _row_scale(amax, ub_ptr, q_max, min_scale, HAS_UB: tl.constexpr):
-    """A dynamic row scale: the amax capped at the upper bound (HAS_UB), over q_max, floored."""
+    """A dynamic row scale: the amax capped at the upper bound (HAS_UB), over q_max, floored;
+    NaN for a NaN amax (the cap keeps it)."""
     if HAS_UB:
-        amax = tl.minimum(amax, tl.load(ub_ptr))
+        amax = tl.minimum(amax, tl.load(ub_ptr), propagate_nan=tl.PropagateNan.ALL)
     return _scale_of(amax, q_max, min_scale)
 
 
@@ -124,8 +152,8 @@ def _amax_scale_kernel(
 ):
     """The tensor's scale. Grid (column blocks, programs down the rows): each program
     takes every num_programs(1)-th row block of its column block, and its amax joins
-    the tensor's by an integer atomic max (|x| >= 0, whose float bits order as integers:
-    exact, so the same in any order); the last program to arrive writes
+    the tensor's by an integer atomic max (|x| >= 0, whose float bits order as integers,
+    NaN above inf: exact, so the same in any order); the last program to arrive writes
     ``_scale_of(amax)`` and zeroes the work words for the next call. The scale is
     written, never read first: the caller need not zero it."""
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
@@ -134,9 +162,9 @@ def _amax_scale_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for pid_m in range(tl.program_id(1), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(1)):
         rows, cols, mask = _tile(pid_m, tl.program_id(0), n_rows, n_cols, EVEN, INT64, BLOCK_M, BLOCK_N)
-        acc = tl.maximum(acc, tl.abs(_load_f32(x_ptr + rows[:, None] * stride_x_row + cols[None, :], mask, EVEN)))
-    amax = tl.max(tl.max(acc, axis=1), axis=0)
-    tl.atomic_max(work_ptr, amax.to(tl.int32, bitcast=True), sem="relaxed", scope="gpu")
+        acc = _nan_max(acc, tl.abs(_load_f32(x_ptr + rows[:, None] * stride_x_row + cols[None, :], mask, EVEN)))
+    amax = _amax(_amax(acc, 1), 0)
+    tl.atomic_max(work_ptr, _amax_bits(amax), sem="relaxed", scope="gpu")
     n_programs = tl.num_programs(0) * tl.num_programs(1)
     if tl.atomic_add(work_ptr + 1, 1, sem="acq_rel", scope="gpu") == n_programs - 1:
         amax = tl.atomic_xchg(work_ptr, 0, sem="relaxed", scope="gpu").to(tl.float32, bitcast=True)
@@ -175,8 +203,8 @@ def _dynamic_per_tensor_kernel(
     rows, cols, mask = _tile(pid // col_blocks, pid % col_blocks, n_rows, n_cols, EVEN, INT64, BLOCK_M, BLOCK_N)
     x = _load_f32(x_ptr + rows[:, None] * stride_x_row + cols[None, :], mask, EVEN)
     if PHASE != 2:
-        amax = tl.max(tl.max(tl.abs(x), axis=1), axis=0)
-        tl.atomic_max(work_ptr, amax.to(tl.int32, bitcast=True), sem="relaxed", scope="gpu")
+        amax = _amax(_amax(x, 1), 0)
+        tl.atomic_max(work_ptr, _amax_bits(amax), sem="relaxed", scope="gpu")
         tl.atomic_add(work_ptr + 1, 1, sem="release", scope="gpu")
     if PHASE != 1:
         while tl.atomic_add(work_ptr + 1, 0, sem="acquire", scope="gpu") < n_programs:
@@ -224,11 +252,11 @@ def _per_token_quant_kernel(
         for start in range(0, n_cols, BLOCK_N):
             mask = None if EVEN else row_mask[:, None] & (start + cols < n_cols)[None, :]
             x = _load_f32(x_rows + start + cols[None, :], mask, EVEN)
-            amax = tl.maximum(amax, tl.max(tl.abs(x), axis=1))
+            amax = _nan_max(amax, _amax(x, 1))
     else:
         mask = None if EVEN else row_mask[:, None] & (cols < n_cols)[None, :]
         x = _load_f32(x_rows + cols[None, :], mask, EVEN)
-        amax = tl.max(tl.abs(x), axis=1)
+        amax = _amax(x, 1)
     scale = _row_scale(amax, ub_ptr, q_max, min_scale, HAS_UB)
     tl.store(scale_ptr + rows * stride_s, scale, mask=row_mask)
     inv_scale = tl.math.div_rn(1.0, scale)[:, None]
@@ -275,8 +303,7 @@ def _per_token_split_kernel(
     x = _load_f32(x_ptr + row * stride_x_row + cols, cols < n_cols, EVEN)
     slot_row = slot_ptr + row * n_segs
     if PHASE != 2:  # publish: the amax's bits, with bit 32 set (an unpublished slot is 0)
-        amax = tl.max(tl.abs(x), axis=0)
-        word = amax.to(tl.uint32, bitcast=True).to(tl.int64) | (1 << 32)
+        word = _amax_bits(_amax(x, 0)).to(tl.uint32, bitcast=True).to(tl.int64) | (1 << 32)
         tl.atomic_xchg(slot_row + seg, word, sem="relaxed", scope="gpu")
     if PHASE != 1:
         g = tl.arange(0, BLOCK_S)
@@ -285,7 +312,7 @@ def _per_token_split_kernel(
         v = tl.where(g_mask, tl.atomic_add(slot_row + g, zero, mask=g_mask, sem="relaxed", scope="gpu"), 1 << 32)
         while tl.sum((v == 0).to(tl.int32), axis=0) > 0:
             v = tl.where(g_mask, tl.atomic_add(slot_row + g, zero, mask=g_mask, sem="relaxed", scope="gpu"), 1 << 32)
-        amax = tl.max((v & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True), axis=0)
+        amax = _amax((v & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True), 0)
         scale = _row_scale(amax, ub_ptr, q_max, min_scale, HAS_UB)
         if seg == 0:
             tl.store(scale_ptr + row * stride_s, scale)
@@ -324,7 +351,7 @@ def _group_quant_kernel(
     g_mask = g < n_rows * n_groups
     mask = None if EVEN else g_mask[:, None] & (cols < n_cols)
     x = _load_f32(x_ptr + row[:, None] * stride_x_row + cols, mask, EVEN)
-    amax = tl.maximum(tl.max(tl.abs(x), axis=1), eps)
+    amax = _nan_max(_amax(x, 1), eps)
     scale = tl.math.div_rn(amax, q_max)
     tl.store(scale_ptr + row * stride_s_row + grp * stride_s_group, scale, mask=g_mask)
     q = _quantize(x, tl.math.div_rn(1.0, scale)[:, None], q_min, q_max, q_ptr.dtype.element_ty, SOFT_ROUND)

@@ -132,7 +132,8 @@ def _turn(x1, x2, c1, c2, s1, s2, rot3, BACKWARD: tl.constexpr):
 @triton.jit
 def _token_rows(tok, t_mask, n_inner, pos_ptr, off_ptr, cu_ptr, stride_p_o, stride_p_i, n_seqs, search_steps,
                 img_width, ROW_MODE: tl.constexpr, HAS_OFFSETS: tl.constexpr, BLOCK_T: tl.constexpr):
-    """(row, row2, valid) per token: its table row (and 2-D width-table row), and whether it rotates."""
+    """(row, row2, valid) per token: its table row (and 2-D width-table row), and whether it rotates.
+    RowMode.VARLEN reads cu_seqlens with the stride ``stride_p_o`` (no positions then)."""
     o_idx = tok // n_inner
     i_idx = tok % n_inner
     valid = t_mask
@@ -149,12 +150,12 @@ def _token_rows(tok, t_mask, n_inner, pos_ptr, off_ptr, cu_ptr, stride_p_o, stri
         hi = tl.zeros([BLOCK_T], dtype=tl.int32) + n_seqs
         for _ in range(search_steps):
             mid = (lo + hi + 1) // 2
-            start = tl.load(cu_ptr + mid, mask=t_mask & (mid <= n_seqs), other=0)
+            start = tl.load(cu_ptr + mid * stride_p_o, mask=t_mask & (mid <= n_seqs), other=0)
             go = start <= o_idx
             lo = tl.where(go, mid, lo)
             hi = tl.where(go, hi, mid - 1)
-        first = tl.load(cu_ptr + lo, mask=t_mask, other=0)
-        end = tl.load(cu_ptr + n_seqs)
+        first = tl.load(cu_ptr + lo * stride_p_o, mask=t_mask, other=0)
+        end = tl.load(cu_ptr + n_seqs * stride_p_o)
         valid = t_mask & (o_idx < end)
         row = (o_idx - first).to(tl.int64)
     else:
@@ -222,7 +223,7 @@ def _rope_kernel(
     stride_x2_o, stride_x2_i, stride_x2_h, stride_x2_d,
     stride_y2_o, stride_y2_i, stride_y2_h, stride_y2_d,
     stride_t_r, stride_t_f, stride_t2_r, stride_t2_f,
-    stride_p_o, stride_p_i,
+    stride_p_o, stride_p_i,       # positions (+ offsets); RowMode.VARLEN: cu_seqlens' stride, 0
     n_inner, n_tokens,
     n_heads, n_heads2,            # heads of x and x2 (0: no second tensor)
     n_rows, n_rows2,              # table rows: a row outside [0, n_rows) gives NaN
