@@ -150,17 +150,6 @@ def test_angles_path_still_serves_the_raw_angle_ops():
 # devices: every tensor argument on a device Triton cannot launch on
 
 
-@pytest.mark.parametrize("name", OPS)
-def test_meta_tensor_raises(name):
-    good = _good_args(name)
-    for arg, value in good.items():
-        if not isinstance(value, torch.Tensor):
-            continue
-        meta = torch.empty(value.shape, dtype=value.dtype, device="meta")
-        with pytest.raises(ValueError, match=rf"^{name}: {arg} (is on the meta device|must be on x's device)"):
-            _call(name, {**good, arg: meta})
-
-
 def test_meta_image_size_raises():
     good = _good_args("rope_fwd_2d")
     with pytest.raises(ValueError, match=r"^rope_fwd_2d: img_height is a tensor on the meta device"):
