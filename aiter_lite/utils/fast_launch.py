@@ -170,11 +170,12 @@ def _device_stream() -> tuple[int, int]:
 def _key(args: tuple, names: tuple = ()) -> tuple | None:
     """What the checked path's work depends on; None where autograd records the call or a
     tensor is on the CPU. ``names``: the keywords the last arguments were passed by. A
-    tensor's entry ends with the position of the first input on its data pointer (its own
-    when none; empty tensors share no memory), so calls that alias inputs share plans only
-    with calls aliasing alike."""
+    non-empty tensor's entry ends with the position of the first input in the same
+    allocation and its byte offset from that input (its own position and 0 when none; empty
+    tensors share no memory), so calls share a plan only where their tensors overlap alike:
+    the checked path refuses outputs that overlap other arguments, and a plan must not let a
+    new overlap through."""
     key = [*_device_stream(), names]
-    first: dict = {}
     storages: dict = {}
     grad = torch.is_grad_enabled()
     for i, a in enumerate(args):
@@ -182,12 +183,11 @@ def _key(args: tuple, names: tuple = ()) -> tuple | None:
             if (grad and a.requires_grad) or (_CPU_IS_HOST and a.is_cpu):
                 return None
             ptr = a.data_ptr()
-            # the first input in the same allocation and the byte offset from it: calls share a
-            # key only where their tensors overlap alike (the checked path refuses outputs
-            # that overlap other arguments; a plan must not let a new overlap through)
-            j, base_ptr = storages.setdefault(ptr - a.storage_offset() * a.dtype.itemsize, (i, ptr))
-            key += (a.shape, a.stride(), a.dtype, a.get_device(), ptr & 15,
-                    first.setdefault(ptr, i) if a.numel() else i, j, ptr - base_ptr)
+            if a.numel():
+                j, base = storages.setdefault(ptr - a.storage_offset() * a.element_size(), (i, ptr))
+                key += (a.shape, a.stride(), a.dtype, a.get_device(), ptr & 15, j, ptr - base)
+            else:
+                key += (a.shape, a.stride(), a.dtype, a.get_device(), ptr & 15, i)
         else:
             key += (a.__class__, a)
     return tuple(key)

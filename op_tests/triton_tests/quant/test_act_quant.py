@@ -21,7 +21,7 @@ from aiter_lite.ops.triton import quant
 from aiter_lite.ops.triton.activation import act_and_mul
 from aiter_lite.ops.triton.quant import act_quant as fused
 from aiter_lite.ops.triton.quant.quant import QuantLaunchConfig
-from aiter_lite.spec.device import INTERPRETER
+from aiter_lite.spec.device import INTERPRETER, PROFILES
 from op_tests.triton_tests.quant.test_quant import (  # noqa: F401  (_storable: skips qdtypes this device cannot store)
     BADS,
     SUPPORTED,
@@ -41,14 +41,15 @@ ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
 Q_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.int8)
 # (rows, d, activation, strided): the input is (rows, 2d). M = 0 and 1, odd widths, a
 # tensor-parallel shard of 1368 (d = 684), strided rows; on a GPU, serving shapes and
-# rows past the per-token register path (looped).
+# rows past the per-token register path (looped), rows the per-token quant kernel would
+# split over programs (a wave of rows, 131072 wide: looped here).
 CASES = by_device(
     [(0, 64, "silu", False), (1, 1, "gelu", False), (1, 684, "gelu_tanh", True), (5, 127, "silu", True),
      (33, 269, "gelu", False), (3, 1368, "gelu_tanh", True)],
     [(0, 64, "silu", False), (1, 1, "gelu", False), (1, 684, "gelu_tanh", True), (5, 127, "silu", True),
      (33, 269, "gelu", False), (3, 1368, "gelu_tanh", True), (4096, 7168, "silu", False),
      (16384, 2048, "gelu", True), (2, 14336, "silu", True), (3, 16385, "gelu_tanh", False),
-     (1024, 18432, "silu", False), (1, 28672, "gelu", True)],
+     (1024, 18432, "silu", False), (1, 28672, "gelu", True), (300, 131072, "silu", False)],
 )
 # (rows, d, group_size, column_major, activation)
 GROUP_CASES = by_device(
@@ -230,6 +231,26 @@ def test_launch_configs():
         assert cfg.BLOCK_N % group == 0 and not cfg.LOOPED
     with pytest.raises(ValueError, match="multiple of group_size"):
         fused.act_mul_and_fp8_group_quant(_input(2, 256, torch.float32), "silu", 128, config=QuantLaunchConfig(1, 64, 4))
+
+
+@pytest.mark.parametrize("profile", PROFILES.values(), ids=lambda p: p.name)
+def test_per_token_configs_hold_whole_rows(profile):
+    """Every device's per-token launch loops or holds the whole row; this kernel has no
+    split-row mode, so rows the quant kernel splits (a wave of rows, > 65536 wide) loop."""
+    for m in (1, 7, profile.sms, 4 * profile.sms, 65536):
+        for d in (1, 4096, 16384, 16385, 65537, 131072, 262144, 1 << 20):
+            cfg = fused.act_quant_launch_config("per_token", m, d, profile)
+            assert not cfg.SPLIT and (cfg.LOOPED or cfg.BLOCK_N >= d), (m, d, cfg)
+
+
+@pytest.mark.parametrize("cfg", [QuantLaunchConfig(1, 64, 4), QuantLaunchConfig(1, 64, 4, SPLIT=True)], ids=str)
+def test_per_token_pinned_partial_rows_refused(cfg):
+    x = _input(2, 300, torch.float32)
+    with pytest.raises(ValueError, match="holds whole rows"):
+        fused.act_mul_and_fp8_quant(x, "silu", config=cfg)
+    with pytest.raises(ValueError, match="needs BLOCK_N >= the 300 columns"):
+        quant.dynamic_per_token_quant_fp8_i8(torch.empty(2, 300, dtype=torch.int8, device=DEVICE), x[:, :300],
+                                             torch.empty(2, 1, device=DEVICE), config=QuantLaunchConfig(1, 64, 4))
 
 
 def test_wide_group_and_row_chunks(monkeypatch, poisoned_empty):

@@ -54,8 +54,8 @@ def test_unsupported_dtype():
 def _codes(q: torch.Tensor) -> torch.Tensor:
     """Quantized values as integers in value order: int8 as is, fp8 by sign and magnitude bits."""
     if not q.dtype.is_floating_point:
-        return q.long()
-    b = q.view(torch.uint8).long()
+        return q.short()
+    b = q.view(torch.uint8).short()
     return torch.where(b >= 128, -(b & 0x7F), b & 0x7F)
 
 

@@ -81,7 +81,8 @@ def act_quant_launch_config(scaling: str, n_rows: int, n_cols: int, profile: Dev
     "static", "per_token", "group" (tiles at least ``group_size`` wide)."""
     if scaling == "per_token":
         cfg = per_token_launch_config(n_rows, n_cols, profile)
-        if cfg.LOOPED or cfg.BLOCK_N > _MAX_ROW_IN_REGS:
+        # this kernel has no split-row mode: rows the quant kernel splits are looped here
+        if cfg.LOOPED or cfg.SPLIT or cfg.BLOCK_N > _MAX_ROW_IN_REGS:
             return QuantLaunchConfig(1, _LOOP_BLOCK, profile.row_warps(_LOOP_BLOCK), LOOPED=True)
         warps = max(cfg.num_warps, profile.warps_for(cfg.BLOCK_M * cfg.BLOCK_N, _OUTPUTS_PER_LANE, lo=1, hi=16))
         return QuantLaunchConfig(cfg.BLOCK_M, cfg.BLOCK_N, warps)
@@ -136,6 +137,9 @@ def _launch_act_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, s
         raise ValueError(f"act_quant: a group launch's BLOCK_N must be a multiple of group_size {group_size}, "
                          f"got {cfg.BLOCK_N}")
     if scaling == "per_token":  # a program owns whole rows: a 1-D grid
+        if cfg.SPLIT or (not cfg.LOOPED and cfg.BLOCK_N < n_cols):
+            raise ValueError(f"act_quant: a per-token launch holds whole rows: it loops (LOOPED) or its BLOCK_N "
+                             f"covers the {n_cols} columns; got {cfg}")
         _act_quant_rows(x2, q2, scale, scale_ub, activation, scaling, 1, cfg)
         return
     # Tiles, columns fastest (as act_and_mul); grid axis 1 stops at 65535, so further

@@ -341,6 +341,9 @@ def _launch_per_token_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Ten
     split over programs (SPLIT)."""
     n_rows, n_cols = x2.shape
     cfg = config or per_token_launch_config(n_rows, n_cols, device_profile(x2.device))
+    if not (cfg.SPLIT or cfg.LOOPED) and cfg.BLOCK_N < n_cols:
+        raise ValueError(f"dynamic_per_token_quant_fp8_i8: a launch that neither loops nor splits rows needs "
+                         f"BLOCK_N >= the {n_cols} columns; got {cfg}")
     q_min, q_max = quant_range(q2.dtype)
     if cfg.SPLIT:
         n_segs, slots, phases = split_row_slots("dynamic_per_token_quant_fp8_i8", n_rows, n_cols, cfg.BLOCK_N,

@@ -46,15 +46,17 @@ def _nan_max(a, b):
 
 @triton.jit
 def _amax(x, axis):
-    """``max |x|`` along ``axis``, NaN where any element there is NaN."""
-    return tl.reduce(tl.abs(x), axis, _nan_max)
+    """``max |x|`` along ``axis``, NaN where any element there is NaN: an integer maximum
+    of the bits of ``|x|`` (non-negative floats order as their bits do, NaN above inf),
+    one built-in reduction where a NaN-keeping float combine would be a custom one."""
+    return tl.max(_amax_bits(x), axis).to(tl.float32, bitcast=True)
 
 
 @triton.jit
-def _amax_bits(amax):
-    """A non-negative amax (or NaN) as int32 bits that order as the values do, NaN above
-    inf: the integer atomic max of the per-tensor amax keeps NaN (the sign bit cleared)."""
-    return tl.abs(amax).to(tl.int32, bitcast=True)
+def _amax_bits(x):
+    """``|x|`` (fp32) as int32 bits that order as the values do, NaN above inf (the sign
+    bit cleared): integer maxima of them keep NaN, as the per-tensor amax's atomic does."""
+    return tl.abs(x).to(tl.int32, bitcast=True)
 
 
 @triton.jit
