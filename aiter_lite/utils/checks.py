@@ -50,9 +50,10 @@ def check_int(op: str, name: str, value, lo: int | None = None, hi: int | None =
 
 def check_real(op: str, name: str, value, *, positive: bool = False) -> float:
     """A finite real number (an int or a float, not a bool), > 0 where ``positive``; as a float."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{op}: {name} must be a real number, got {type(value).__name__} {value!r}")
-    value = float(value)
+    if type(value) is not float:  # the common case first: an ABC isinstance is slow
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{op}: {name} must be a real number, got {type(value).__name__} {value!r}")
+        value = float(value)
     if not math.isfinite(value) or (positive and not value > 0):
         raise ValueError(f"{op}: {name} must be {'positive and ' if positive else ''}finite, got {value}")
     return value

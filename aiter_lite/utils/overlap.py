@@ -36,13 +36,16 @@ def _dims(t: torch.Tensor) -> list[tuple[int, int]]:
 
 def _span(t: torch.Tensor) -> tuple[int, int]:
     """The bytes [lo, hi) that ``t``'s elements lie in."""
-    lo = hi = t.data_ptr()
+    ptr, item = t.data_ptr(), t.element_size()
+    if t.is_contiguous():
+        return ptr, ptr + t.numel() * item
+    below = above = 0
     for n, s in zip(t.shape, t.stride()):
         if s > 0:
-            hi += (n - 1) * s * t.element_size()
+            above += (n - 1) * s
         else:
-            lo += (n - 1) * s * t.element_size()
-    return lo, hi + t.element_size()
+            below += (n - 1) * s
+    return ptr + below * item, ptr + (above + 1) * item
 
 
 def _dense(t: torch.Tensor) -> bool:
@@ -126,19 +129,30 @@ def check_written(op: str, tensors: list[tuple[str, torch.Tensor]], written: fro
                   aliases: dict[str, tuple[str, ...]]) -> None:
     """A ``ValueError`` naming ``op`` and the arguments where a written tensor has
     elements that overlap each other, or overlaps another argument other than as an
-    exact alias ``aliases`` allows (written name -> the inputs it may be)."""
-    for i, (name, w) in enumerate(tensors):
-        if name not in written or w.numel() <= 1 or w.device.type == "meta":
+    exact alias ``aliases`` allows (written name -> the inputs it may be).
+
+    Every eager call runs this, so the common case is cheap: each tensor's byte span is
+    computed once and the spans swept in address order; only pairs whose spans meet
+    (views of one allocation, an alias) go to the exact :func:`overlap`."""
+    spans = []
+    for i, (name, t) in enumerate(tensors):
+        if t.numel() == 0 or t.is_meta:
             continue
-        if torch._debug_has_internal_overlap(w) == 1:
-            raise ValueError(f"{op}: {name} has elements that share memory (shape {tuple(w.shape)}, strides "
-                             f"{tuple(w.stride())}, e.g. from expand()); an output needs memory of its own "
+        if name in written and t.numel() > 1 and torch._debug_has_internal_overlap(t) == 1:
+            raise ValueError(f"{op}: {name} has elements that share memory (shape {tuple(t.shape)}, strides "
+                             f"{tuple(t.stride())}, e.g. from expand()); an output needs memory of its own "
                              f"for each element")
-    for i, (name, w) in enumerate(tensors):
-        if name not in written:
-            continue
-        for j, (other, t) in enumerate(tensors):
-            if j == i or (other in written and j < i) or not overlap(w, t):
+        spans.append((*_span(t), i))
+    spans.sort()
+    for k, (_, hi, i) in enumerate(spans):
+        for lo2, _, j in spans[k + 1:]:
+            if lo2 >= hi:
+                break
+            a, b = min(i, j), max(i, j)  # in argument order: the first written one is named
+            (name, w), (other, t) = tensors[a], tensors[b]
+            if name not in written:
+                (name, w), (other, t) = (other, t), (name, w)
+            if name not in written or not overlap(w, t):
                 continue
             if (other in aliases.get(name, ()) or name in aliases.get(other, ())) and _same_view(w, t):
                 continue

@@ -143,6 +143,14 @@ def test_against_unfused_ops(dtype, qdtype):
     _assert_codes(q, q_ref, "rmsnorm + static quant")
 
 
+def test_pinned_partial_rows_refused():
+    """A pinned launch that neither loops nor covers the row would normalize part of it."""
+    x, w, _ = _case(3, 300, torch.float32)
+    q, s = _poisoned_q(x.shape, torch.int8), _scales(x.shape)
+    with pytest.raises(ValueError, match="BLOCK_N >= the 300 columns"):
+        fused.norm_quant("t", q, x, w, None, 1e-6, is_rms=True, yscale=s, config=NormQuantLaunchConfig(2, 128, 4))
+
+
 @pytest.mark.parametrize("looped", [False, True])
 def test_pinned_configs_and_extras(looped):
     """The looped path (pinned), a 3-D input, scale_ub, dump_rms_norm, vLLM's per-token form."""

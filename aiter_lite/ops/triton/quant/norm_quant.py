@@ -175,6 +175,9 @@ def _launch_norm_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, 
     (y2) where given."""
     n_rows, n_cols = x2.shape
     cfg = config or norm_quant_launch_config(n_rows, n_cols, device_profile(x2.device), r2 is not None, is_rms)
+    if not cfg.LOOPED and cfg.BLOCK_N < n_cols:
+        raise ValueError(f"norm_quant: a launch that does not loop holds whole rows: BLOCK_N >= the {n_cols} "
+                         f"columns; got {cfg}")
     q_min, q_max = quant_range(q2.dtype)
     has_res = r2 is not None
     launch(
