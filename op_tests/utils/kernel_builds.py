@@ -61,6 +61,14 @@ def _norm_backward(op, n_rows: int, n_cols: int, layer_norm: bool = False) -> Ca
     return run
 
 
+def _backward(forward: Callable) -> Callable:
+    """``forward()``'s result backpropagated (the backward's launches recorded too)."""
+    def run():
+        y = forward()
+        y.backward(torch.empty_like(y))
+    return run
+
+
 def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tuple[str, Callable]]:
     """(name, call): every registered op at tiny sizes (bf16 activations, ``fp8`` outputs;
     ``tiny``), then the regimes tiny sizes leave out, at sizes that select them on an H100
@@ -87,6 +95,13 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
          lambda: op["fused_add_rms_norm"](_meta(4, 65536), _meta(4, 65536), _meta(65536), 1e-6, 0.0)),
         ("rms_norm backward", _norm_backward(op["rms_norm"], 8, 4096)),
         ("layer_norm backward looped", _norm_backward(op["layer_norm"], 4, 65536, layer_norm=True)),
+        *[(f"act_and_mul backward, {a}",
+           _backward(lambda a=a: op["act_and_mul"](_meta(8, 4096), _meta(8, 2 * 4096, grad=True), a)))
+          for a in ("silu", "gelu", "gelu_tanh", "relu")],
+        ("silu backward", _backward(lambda: op["silu"](_meta(8, 4096, grad=True)))),
+        ("gelu tanh backward", _backward(lambda: op["gelu"](_meta(8, 4096, grad=True), "tanh"))),
+        ("gelu backward", _backward(lambda: op["gelu"](_meta(8, 4096, grad=True), "none"))),
+        ("relu backward", _backward(lambda: op["relu"](_meta(8, 4096, grad=True)))),
         ("softmax split", lambda: op["softmax"](_meta(4, 1 << 17), -1)),
         ("log_softmax looped", lambda: op["log_softmax"](_meta(4, 1 << 22), -1)),
         ("topk filter", lambda: op["topk"](_meta(4, 128256), 50, -1, True, True)),

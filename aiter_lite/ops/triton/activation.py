@@ -14,7 +14,7 @@ from typing import Literal
 
 import torch
 
-from aiter_lite.ops.triton._triton_kernels.activation import _act_and_mul_kernel
+from aiter_lite.ops.triton._triton_kernels.activation import _act_and_mul_bwd_kernel, _act_and_mul_kernel
 from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.utils.checks import (
     check_choice,
@@ -123,25 +123,135 @@ def _launch_act_and_mul(x2: torch.Tensor, y2: torch.Tensor, activation: str, gat
     )
 
 
-def _gated(op: str, out: torch.Tensor, input: torch.Tensor, activation: str, config: ActLaunchConfig | None = None,
-           names: tuple[str, str] = ("out", "input")) -> torch.Tensor:
-    """Checked ``out = act(input[..., :d]) * input[..., d:]``; ``names`` are the caller's for out and input."""
+@launcher(mutates=("dx2",))
+def _launch_act_and_mul_bwd(x2: torch.Tensor, dy2: torch.Tensor, dx2: torch.Tensor, activation: str, gated: bool,
+                            config: ActLaunchConfig | None = None) -> None:
+    """The backward kernel over 2-D views: x2 as the forward read it, dy2 the output's
+    gradient, dx2 x2's gradient; the forward's tiles and grid."""
+    n_rows, n_cols = dy2.shape
+    cfg = config or act_launch_config(n_rows, n_cols, device_profile(dy2.device))
+    row_blocks = cdiv(n_rows, cfg.BLOCK_M)
+    col_blocks = cdiv(n_cols, cfg.BLOCK_N)
+    max_offset = (row_blocks * cfg.BLOCK_M * max(x2.stride(0), dy2.stride(0), dx2.stride(0))
+                  + col_blocks * cfg.BLOCK_N + n_cols)
+    launch(
+        _act_and_mul_bwd_kernel, (col_blocks, min(row_blocks, _MAX_GRID_Y)),
+        x2, dy2, dx2, x2.stride(0), dy2.stride(0), dx2.stride(0), n_rows, n_cols,
+        ACTIVATION=activation,
+        GATED=gated,
+        INT64=max_offset >= 2**31,
+        EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
+        ONE_PASS=row_blocks <= _MAX_GRID_Y,
+        BLOCK_M=cfg.BLOCK_M,
+        BLOCK_N=cfg.BLOCK_N,
+        num_warps=cfg.num_warps,
+    )
+
+
+def _flat_pieces(*tensors: torch.Tensor):
+    """Contiguous tensors of one size as rows of _FLAT_WIDTH, then one short row for the
+    remainder (full-width tiles whatever the shape): a list of views, a tuple per piece."""
+    flat = [t.view(-1) for t in tensors]
+    n = flat[0].numel()
+    main = n - n % _FLAT_WIDTH
+    pieces = []
+    if main:
+        pieces.append(tuple(f[:main].view(-1, _FLAT_WIDTH) for f in flat))
+    if main < n:
+        pieces.append(tuple(f[main:].view(1, -1) for f in flat))
+    return pieces
+
+
+def _act_forward(op: str, in_name: str, x: torch.Tensor, activation: str, gated: bool,
+                 config: ActLaunchConfig | None = None) -> torch.Tensor:
+    """A new tensor: ``act(x[..., :d]) * x[..., d:]`` (gated) or ``act(x)``, x checked."""
+    shape = (*x.shape[:-1], x.shape[-1] // 2) if gated else x.shape
+    y = torch.empty(shape, dtype=x.dtype, device=x.device)
+    if y.numel() == 0:
+        return y
+    if gated or not x.is_contiguous():
+        x2 = rows_view(op, in_name, x, writable=False)
+        _launch_act_and_mul(x2, y.view(x2.shape[0], -1), activation, gated, config)
+    else:
+        for x2, y2 in _flat_pieces(x, y):
+            _launch_act_and_mul(x2, y2, activation, False, config)
+    return y
+
+
+def _act_backward(op: str, in_name: str, x: torch.Tensor, dy: torch.Tensor, activation: str,
+                  gated: bool) -> torch.Tensor:
+    """x's gradient (x's shape and dtype, contiguous) from the output's gradient ``dy``."""
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if dx.numel() == 0:
+        return dx
+    dy = dy.contiguous()  # an expanded or transposed gradient: one layout for the kernel
+    if gated:
+        x2 = rows_view(op, in_name, x, writable=False)
+        _launch_act_and_mul_bwd(x2, dy.view(x2.shape[0], -1), dx.view(x2.shape), activation, True)
+    else:
+        for x2, dy2, dx2 in _flat_pieces(x.contiguous(), dy, dx):
+            _launch_act_and_mul_bwd(x2, dy2, dx2, activation, False)
+    return dx
+
+
+class _ActFunction(torch.autograd.Function):
+    """``act(x[..., :d]) * x[..., d:]`` (gated) or ``act(x)`` with x's gradient by the
+    backward kernel (fp32 math, x's dtype)."""
+
+    @staticmethod
+    def forward(ctx, x, activation, gated, op, in_name, config):
+        ctx.save_for_backward(x)
+        ctx.activation, ctx.gated, ctx.op, ctx.in_name = activation, gated, op, in_name
+        return _act_forward(op, in_name, x, activation, gated, config)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return _act_backward(ctx.op, ctx.in_name, x, dy, ctx.activation, ctx.gated), None, None, None, None, None
+
+
+def _recording(t: torch.Tensor) -> bool:
+    """Whether autograd records an op on ``t``."""
+    return t.requires_grad and torch.is_grad_enabled()
+
+
+def _check_gated(op: str, out: torch.Tensor | None, input: torch.Tensor, names: tuple[str, str],
+                 optional_out: bool) -> None:
+    """``input`` (gate, then up) and ``out`` (None allowed where ``optional_out``) of a gated
+    op; ``names`` are the caller's for out and input."""
     out_name, in_name = names
     check_float_tensor(op, in_name, input)
     check_triton_device(op, in_name, input)
-    check_float_tensor(op, out_name, out)
-    check_same_device(op, out_name, out, in_name, input)
     if input.dim() == 0 or input.shape[-1] % 2:
         raise ValueError(f"{op}: {in_name} last dim must be even (gate, then up), got shape {tuple(input.shape)}")
-    d = input.shape[-1] // 2
-    expected = (*input.shape[:-1], d)
+    check_unit_last_stride(op, in_name, input)
+    if out is None and optional_out:
+        return
+    check_float_tensor(op, out_name, out)
+    check_same_device(op, out_name, out, in_name, input)
+    expected = (*input.shape[:-1], input.shape[-1] // 2)
     if tuple(out.shape) != expected:
         raise ValueError(f"{op}: {out_name} must have shape {expected} for {in_name} {tuple(input.shape)}, "
                          f"got {tuple(out.shape)}")
-    check_unit_last_stride(op, in_name, input)
     check_unit_last_stride(op, out_name, out)
+
+
+def _gated(op: str, out: torch.Tensor | None, input: torch.Tensor, activation: str,
+           config: ActLaunchConfig | None = None, names: tuple[str, str] = ("out", "input"),
+           optional_out: bool = False) -> torch.Tensor:
+    """Checked ``out = act(input[..., :d]) * input[..., d:]``, into a new tensor where ``out``
+    is None (allowed where ``optional_out``); ``names`` are the caller's for out and input.
+    Where autograd records ``input`` the result is differentiable (copied into ``out`` when
+    given, as the native op's)."""
+    _check_gated(op, out, input, names, optional_out)
+    out_name, in_name = names
     if debug_on():
         log_call(op, **{out_name: out, in_name: input})
+    if _recording(input):
+        y = _ActFunction.apply(input, activation, True, op, in_name, config)
+        return y if out is None else out.copy_(y)
+    if out is None:
+        return _act_forward(op, in_name, input, activation, True, config)
     if out.numel() == 0:
         return out
     _launch_act_and_mul(rows_view(op, in_name, input, writable=False), rows_view(op, out_name, out, writable=True),
@@ -178,13 +288,7 @@ def gelu_tanh_and_mul(out: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
 @public_op(buffers=("out",))
 def fused_silu_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """Allocating SwiGLU: ``silu(x[..., :d]) * x[..., d:]`` into ``out`` (allocated when None)."""
-    if out is None:
-        check_float_tensor("fused_silu_mul", "x", x)
-        check_triton_device("fused_silu_mul", "x", x)
-        if x.dim() == 0:
-            raise ValueError("fused_silu_mul: x must have at least 1 dim, got a 0-dim tensor")
-        out = torch.empty((*x.shape[:-1], x.shape[-1] // 2), dtype=x.dtype, device=x.device)
-    return _gated("fused_silu_mul", out, x, "silu", names=("out", "x"))
+    return _gated("fused_silu_mul", out, x, "silu", names=("out", "x"), optional_out=True)
 
 
 def _elementwise(op: str, x: torch.Tensor, activation: str) -> torch.Tensor:
@@ -193,22 +297,11 @@ def _elementwise(op: str, x: torch.Tensor, activation: str) -> torch.Tensor:
     check_triton_device(op, "x", x)
     if debug_on():
         log_call(op, x=x)
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    if x.numel() == 0:
-        return y
-    if not x.is_contiguous():
-        x2 = rows_view(op, "x", x, writable=False)
-        _launch_act_and_mul(x2, y.view(x2.shape), activation, False)
-        return y
-    # Contiguous: rows of _FLAT_WIDTH whatever the shape (full-width tiles even when
-    # the last dim is tiny), plus one short row for the remainder.
-    xf, yf = x.view(-1), y.view(-1)
-    main = xf.numel() - xf.numel() % _FLAT_WIDTH
-    if main:
-        _launch_act_and_mul(xf[:main].view(-1, _FLAT_WIDTH), yf[:main].view(-1, _FLAT_WIDTH), activation, False)
-    if main < xf.numel():
-        _launch_act_and_mul(xf[main:].view(1, -1), yf[main:].view(1, -1), activation, False)
-    return y
+    if _recording(x):
+        return _ActFunction.apply(x, activation, False, op, "x", None)
+    # Contiguous: rows of _FLAT_WIDTH whatever the shape (full-width tiles even when the
+    # last dim is tiny), plus one short row for the remainder.
+    return _act_forward(op, "x", x, activation, False)
 
 
 @public_op

@@ -1,6 +1,7 @@
-"""Activation kernels: silu, gelu (erf), gelu_tanh, relu, elementwise or gated.
+"""Activation kernels: silu, gelu (erf), gelu_tanh, relu, elementwise or gated, forward
+and backward.
 
-One kernel serves every public name: ``ACTIVATION`` and ``GATED`` are the
+One kernel a direction serves every public name: ``ACTIVATION`` and ``GATED`` are the
 constexpr flags, rows/columns/strides are runtime values.
 """
 
@@ -10,6 +11,7 @@ import triton.language as tl
 _SQRT1_2: tl.constexpr = tl.constexpr(0.7071067811865476)  # 1 / sqrt(2)
 _GELU_TANH_2BETA: tl.constexpr = tl.constexpr(1.5957691216057308)  # 2 * sqrt(2 / pi)
 _GELU_TANH_KAPPA: tl.constexpr = tl.constexpr(0.044715)
+_INV_SQRT_2PI: tl.constexpr = tl.constexpr(0.3989422804014327)  # 1 / sqrt(2 pi)
 
 
 @triton.jit
@@ -106,3 +108,90 @@ def _act_and_mul_kernel(
                 pid_m = pid_m.to(tl.int64)
             _act_tile(x_ptr, y_ptr, stride_x_row, stride_y_row, n_rows, n_cols, pid_m, cols, col_mask,
                       ACTIVATION, GATED, EVEN, BLOCK_M)
+
+
+# ---------------------------------------------------------------------------
+# backward
+
+
+@triton.jit
+def _activation_and_grad(x, ACTIVATION: tl.constexpr):
+    """``(act(x), act'(x))`` in fp32, finite for every finite x (no 0 * inf)."""
+    if ACTIVATION == "silu":
+        s = 1.0 / (1.0 + tl.exp(-x))
+        a = x * s
+        # s * (1 + x (1 - s)) written as s + a (1 - s): x -> -inf gives 0 + (-0) * 1, not 0 * -inf
+        return a, s + a * (1.0 - s)
+    elif ACTIVATION == "gelu":
+        cdf = 0.5 * (1.0 + tl.erf(x * _SQRT1_2))
+        return x * cdf, cdf + x * _INV_SQRT_2PI * tl.exp(-0.5 * x * x)
+    elif ACTIVATION == "gelu_tanh":
+        # a = x * sigmoid(2u), u = beta (x + kappa x^3); a' = s + 2 beta x s (1 - s) (1 + 3 kappa x^2)
+        u2 = _GELU_TANH_2BETA * (x + _GELU_TANH_KAPPA * x * x * x)
+        s = 1.0 / (1.0 + tl.exp(-u2))
+        t = s * (1.0 - s)  # 0 where s saturates: the correction is 0 there, whatever x^2 is
+        corr = tl.where(t == 0.0, 0.0, _GELU_TANH_2BETA * x * t * (1.0 + 3.0 * _GELU_TANH_KAPPA * x * x))
+        return x * s, s + corr
+    else:
+        tl.static_assert(ACTIVATION == "relu")
+        # torch's threshold_backward: the gradient passes where the output is > 0 (NaN: 0)
+        return tl.where(x < 0.0, 0.0, x), tl.where(x > 0.0, 1.0, 0.0)
+
+
+@triton.jit
+def _act_bwd_tile(x_ptr, dy_ptr, dx_ptr, stride_x_row, stride_dy_row, stride_dx_row, n_rows, n_cols, pid_m, cols,
+                  col_mask, ACTIVATION: tl.constexpr, GATED: tl.constexpr, EVEN: tl.constexpr, BLOCK_M: tl.constexpr):
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    if EVEN:
+        mask = None
+    else:
+        mask = (rows < n_rows)[:, None] & col_mask[None, :]
+    x_offs = rows[:, None] * stride_x_row + cols[None, :]
+    dx_offs = rows[:, None] * stride_dx_row + cols[None, :]
+    dy = tl.load(dy_ptr + rows[:, None] * stride_dy_row + cols[None, :], mask=mask).to(tl.float32)
+    a, da = _activation_and_grad(tl.load(x_ptr + x_offs, mask=mask).to(tl.float32), ACTIVATION)
+    dx_ty = dx_ptr.dtype.element_ty
+    if GATED:
+        up = tl.load(x_ptr + x_offs + n_cols, mask=mask).to(tl.float32)
+        tl.store(dx_ptr + dx_offs, (dy * up * da).to(dx_ty), mask=mask)
+        tl.store(dx_ptr + dx_offs + n_cols, (dy * a).to(dx_ty), mask=mask)
+    else:
+        tl.store(dx_ptr + dx_offs, (dy * da).to(dx_ty), mask=mask)
+
+
+@triton.jit
+def _act_and_mul_bwd_kernel(
+    x_ptr,  # the forward's input: (n_rows, 2 * n_cols) gate then up (GATED), else (n_rows, n_cols)
+    dy_ptr,  # (n_rows, n_cols): the output's gradient
+    dx_ptr,  # x's gradient, laid out as x
+    stride_x_row,
+    stride_dy_row,
+    stride_dx_row,
+    n_rows,
+    n_cols,  # output columns
+    ACTIVATION: tl.constexpr,
+    GATED: tl.constexpr,  # dgate = dy * up * act'(gate), dup = dy * act(gate)   else   dx = dy * act'(x)
+    INT64: tl.constexpr,
+    EVEN: tl.constexpr,
+    ONE_PASS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """The forward kernel's grid and tiles (``_act_and_mul_kernel``), gradients instead of values."""
+    pid_n = tl.program_id(0)
+    if INT64:
+        pid_n = pid_n.to(tl.int64)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < n_cols
+    if ONE_PASS:
+        pid_m = tl.program_id(1)
+        if INT64:
+            pid_m = pid_m.to(tl.int64)
+        _act_bwd_tile(x_ptr, dy_ptr, dx_ptr, stride_x_row, stride_dy_row, stride_dx_row, n_rows, n_cols, pid_m,
+                      cols, col_mask, ACTIVATION, GATED, EVEN, BLOCK_M)
+    else:
+        for pid_m in range(tl.program_id(1), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(1)):
+            if INT64:
+                pid_m = pid_m.to(tl.int64)
+            _act_bwd_tile(x_ptr, dy_ptr, dx_ptr, stride_x_row, stride_dy_row, stride_dx_row, n_rows, n_cols,
+                          pid_m, cols, col_mask, ACTIVATION, GATED, EVEN, BLOCK_M)
