@@ -2,8 +2,10 @@
 
 ``forward(x)`` returns the normalized tensor; ``forward(x, residual)`` adds the
 residual first and returns ``(out, residual_out)``, as vLLM's layers do. RMSNorm
-does that in place (``x`` becomes the output, ``residual`` the sum: no allocation);
-LayerNorm returns new tensors. ``forward_native`` and ``forward_triton`` take the same
+does that in place (``x`` becomes the output, ``residual`` the sum: no allocation) while
+autograd does not record; LayerNorm, and RMSNorm while autograd records (training: an
+in-place write would overwrite tensors autograd saved), return new tensors, with the same
+gradients on both backends. ``forward_native`` and ``forward_triton`` take the same
 arguments; ``forward`` runs the one picked when the module is built (``backend``, else
 AITER_NORMALIZATION_BACKEND, else AITER_BACKEND).
 
@@ -22,6 +24,7 @@ from aiter_lite.ops.native.normalization import layernorm as native_ln
 from aiter_lite.ops.native.normalization import rmsnorm as native_rms
 from aiter_lite.ops.triton.normalization import layernorm as triton_ln
 from aiter_lite.ops.triton.normalization import rmsnorm as triton_rms
+from aiter_lite.ops.triton.normalization.norm import norm_add
 from aiter_lite.spec.normalization import LAYER_NORM_EPS, RMS_NORM_EPS
 from aiter_lite.utils.checks import check_int
 
@@ -76,6 +79,13 @@ class RMSNorm(_Norm):
     def _rms_norm(self, ops, x: torch.Tensor, residual: torch.Tensor | None):
         if residual is None:
             return ops.rms_norm(x, self.weight, self.eps, self.weight_offset)
+        if _recording(x, residual, self.weight):
+            if ops is triton_rms:
+                return norm_add(type(self).__name__, x, residual, self.weight, None, self.eps, is_rms=True,
+                                weight_offset=self.weight_offset, names=("x", "residual"))
+            out, residual_out = torch.empty_like(x), torch.empty_like(residual)
+            ops.rmsnorm2d_fwd_with_add(out, x, residual, residual_out, self.weight, self.eps, self.weight_offset)
+            return out, residual_out
         ops.fused_add_rms_norm(x, residual, self.weight, self.eps, self.weight_offset)
         return x, residual
 
@@ -114,6 +124,14 @@ class LayerNorm(_Norm):
     def _layer_norm(self, ops, x: torch.Tensor, residual: torch.Tensor | None):
         if residual is None:
             return ops.layer_norm(x, self.weight, self.bias, self.eps)
+        if ops is triton_ln and _recording(x, residual, self.weight, self.bias):
+            return norm_add("LayerNorm", x, residual, self.weight, self.bias, self.eps, is_rms=False,
+                            names=("x", "residual"))
         out, residual_out = torch.empty_like(x), torch.empty_like(residual)
         ops.layernorm2d_fwd_with_add(out, x, residual, residual_out, self.weight, self.bias, self.eps)
         return out, residual_out
+
+
+def _recording(*tensors: torch.Tensor | None) -> bool:
+    """Whether autograd records an op on any of ``tensors``."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)

@@ -61,6 +61,20 @@ def _norm_backward(op, n_rows: int, n_cols: int, layer_norm: bool = False) -> Ca
     return run
 
 
+def _norm_add_backward(op: dict, n_rows: int, n_cols: int, layer_norm: bool = False) -> Callable:
+    """A fused add + norm forward and backward from both outputs (the backward adds
+    residual_out's gradient in its kernel)."""
+    def run():
+        x, r, w = _meta(n_rows, n_cols, grad=True), _meta(n_rows, n_cols, grad=True), _meta(n_cols, grad=True)
+        out, r_out = _meta(n_rows, n_cols), _meta(n_rows, n_cols)
+        if layer_norm:
+            op["layernorm2d_fwd_with_add"](out, x, r, r_out, w, _meta(n_cols, grad=True), 1e-5, None, 0.0)
+        else:
+            op["rmsnorm2d_fwd_with_add"](out, x, r, r_out, w, 1e-6, 0.0)
+        torch.autograd.backward([out, r_out], [torch.empty_like(out), torch.empty_like(r_out)])
+    return run
+
+
 def _backward(forward: Callable) -> Callable:
     """``forward()``'s result backpropagated (the backward's launches recorded too)."""
     def run():
@@ -95,6 +109,8 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
          lambda: op["fused_add_rms_norm"](_meta(4, 65536), _meta(4, 65536), _meta(65536), 1e-6, 0.0)),
         ("rms_norm backward", _norm_backward(op["rms_norm"], 8, 4096)),
         ("layer_norm backward looped", _norm_backward(op["layer_norm"], 4, 65536, layer_norm=True)),
+        ("rmsnorm2d_fwd_with_add backward, residual_out's gradient added", _norm_add_backward(op, 8, 4096)),
+        ("layernorm2d_fwd_with_add backward looped", _norm_add_backward(op, 4, 65536, layer_norm=True)),
         *[(f"act_and_mul backward, {a}",
            _backward(lambda a=a: op["act_and_mul"](_meta(8, 4096), _meta(8, 2 * 4096, grad=True), a)))
           for a in ("silu", "gelu", "gelu_tanh", "relu")],

@@ -353,9 +353,10 @@ def _launch_norm_fwd(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | No
 @launcher(mutates=("dx", "dweight", "dbias"))
 def _launch_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor | None,
                      rstd: torch.Tensor, dx: torch.Tensor, dweight: torch.Tensor | None, dbias: torch.Tensor | None,
-                     is_rms: bool, weight_offset: float, config: NormBwdLaunchConfig | None = None) -> None:
-    """dx (rows like x) and, where given, dweight / dbias ((n_cols,), any float dtype: summed
-    in fp32). ``config`` pins a launch (tests, tuning)."""
+                     is_rms: bool, weight_offset: float, config: NormBwdLaunchConfig | None = None,
+                     dres: torch.Tensor | None = None) -> None:
+    """dx (rows like x; plus ``dres`` where given, rows like x) and, where given, dweight /
+    dbias ((n_cols,), any float dtype: summed in fp32). ``config`` pins a launch (tests, tuning)."""
     n_rows, n_cols = x.shape
     cfg = config or norm_bwd_launch_config(n_rows, n_cols, device_profile(x.device), is_rms)
     tile = cfg.tile
@@ -370,7 +371,7 @@ def _launch_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | N
         return torch.empty((programs, n_cols), dtype=torch.float32, device=x.device)
 
     dw_part, db_part = partials(dweight), partials(dbias)
-    int64 = _int64(dy, x, dx)
+    int64 = _int64(dy, x, dx, dres)
     c1 = c2 = None
     if tile.LOOPED:
         # Few wide rows: split each row's sums over column ranges until the grid holds
@@ -391,10 +392,11 @@ def _launch_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | N
         c2 = None if c2 is None else c2[0] if splits == 1 else c2.sum(0)
     launch(
         _norm_bwd_kernel, (programs, col_blocks),
-        dy, x, weight, mean, rstd, c1, c2, dx, dw_part, db_part,
-        dy.stride(0), x.stride(0), dx.stride(0), n_rows, n_cols, rows_per_program, weight_offset,
+        dy, x, weight, mean, rstd, c1, c2, dx, dw_part, db_part, dres,
+        dy.stride(0), x.stride(0), dx.stride(0), 0 if dres is None else dres.stride(0), n_rows, n_cols,
+        rows_per_program, weight_offset,
         IS_RMS=is_rms, HAS_WEIGHT=weight is not None, NEED_DW=dweight is not None, NEED_DB=dbias is not None,
-        ROW_SUMS=tile.LOOPED, INT64=int64, PREFETCH=tile.PREFETCH, BLOCK_M=tile.BLOCK_M, BLOCK_N=tile.BLOCK_N,
+        ROW_SUMS=tile.LOOPED, HAS_DRES=dres is not None, INT64=int64, PREFETCH=tile.PREFETCH, BLOCK_M=tile.BLOCK_M, BLOCK_N=tile.BLOCK_N,
         num_warps=tile.num_warps,
     )
     # Partial sums reduced in a fixed order: the same bits on every run.
@@ -456,6 +458,68 @@ class _NormFunction(torch.autograd.Function):
                 None, None, None)
 
 
+class _NormAddFunction(torch.autograd.Function):
+    """``s = x + r (+ x_bias)``, ``y = norm(s) * (weight + offset) + bias`` over 2-D rows; returns
+    (y, s). Backward: one kernel gives ``ds = norm'(dy) + ds_out`` (the gradient of s, which is
+    x's and r's), with dweight / dbias; dx_bias is ds summed over rows."""
+
+    @staticmethod
+    def forward(ctx, x2, r2, weight, bias, x_bias, eps, weight_offset, is_rms):
+        n_rows = x2.shape[0]
+        y = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
+        s = torch.empty(r2.shape, dtype=r2.dtype, device=r2.device)
+        rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)
+        mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x2.device)
+        if n_rows:
+            _launch_norm_fwd(x2, y, weight, bias, eps, is_rms, r2, s, x_bias, weight_offset, mean, rstd)
+        ctx.save_for_backward(s, weight, mean, rstd)
+        ctx.is_rms, ctx.weight_offset = is_rms, weight_offset
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        ctx.x_dtype, ctx.x_bias_dtype = x2.dtype, None if x_bias is None else x_bias.dtype
+        return y, s
+
+    @staticmethod
+    def backward(ctx, dy, ds_out):
+        s, weight, mean, rstd = ctx.saved_tensors
+        n_rows, n_cols = s.shape
+        need_dw = weight is not None and ctx.needs_input_grad[2]
+        need_db = ctx.bias_dtype is not None and ctx.needs_input_grad[3]
+        need_dxb = ctx.x_bias_dtype is not None and ctx.needs_input_grad[4]
+        if dy is None:  # y unused: s's gradient is its own; weight and bias get none
+            ds = torch.zeros_like(s) if ds_out is None else ds_out.contiguous()
+            dw = db = None
+        elif n_rows == 0:  # no rows: zero sums
+            ds = torch.zeros_like(s)
+            dw = s.new_zeros(n_cols, dtype=weight.dtype) if need_dw else None
+            db = s.new_zeros(n_cols, dtype=ctx.bias_dtype) if need_db else None
+        else:
+            dy = dy if dy.stride(-1) == 1 else dy.contiguous()
+            if ds_out is not None and ds_out.stride(-1) != 1:
+                ds_out = ds_out.contiguous()
+            ds = torch.empty((n_rows, n_cols), dtype=s.dtype, device=s.device)
+            dw = torch.empty(n_cols, dtype=weight.dtype, device=s.device) if need_dw else None
+            db = torch.empty(n_cols, dtype=ctx.bias_dtype, device=s.device) if need_db else None
+            _launch_norm_bwd(dy, s, weight, mean, rstd, ds, dw, db, ctx.is_rms, ctx.weight_offset, dres=ds_out)
+        dx = ds if ctx.x_dtype == ds.dtype else ds.to(ctx.x_dtype)
+        return (dx if ctx.needs_input_grad[0] else None, ds if ctx.needs_input_grad[1] else None, dw, db,
+                ds.float().sum(0).to(ctx.x_bias_dtype) if need_dxb else None, None, None, None)
+
+
+def norm_add(op: str, input, residual, weight, bias, eps, *, is_rms, x_bias=None, weight_offset=0.0,
+             names=("input", "residual")) -> tuple[torch.Tensor, torch.Tensor]:
+    """Checked, differentiable ``residual_out = input + residual (+ x_bias)``, ``out =
+    norm(residual_out)``: (out, residual_out), new tensors. The out-of-place form layers take
+    while autograd records; ``names``: the caller's for input and residual."""
+    in_name, r_name = names
+    check_row_input(op, in_name, input, " (normalized over the last)")
+    check_like(op, r_name, residual, input)
+    eps, weight_offset = _check_params(op, input, weight, bias, x_bias, eps, weight_offset, "epsilon")
+    y, s = _NormAddFunction.apply(rows_view(op, in_name, input, writable=False),
+                                  rows_view(op, r_name, residual, writable=False), weight, bias, x_bias, eps,
+                                  weight_offset, is_rms)
+    return y.view(input.shape), s.view(residual.shape)
+
+
 def _check_params(op, input, weight, bias, x_bias, eps, weight_offset, eps_name) -> tuple[float, float]:
     """The (N,) vectors and the two scalars, checked against input; eps (the caller's
     ``eps_name``) and weight_offset as floats."""
@@ -498,6 +562,16 @@ def norm_with_add(op: str, out, input, residual_in, residual_out, weight, bias, 
     if debug_on():
         log_call(op, out=out, input=input, residual_in=residual_in, residual_out=residual_out, weight=weight,
                  bias=bias, x_bias=x_bias, epsilon=eps, weight_offset=weight_offset)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                       for t in (input, residual_in, weight, bias, x_bias)):
+        # differentiable: new results by the autograd path, copied into the outputs (as the
+        # native ops' in-place writes are recorded); out / residual_out may be the inputs
+        y, s = _NormAddFunction.apply(rows_view(op, "input", input, writable=False),
+                                      rows_view(op, r_name, residual_in, writable=False), weight, bias, x_bias, eps,
+                                      weight_offset, is_rms)
+        out.copy_(y.view(out.shape))
+        residual_out.copy_(s.view(residual_out.shape))
+        return
     if input.numel() == 0:
         return
     _launch_norm_fwd(rows_view(op, "input", input, writable=False), rows_view(op, out_name, out, writable=True),

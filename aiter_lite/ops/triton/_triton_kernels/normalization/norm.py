@@ -409,13 +409,15 @@ def _bwd_load_rows(dy_ptr, x_ptr, mean_ptr, rstd_ptr, rows, row_end, cols, col_m
 def _norm_bwd_kernel(
     dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, c1_ptr, c2_ptr, dx_ptr,
     dw_part_ptr, db_part_ptr,     # (programs along rows, n_cols) partial sums, one row per program (fp32 but for one)
-    stride_dy_row, stride_x_row, stride_dx_row,
+    dres_ptr,                     # HAS_DRES: a gradient added to dx (the fused-add forms' residual_out gradient)
+    stride_dy_row, stride_x_row, stride_dx_row, stride_dres_row,
     n_rows, n_cols, rows_per_program, weight_offset,
     IS_RMS: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     NEED_DW: tl.constexpr,
     NEED_DB: tl.constexpr,
     ROW_SUMS: tl.constexpr,       # c1/c2 come from _norm_bwd_row_sums_kernel (looped rows)
+    HAS_DRES: tl.constexpr,
     INT64: tl.constexpr,
     PREFETCH: tl.constexpr,       # load step i + 1 before computing step i
     BLOCK_M: tl.constexpr,
@@ -478,6 +480,8 @@ def _norm_bwd_kernel(
             else:
                 c2 = tl.sum(wdy, axis=1) / n_cols
             dx = (wdy - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
+        if HAS_DRES:
+            dx += tl.load(dres_ptr + rows[:, None] * stride_dres_row + cols[None, :], mask=mask).to(tl.float32)
         tl.store(dx_ptr + rows[:, None] * stride_dx_row + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
         if NEED_DW:
             dw_acc += dy * xhat
