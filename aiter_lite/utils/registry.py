@@ -43,6 +43,7 @@ class PublicOp:
     buffers: tuple[str, ...]  # optional output buffers of an allocating op
     module: str  # where it is defined (aiter_lite.ops.triton...)
     aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # output -> the inputs it may be
+    no_grad: str | None = None  # why a call autograd would record is refused (no gradient)
 
     @property
     def python(self) -> Callable:
@@ -54,17 +55,42 @@ PUBLIC_OPS: dict[str, PublicOp] = {}
 
 
 def public_op(fn: Callable | None = None, *, mutates: tuple[str, ...] = (), buffers: tuple[str, ...] = (),
-              aliases: dict[str, tuple[str, ...]] | None = None, unless: Callable[[], bool] | None = None):
-    """Declare a public op (see the module doc); returns it with launch plans."""
+              aliases: dict[str, tuple[str, ...]] | None = None, unless: Callable[[], bool] | None = None,
+              no_grad: str | None = None):
+    """Declare a public op (see the module doc); returns it with launch plans. ``no_grad``:
+    why the op has no gradient (its outputs are quantized values, indices or cache
+    writes); a call that autograd would record then raises rather than return a result
+    with no gradient path."""
     if fn is None:
-        return functools.partial(public_op, mutates=mutates, buffers=buffers, aliases=aliases, unless=unless)
+        return functools.partial(public_op, mutates=mutates, buffers=buffers, aliases=aliases, unless=unless,
+                                 no_grad=no_grad)
     if fn.__name__ in PUBLIC_OPS:
         raise ValueError(f"public_op: {fn.__name__} is declared twice ({PUBLIC_OPS[fn.__name__].module}, "
                          f"{fn.__module__})")
     aliases = {k: tuple(v) for k, v in (aliases or {}).items()}
-    wrapped = planned(_written_apart(fn, frozenset(mutates) | frozenset(buffers), aliases), unless=unless)
-    PUBLIC_OPS[fn.__name__] = PublicOp(fn.__name__, wrapped, tuple(mutates), tuple(buffers), fn.__module__, aliases)
+    checked = _written_apart(fn, frozenset(mutates) | frozenset(buffers), aliases)
+    wrapped = planned(checked if no_grad is None else _refusing_grad(checked, fn, no_grad), unless=unless)
+    PUBLIC_OPS[fn.__name__] = PublicOp(fn.__name__, wrapped, tuple(mutates), tuple(buffers), fn.__module__, aliases,
+                                       no_grad)
     return wrapped
+
+
+def _refusing_grad(inner: Callable, fn: Callable, reason: str) -> Callable:
+    """``inner`` after a ``ValueError`` where autograd would record the call (grad enabled
+    and a tensor argument that requires grad): ``fn`` has no gradient, for ``reason``."""
+    names = tuple(inspect.signature(fn).parameters)
+    op = fn.__name__
+
+    @functools.wraps(inner)
+    def checked(*args, **kwargs):
+        if torch.is_grad_enabled() and not torch.compiler.is_compiling():
+            for name, a in (*zip(names, args), *kwargs.items()):
+                if isinstance(a, torch.Tensor) and a.requires_grad:
+                    raise ValueError(f"{op}: {name} requires grad, but {op} has no gradient ({reason}); call it "
+                                     f"under torch.no_grad() / torch.inference_mode(), or pass {name}.detach()")
+        return inner(*args, **kwargs)
+
+    return checked
 
 
 def _written_apart(fn: Callable, written: frozenset[str], aliases: dict[str, tuple[str, ...]]) -> Callable:

@@ -27,9 +27,10 @@ from op_tests.utils.registry import assert_same_bits, clone_args
 # (the fusions package's attribute of this name is the op)
 qkv_split = importlib.import_module("aiter_lite.ops.triton.fusions.fused_qkv_split_qk_rope")
 BACKEND = "inductor" if ON_GPU else "aot_eager"
-FAMILIES = ["activation", "normalization", "normalization backward", "softmax", "topk", "moe routing", "quant",
-            "quant static", "quant dynamic per tensor", "quant group", "act + quant", "norm + quant", "rope",
-            "rope in place", "fusions", "fusions q/k concat", "fusions MLA cache", "fusions KV cache"]
+FAMILIES = ["activation", "activation backward", "normalization", "normalization backward", "softmax", "topk",
+            "moe routing", "quant", "quant static", "quant dynamic per tensor", "quant group", "act + quant",
+            "norm + quant", "rope", "rope in place", "fusions", "fusions q/k concat", "fusions MLA cache",
+            "fusions KV cache"]
 F8 = torch.float8_e4m3fn if ON_GPU else torch.int8
 
 
@@ -56,6 +57,8 @@ def _cases():
     cases = {
         "activation": (activation._launch_act_and_mul, (gated, _e(t, n), "silu", True),
                        activation.ActLaunchConfig(2, 32, 1)),
+        "activation backward": (activation._launch_act_and_mul_bwd, (gated, _r(t, n), _e(t, 2 * n), "gelu_tanh", True),
+                                activation.ActLaunchConfig(2, 32, 1)),
         "normalization": (norm._launch_norm_fwd,
                           (x2, _e(t, n), _r(n), None, 1e-6, True, None, None, None, 0.0, None, None),
                           norm.NormLaunchConfig(1, 32, 1, True, PREFETCH=True)),

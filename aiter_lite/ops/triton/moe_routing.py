@@ -74,6 +74,9 @@ from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
+# why the public ops here refuse a call autograd would record (utils.registry.public_op)
+_NO_GRAD = "routing: expert ids, and weights with no backward yet"
+
 __all__ = [
     "MoeRoutingLaunchConfig",
     "biased_grouped_topk",
@@ -217,7 +220,7 @@ def _route(op: str, gating_output, topk, scoring_func, renormalize, num_expert_g
     return weights, ids
 
 
-@public_op
+@public_op(no_grad=_NO_GRAD)
 def moe_routing(gating_output: torch.Tensor, topk: int, scoring_func: str = "softmax",
                 renormalize: bool = False, num_expert_group: int = 1, topk_group: int = 1,
                 correction_bias: torch.Tensor | None = None,
@@ -229,13 +232,13 @@ def moe_routing(gating_output: torch.Tensor, topk: int, scoring_func: str = "sof
                   correction_bias, routed_scaling_factor)
 
 
-@public_op
+@public_op(no_grad=_NO_GRAD)
 def topk_softmax(gating_output: torch.Tensor, topk: int, renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax over the experts, the ``topk`` largest, optionally renormalized to sum to 1."""
     return _route("topk_softmax", gating_output, topk, "softmax", renormalize, 1, 1, None, 1.0)
 
 
-@public_op
+@public_op(no_grad=_NO_GRAD)
 def grouped_topk(gating_output: torch.Tensor, topk: int, num_expert_group: int, topk_group: int,
                  renormalize: bool, scoring_func: str = "softmax",
                  routed_scaling_factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -245,7 +248,7 @@ def grouped_topk(gating_output: torch.Tensor, topk: int, num_expert_group: int, 
                   None, routed_scaling_factor)
 
 
-@public_op
+@public_op(no_grad=_NO_GRAD)
 def biased_grouped_topk(gating_output: torch.Tensor, correction_bias: torch.Tensor, topk: int,
                         num_expert_group: int, topk_group: int, renormalize: bool,
                         routed_scaling_factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:

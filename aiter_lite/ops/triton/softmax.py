@@ -124,13 +124,13 @@ def _softmax(op: str, x, dim, log: bool) -> torch.Tensor:
     return y
 
 
-@public_op
+@public_op(no_grad="no backward yet")
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """``exp(x) / sum(exp(x))`` along ``dim``, as a new tensor of x's dtype."""
     return _softmax("softmax", x, dim, False)
 
 
-@public_op
+@public_op(no_grad="no backward yet")
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """``x - log(sum(exp(x)))`` along ``dim``, as a new tensor of x's dtype."""
     return _softmax("log_softmax", x, dim, True)

@@ -304,7 +304,7 @@ def _new_out(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=device)
 
 
-@public_op
+@public_op(no_grad="no backward yet")
 def topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True, *,
          config: TopkLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` largest (``largest=False``: smallest) elements of ``x`` along ``dim``:

@@ -43,6 +43,9 @@ from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
+# why the public ops here refuse a call autograd would record (utils.registry.public_op)
+_NO_GRAD = "it writes a KV cache"
+
 __all__ = ["fused_qk_rope_reshape_and_cache", "cat_and_cache_mla"]
 
 
@@ -145,7 +148,7 @@ def _launch_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_out:
     )
 
 
-@public_op(mutates=("key_cache", "value_cache", "q_out", "k_out", "zeros_out"),
+@public_op(mutates=("key_cache", "value_cache", "q_out", "k_out", "zeros_out"), no_grad=_NO_GRAD,
            aliases={"q_out": ("q",), "k_out": ("k",)}, unless=check_rope_and_slots)
 def fused_qk_rope_reshape_and_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_cache: torch.Tensor,
                                     value_cache: torch.Tensor, slot_mapping: torch.Tensor, pos: torch.Tensor,
@@ -250,7 +253,7 @@ def _launch_cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache
     )
 
 
-@public_op(mutates=("kv_cache",), unless=envs.kv_cache_check_slots)
+@public_op(mutates=("kv_cache",), unless=envs.kv_cache_check_slots, no_grad=_NO_GRAD)
 def cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
                       k_scale: torch.Tensor | None, apply_scale: bool = True) -> None:
     """Write cat(k_nope, k_pe) of each token (k_nope [B, KH, D1] or [B, D1]; k_pe of KH

@@ -98,7 +98,7 @@ def _cat(op: str, q1, q2, k1, k2, pos=None, tab=None, reuse=False, half=0, is_ne
     return q_out, k_out
 
 
-@public_op
+@public_op(no_grad="no backward yet")
 def fused_qk_cat(q1: torch.Tensor, q2: torch.Tensor, k1: torch.Tensor,
                  k2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(cat(q1, q2, -1), cat(k1, k2, -1)), both in q1's dtype, in one launch: q1 [B, QH, D1],
@@ -110,7 +110,7 @@ def fused_qk_cat(q1: torch.Tensor, q2: torch.Tensor, k1: torch.Tensor,
     return _cat(op, q1, q2, k1, k2)
 
 
-@public_op(unless=envs.rope_check_positions)
+@public_op(unless=envs.rope_check_positions, no_grad="no backward yet")
 def fused_qk_rope_cat(q_nope: torch.Tensor, q_pe: torch.Tensor, k_nope: torch.Tensor, k_pe: torch.Tensor,
                       pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                       is_neox: bool) -> tuple[torch.Tensor, torch.Tensor]:

@@ -46,7 +46,7 @@ def _launch_qkv_split_rope(qkv: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
     )
 
 
-@public_op(unless=envs.rope_check_positions)
+@public_op(unless=envs.rope_check_positions, no_grad="no backward yet")
 def fused_qkv_split_qk_rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
                             qh: int, kvh: int, head_dim: int, is_neox: bool = True,
                             offsets: torch.Tensor | None = None, reuse_freqs_front_part: bool = True,

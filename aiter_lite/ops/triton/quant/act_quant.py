@@ -48,6 +48,9 @@ from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
+# why the public ops here refuse a call autograd would record (utils.registry.public_op)
+_NO_GRAD = "its outputs are quantized values and scales"
+
 __all__ = [
     "act_mul_and_fp8_group_quant",
     "act_mul_and_fp8_quant",
@@ -183,7 +186,7 @@ def _rows(op: str, name: str, x: torch.Tensor, q: torch.Tensor) -> tuple[torch.T
 # public ops
 
 
-@public_op
+@public_op(no_grad=_NO_GRAD)
 def act_mul_and_fp8_group_quant(x: torch.Tensor, activation: Activation, group_size: int,
                                 dtype_quant: torch.dtype | None = None, column_major_scales: bool = False, *,
                                 config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -219,7 +222,7 @@ def act_mul_and_fp8_group_quant(x: torch.Tensor, activation: Activation, group_s
     return q, scales
 
 
-@public_op
+@public_op(no_grad=_NO_GRAD)
 def act_mul_and_fp8_quant(x: torch.Tensor, activation: Activation, scale: torch.Tensor | None = None,
                           dtype_quant: torch.dtype | None = None, scale_ub: torch.Tensor | None = None, *,
                           config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -254,7 +257,7 @@ def act_mul_and_fp8_quant(x: torch.Tensor, activation: Activation, scale: torch.
     return q, scales
 
 
-@public_op(mutates=("out",))
+@public_op(mutates=("out",), no_grad=_NO_GRAD)
 def silu_and_mul_quant(out: torch.Tensor, input: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """vLLM's fused SwiGLU + static quantization: ``out = silu(input[..., :d]) * input[..., d:]``
     quantized with ``scale`` (one fp32 element) to out's dtype. Returns ``out``."""

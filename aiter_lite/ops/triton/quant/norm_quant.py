@@ -67,6 +67,9 @@ from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
+# why the public ops here refuse a call autograd would record (utils.registry.public_op)
+_NO_GRAD = "its outputs are quantized values and scales"
+
 __all__ = [
     "rmsnorm2d_fwd_with_dynamicquant",
     "rmsnorm2d_fwd_with_smoothquant",
@@ -250,7 +253,7 @@ def _static_scale(op: str, scale) -> torch.Tensor:
     return scale
 
 
-@public_op(mutates=("out", "yscale"))
+@public_op(mutates=("out", "yscale"), no_grad=_NO_GRAD)
 def rmsnorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, yscale: torch.Tensor,
                                     weight: torch.Tensor | None, epsilon: float,
                                     scale_ub: torch.Tensor | None = None, clamp_out: bool = False,
@@ -263,7 +266,7 @@ def rmsnorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, ysca
                       dump=check_bool(op, "dump_rms_norm", dump_rms_norm))
 
 
-@public_op(mutates=("out", "yscale"))
+@public_op(mutates=("out", "yscale"), no_grad=_NO_GRAD)
 def rmsnorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xscale: torch.Tensor,
                                    yscale: torch.Tensor, weight: torch.Tensor | None, epsilon: float) -> None:
     """``out, yscale = dynamic_per_token_quant(rms_norm(input, weight, epsilon) * xscale)``."""
@@ -271,7 +274,7 @@ def rmsnorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xscal
                xscale=xscale)
 
 
-@public_op(mutates=("out", "residual_out", "yscale"), aliases={"residual_out": ("residual_in",)})
+@public_op(mutates=("out", "residual_out", "yscale"), aliases={"residual_out": ("residual_in",)}, no_grad=_NO_GRAD)
 def rmsnorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                                         residual_out: torch.Tensor, yscale: torch.Tensor,
                                         weight: torch.Tensor | None, epsilon: float) -> None:
@@ -280,7 +283,7 @@ def rmsnorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor, 
                yscale=yscale, residual_in=residual_in, residual_out=residual_out)
 
 
-@public_op(mutates=("out", "residual_out", "yscale"), aliases={"residual_out": ("residual_in",)})
+@public_op(mutates=("out", "residual_out", "yscale"), aliases={"residual_out": ("residual_in",)}, no_grad=_NO_GRAD)
 def rmsnorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                                        residual_out: torch.Tensor, xscale: torch.Tensor, yscale: torch.Tensor,
                                        weight: torch.Tensor | None, epsilon: float) -> None:
@@ -293,7 +296,7 @@ def rmsnorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor, r
 # aiter's names: LayerNorm
 
 
-@public_op(mutates=("out", "yscale"))
+@public_op(mutates=("out", "yscale"), no_grad=_NO_GRAD)
 def layernorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, yscale: torch.Tensor,
                                       weight: torch.Tensor | None, bias: torch.Tensor | None,
                                       epsilon: float = LAYER_NORM_EPS, x_bias: torch.Tensor | None = None) -> None:
@@ -302,7 +305,7 @@ def layernorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, ys
                yscale=yscale, x_bias=x_bias)
 
 
-@public_op(mutates=("out", "yscale"))
+@public_op(mutates=("out", "yscale"), no_grad=_NO_GRAD)
 def layernorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xscale: torch.Tensor,
                                      yscale: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                                      epsilon: float = LAYER_NORM_EPS, x_bias: torch.Tensor | None = None) -> None:
@@ -311,7 +314,7 @@ def layernorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xsc
                yscale=yscale, xscale=xscale, x_bias=x_bias)
 
 
-@public_op(mutates=("out", "residual_out", "yscale"), aliases={"residual_out": ("residual_in",)})
+@public_op(mutates=("out", "residual_out", "yscale"), aliases={"residual_out": ("residual_in",)}, no_grad=_NO_GRAD)
 def layernorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                                           residual_out: torch.Tensor, yscale: torch.Tensor,
                                           weight: torch.Tensor | None, bias: torch.Tensor | None,
@@ -321,7 +324,7 @@ def layernorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor
                yscale=yscale, residual_in=residual_in, residual_out=residual_out, x_bias=x_bias)
 
 
-@public_op(mutates=("out", "residual_out", "yscale"), aliases={"residual_out": ("residual_in",)})
+@public_op(mutates=("out", "residual_out", "yscale"), aliases={"residual_out": ("residual_in",)}, no_grad=_NO_GRAD)
 def layernorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                                          residual_out: torch.Tensor, xscale: torch.Tensor, yscale: torch.Tensor,
                                          weight: torch.Tensor | None, bias: torch.Tensor | None,
@@ -335,7 +338,7 @@ def layernorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor,
 # vLLM's names
 
 
-@public_op(mutates=("out",))
+@public_op(mutates=("out",), no_grad=_NO_GRAD)
 def rms_norm_static_fp8_quant(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None,
                               scale: torch.Tensor, epsilon: float) -> None:
     """``out = static_per_tensor_quant(rms_norm(input, weight, epsilon), scale)``."""
@@ -343,7 +346,7 @@ def rms_norm_static_fp8_quant(out: torch.Tensor, input: torch.Tensor, weight: to
                scale=_static_scale("rms_norm_static_fp8_quant", scale))
 
 
-@public_op(mutates=("out", "residual"))
+@public_op(mutates=("out", "residual"), no_grad=_NO_GRAD)
 def fused_add_rms_norm_static_fp8_quant(out: torch.Tensor, input: torch.Tensor, residual: torch.Tensor,
                                         weight: torch.Tensor | None, scale: torch.Tensor, epsilon: float) -> None:
     """``residual += input`` (in place); ``out = static_per_tensor_quant(rms_norm(residual), scale)``."""
@@ -352,7 +355,7 @@ def fused_add_rms_norm_static_fp8_quant(out: torch.Tensor, input: torch.Tensor, 
                residual_in=residual, residual_out=residual, names=("out", "residual", "residual"))
 
 
-@public_op(mutates=("out", "scales", "residual"))
+@public_op(mutates=("out", "scales", "residual"), no_grad=_NO_GRAD)
 def rms_norm_dynamic_per_token_quant(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None,
                                      scales: torch.Tensor, epsilon: float, scale_ub: torch.Tensor | None = None,
                                      residual: torch.Tensor | None = None) -> None:

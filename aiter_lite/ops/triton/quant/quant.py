@@ -66,6 +66,9 @@ from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
+# why the public ops here refuse a call autograd would record (utils.registry.public_op)
+_NO_GRAD = "its outputs are quantized values and scales"
+
 __all__ = [
     "static_per_tensor_quant_fp8_i8",
     "dynamic_per_tensor_quant_fp8_i8",
@@ -475,13 +478,13 @@ def _scale_vector(op: str, name: str, scale: torch.Tensor) -> torch.Tensor:
 # aiter's names
 
 
-@public_op(mutates=("qx",))
+@public_op(mutates=("qx",), no_grad=_NO_GRAD)
 def static_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_in: torch.Tensor) -> torch.Tensor:
     """``qx = x_in / scale_in`` saturated to qx's dtype; ``scale_in`` one fp32 element. Returns ``qx``."""
     return _static("static_per_tensor_quant_fp8_i8", qx, x_in, scale_in)
 
 
-@public_op(mutates=("qx", "scale_out"))
+@public_op(mutates=("qx", "scale_out"), no_grad=_NO_GRAD)
 def dynamic_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor, *,
                                     config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The tensor's scale ``max(amax / q_max, 1 / (q_max * 512))`` written to ``scale_out``
@@ -491,7 +494,7 @@ def dynamic_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_
     return _dynamic_per_tensor("dynamic_per_tensor_quant_fp8_i8", qx, x_in, scale_out, config)
 
 
-@public_op(mutates=("qx", "scale_out"))
+@public_op(mutates=("qx", "scale_out"), no_grad=_NO_GRAD)
 def dynamic_per_token_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor,
                                    scale_ub: torch.Tensor | None = None, *,
                                    config: QuantLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -503,7 +506,7 @@ def dynamic_per_token_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_o
     return _per_token("dynamic_per_token_quant_fp8_i8", qx, x_in, scale_out, scale_ub, config)
 
 
-@public_op(mutates=("qx", "scale_out"))
+@public_op(mutates=("qx", "scale_out"), no_grad=_NO_GRAD)
 def per_token_group_quant(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor, group_size: int,
                           eps: float = GROUP_EPS) -> tuple[torch.Tensor, torch.Tensor]:
     """Each ``group_size`` columns of a row quantized with their own scale
@@ -526,7 +529,7 @@ def _quant_dtype(op: str, dtype: torch.dtype | None) -> torch.dtype:
     return dtype
 
 
-@public_op(buffers=("output",))
+@public_op(buffers=("output",), no_grad=_NO_GRAD)
 def scaled_fp8_quant(input: torch.Tensor, scale: torch.Tensor | None = None, scale_ub: torch.Tensor | None = None,
                      use_per_token_if_dynamic: bool = False, output: torch.Tensor | None = None,
                      dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -554,7 +557,7 @@ def scaled_fp8_quant(input: torch.Tensor, scale: torch.Tensor | None = None, sca
     return _dynamic_per_tensor(op, q, input, torch.empty(1, dtype=torch.float32, device=input.device), names=names)
 
 
-@public_op(buffers=("out_q",))
+@public_op(buffers=("out_q",), no_grad=_NO_GRAD)
 def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = GROUP_EPS,
                               dtype: torch.dtype | None = None, column_major_scales: bool = False,
                               out_q: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -580,7 +583,7 @@ def _group_allocating(op: str, x, group_size, eps, dtype, column_major_scales=Fa
     return _group(op, q, x, s, group_size, eps, ("out_q", "x", "scales"))
 
 
-@public_op
+@public_op(no_grad=_NO_GRAD)
 def per_token_group_quant_int8(x: torch.Tensor, group_size: int, eps: float = GROUP_EPS,
                                dtype: torch.dtype = torch.int8) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM's ``per_token_group_quant_int8``: ``(q, scales)`` with int8 values; a NaN in a

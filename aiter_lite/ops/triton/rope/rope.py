@@ -304,11 +304,16 @@ def _rope(op: str, x, tab: _Table, rotate_style, reuse, nope_first, *, row_mode:
         log_call(op, x=x, y=x2, cos=tab.cos, sin=tab.sin, positions=pos, offsets=off, cu_seqlens=cu,
                  rotate_style=style, reuse_freqs_front_part=reuse, nope_first=nope_first,
                  transpose_output=transpose_output)
+    tables = (tab.cos, tab.sin, None if tab2 is None else tab2.cos, None if tab2 is None else tab2.sin)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, x2, *tables)):
+        return _differentiable(op, x, x2, tables, inplace, dict(
+            tab=tab, rotate_style=style, reuse=reuse, nope_first=nope_first, row_mode=row_mode, is_freqs=is_freqs,
+            backward=backward, transpose_output=transpose_output, pos=pos, off=off, cu=cu, tab2=tab2,
+            img_width=img_width, table_name=table_name))
     t2 = tab2 or tab
     geometry = [int(row_mode), r // 2, tab.rows, t2.rows, tab.stride_r, tab.stride_f, t2.stride_r, t2.stride_f,
                 img_width, parts]
     flags = [is_freqs, style == RotateStyle.NEOX, reuse, backward, nope_first]
-    tables = (tab.cos, tab.sin, None if tab2 is None else tab2.cos, None if tab2 is None else tab2.sin)
     if inplace:
         _launch_rope_inplace(x, x2, *tables, pos, off, cu, geometry, flags)
         return x if x2 is None else (x, x2)
@@ -316,6 +321,47 @@ def _rope(op: str, x, tab: _Table, rotate_style, reuse, nope_first, *, row_mode:
     out2 = None if x2 is None else _new_out(x2)
     _launch_rope(x, out, x2, out2, *tables, pos, off, cu, geometry, flags)
     return out if x2 is None else (out, out2)
+
+
+class _RopeFunction(torch.autograd.Function):
+    """Any rotation ``_rope`` makes (``kw``: its arguments but x, y and inplace),
+    differentiable in x (and y): the backward is the inverse rotation of the gradients
+    (the same tables, positions and rows; ``backward`` flipped)."""
+
+    @staticmethod
+    def forward(ctx, x, x2, op, kw):
+        ctx.op, ctx.kw = op, kw
+        ctx.shapes = (x.shape, x.dtype, None if x2 is None else x2.shape)
+        return _rope(op, x, x2=x2, inplace=False, **kw)
+
+    @staticmethod
+    def backward(ctx, dy, dy2=None):
+        shape, dtype, shape2 = ctx.shapes
+        if dy is None:  # only y's result was used
+            dy = torch.zeros(shape, dtype=dtype, device=dy2.device)
+        if shape2 is not None and dy2 is None:
+            dy2 = torch.zeros(shape2, dtype=dtype, device=dy.device)
+        kw = dict(ctx.kw, backward=not ctx.kw["backward"], transpose_output=False)
+        dx = _rope(ctx.op, dy.contiguous(), x2=None if dy2 is None else dy2.contiguous(), inplace=False, **kw)
+        dx, dx2 = dx if isinstance(dx, tuple) else (dx, None)
+        return dx, dx2, None, None
+
+
+def _differentiable(op, x, x2, tables, inplace, kw):
+    """``_rope`` while autograd records: through _RopeFunction, the in-place forms as recorded
+    copies into x (and y). Table gradients are the RoPE / RoPECached / RoPETHD / RoPE2D
+    classes' (aiter's): a table that requires grad here is refused."""
+    names = ("freqs", None, None, None) if kw["is_freqs"] else ("cos", "sin", "cos_width", "sin_width")
+    for name, t in zip(names, tables):
+        if t is not None and t.requires_grad:
+            raise ValueError(f"{op}: {name} requires grad; {op} differentiates x (and y) only; for a table's "
+                             f"gradient use the autograd classes RoPE, RoPECached, RoPETHD or RoPE2D, or detach {name}")
+    out = _RopeFunction.apply(x, x2, op, kw)
+    if not inplace:
+        return out
+    if x2 is None:
+        return x.copy_(out)
+    return x.copy_(out[0]), x2.copy_(out[1])
 
 
 # ---------------------------------------------------------------------------
