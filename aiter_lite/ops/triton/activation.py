@@ -14,7 +14,7 @@ from typing import Literal
 
 import torch
 
-from aiter_lite.ops.triton._triton_kernels.activation import _act_and_mul_bwd_kernel, _act_and_mul_kernel
+from aiter_lite.ops.triton._triton_kernels.activation import _act_and_mul_kernel
 from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.utils.checks import (
     check_choice,
@@ -97,23 +97,24 @@ def act_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPR
     return ActLaunchConfig(block_m, block_n, num_warps)
 
 
-@launcher(mutates=("y2",))
-def _launch_act_and_mul(x2: torch.Tensor, y2: torch.Tensor, activation: str, gated: bool,
-                        config: ActLaunchConfig | None = None) -> None:
-    """The kernel over 2-D views; ``config`` pins a launch (tests, tuning)."""
-    n_rows, n_cols = y2.shape
-    cfg = config or act_launch_config(n_rows, n_cols, device_profile(y2.device))
+def _launch(x2: torch.Tensor, y2: torch.Tensor, dy2: torch.Tensor | None, activation: str, gated: bool,
+            config: ActLaunchConfig | None) -> None:
+    """The kernel over 2-D views: y2 = act(x2) (gated: of its halves), or with ``dy2`` (the
+    output's gradient) y2 = x2's gradient."""
+    n_rows, n_cols = (y2 if dy2 is None else dy2).shape
+    cfg = config or act_launch_config(n_rows, n_cols, device_profile(x2.device))
     row_blocks = cdiv(n_rows, cfg.BLOCK_M)
     col_blocks = cdiv(n_cols, cfg.BLOCK_N)
-    grid = (col_blocks, min(row_blocks, _MAX_GRID_Y))
     # Bound on any lane's offset, masked lanes of the last tiles included (a gated
     # row's up half sits n_cols further on).
-    max_offset = row_blocks * cfg.BLOCK_M * max(x2.stride(0), y2.stride(0)) + col_blocks * cfg.BLOCK_N + n_cols
+    stride = max(x2.stride(0), y2.stride(0), 0 if dy2 is None else dy2.stride(0))
+    max_offset = row_blocks * cfg.BLOCK_M * stride + col_blocks * cfg.BLOCK_N + n_cols
     launch(
-        _act_and_mul_kernel, grid,
-        x2, y2, x2.stride(0), y2.stride(0), n_rows, n_cols,
+        _act_and_mul_kernel, (col_blocks, min(row_blocks, _MAX_GRID_Y)),
+        x2, y2, dy2, x2.stride(0), y2.stride(0), 0 if dy2 is None else dy2.stride(0), n_rows, n_cols,
         ACTIVATION=activation,
         GATED=gated,
+        BACKWARD=dy2 is not None,
         INT64=max_offset >= 2**31,
         EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
         ONE_PASS=row_blocks <= _MAX_GRID_Y,
@@ -121,31 +122,21 @@ def _launch_act_and_mul(x2: torch.Tensor, y2: torch.Tensor, activation: str, gat
         BLOCK_N=cfg.BLOCK_N,
         num_warps=cfg.num_warps,
     )
+
+
+@launcher(mutates=("y2",))
+def _launch_act_and_mul(x2: torch.Tensor, y2: torch.Tensor, activation: str, gated: bool,
+                        config: ActLaunchConfig | None = None) -> None:
+    """The forward over 2-D views; ``config`` pins a launch (tests, tuning)."""
+    _launch(x2, y2, None, activation, gated, config)
 
 
 @launcher(mutates=("dx2",))
 def _launch_act_and_mul_bwd(x2: torch.Tensor, dy2: torch.Tensor, dx2: torch.Tensor, activation: str, gated: bool,
                             config: ActLaunchConfig | None = None) -> None:
-    """The backward kernel over 2-D views: x2 as the forward read it, dy2 the output's
-    gradient, dx2 x2's gradient; the forward's tiles and grid."""
-    n_rows, n_cols = dy2.shape
-    cfg = config or act_launch_config(n_rows, n_cols, device_profile(dy2.device))
-    row_blocks = cdiv(n_rows, cfg.BLOCK_M)
-    col_blocks = cdiv(n_cols, cfg.BLOCK_N)
-    max_offset = (row_blocks * cfg.BLOCK_M * max(x2.stride(0), dy2.stride(0), dx2.stride(0))
-                  + col_blocks * cfg.BLOCK_N + n_cols)
-    launch(
-        _act_and_mul_bwd_kernel, (col_blocks, min(row_blocks, _MAX_GRID_Y)),
-        x2, dy2, dx2, x2.stride(0), dy2.stride(0), dx2.stride(0), n_rows, n_cols,
-        ACTIVATION=activation,
-        GATED=gated,
-        INT64=max_offset >= 2**31,
-        EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
-        ONE_PASS=row_blocks <= _MAX_GRID_Y,
-        BLOCK_M=cfg.BLOCK_M,
-        BLOCK_N=cfg.BLOCK_N,
-        num_warps=cfg.num_warps,
-    )
+    """The backward over 2-D views: x2 as the forward read it, dy2 the output's gradient,
+    dx2 x2's gradient; the forward's tiles and grid."""
+    _launch(x2, dx2, dy2, activation, gated, config)
 
 
 def _flat_pieces(*tensors: torch.Tensor):

@@ -1,8 +1,8 @@
 """Activation kernels: silu, gelu (erf), gelu_tanh, relu, elementwise or gated, forward
 and backward.
 
-One kernel a direction serves every public name: ``ACTIVATION`` and ``GATED`` are the
-constexpr flags, rows/columns/strides are runtime values.
+One kernel serves every public name in both directions: ``ACTIVATION``, ``GATED`` and
+``BACKWARD`` are the constexpr flags, rows/columns/strides are runtime values.
 """
 
 import triton
@@ -54,7 +54,7 @@ def _apply_activation(x, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
-def _act_tile(x_ptr, y_ptr, stride_x_row, stride_y_row, n_rows, n_cols, pid_m, cols, col_mask,
+def _act_fwd_tile(x_ptr, y_ptr, stride_x_row, stride_y_row, n_rows, n_cols, pid_m, cols, col_mask,
               ACTIVATION: tl.constexpr, GATED: tl.constexpr, EVEN: tl.constexpr, BLOCK_M: tl.constexpr):
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     x_offs = rows[:, None] * stride_x_row + cols[None, :]
@@ -67,47 +67,6 @@ def _act_tile(x_ptr, y_ptr, stride_x_row, stride_y_row, n_rows, n_cols, pid_m, c
     if GATED:
         y = y * tl.load(x_ptr + x_offs + n_cols, mask=mask).to(tl.float32)
     tl.store(y_ptr + rows[:, None] * stride_y_row + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _act_and_mul_kernel(
-    x_ptr,
-    y_ptr,
-    stride_x_row,
-    stride_y_row,
-    n_rows,
-    n_cols,  # output columns; a gated input row holds 2 * n_cols (gate, then up)
-    ACTIVATION: tl.constexpr,  # "silu" | "gelu" | "gelu_tanh" | "relu"
-    GATED: tl.constexpr,  # y = act(x[:, :n]) * x[:, n:]   else   y = act(x)
-    INT64: tl.constexpr,  # offsets can pass 2^31: index in int64
-    EVEN: tl.constexpr,  # tiles divide (n_rows, n_cols): no masks
-    ONE_PASS: tl.constexpr,  # one program per row block (else stride over row blocks)
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    # Grid (column blocks, row blocks), columns fastest: neighbouring programs
-    # stream neighbouring memory (rows-fastest order was 5% slower at
-    # 32768 x 14336 on an H200). Nothing but a multiply on the way to the first
-    # load: decode shapes are latency-bound, and a runtime divide plus 64-bit
-    # index math before the loads cost 5-9% at M <= 16. Axis 1 stops at 65535,
-    # so past that many row blocks each program strides over the rest.
-    pid_n = tl.program_id(0)
-    if INT64:
-        pid_n = pid_n.to(tl.int64)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_mask = cols < n_cols
-    if ONE_PASS:
-        pid_m = tl.program_id(1)
-        if INT64:
-            pid_m = pid_m.to(tl.int64)
-        _act_tile(x_ptr, y_ptr, stride_x_row, stride_y_row, n_rows, n_cols, pid_m, cols, col_mask,
-                  ACTIVATION, GATED, EVEN, BLOCK_M)
-    else:
-        for pid_m in range(tl.program_id(1), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(1)):
-            if INT64:
-                pid_m = pid_m.to(tl.int64)
-            _act_tile(x_ptr, y_ptr, stride_x_row, stride_y_row, n_rows, n_cols, pid_m, cols, col_mask,
-                      ACTIVATION, GATED, EVEN, BLOCK_M)
 
 
 # ---------------------------------------------------------------------------
@@ -159,25 +118,47 @@ def _act_bwd_tile(x_ptr, dy_ptr, dx_ptr, stride_x_row, stride_dy_row, stride_dx_
         tl.store(dx_ptr + dx_offs, (dy * da).to(dx_ty), mask=mask)
 
 
+# ---------------------------------------------------------------------------
+# the kernel
+
+
 @triton.jit
-def _act_and_mul_bwd_kernel(
-    x_ptr,  # the forward's input: (n_rows, 2 * n_cols) gate then up (GATED), else (n_rows, n_cols)
-    dy_ptr,  # (n_rows, n_cols): the output's gradient
-    dx_ptr,  # x's gradient, laid out as x
+def _act_tile(x_ptr, y_ptr, dy_ptr, stride_x_row, stride_y_row, stride_dy_row, n_rows, n_cols, pid_m, cols,
+              col_mask, ACTIVATION: tl.constexpr, GATED: tl.constexpr, BACKWARD: tl.constexpr, EVEN: tl.constexpr,
+              BLOCK_M: tl.constexpr):
+    if BACKWARD:
+        _act_bwd_tile(x_ptr, dy_ptr, y_ptr, stride_x_row, stride_dy_row, stride_y_row, n_rows, n_cols, pid_m, cols,
+                      col_mask, ACTIVATION, GATED, EVEN, BLOCK_M)
+    else:
+        _act_fwd_tile(x_ptr, y_ptr, stride_x_row, stride_y_row, n_rows, n_cols, pid_m, cols, col_mask, ACTIVATION,
+                      GATED, EVEN, BLOCK_M)
+
+
+@triton.jit
+def _act_and_mul_kernel(
+    x_ptr,
+    y_ptr,  # the output; with BACKWARD x's gradient, laid out as x
+    dy_ptr,  # BACKWARD: the output's gradient, (n_rows, n_cols)
     stride_x_row,
+    stride_y_row,
     stride_dy_row,
-    stride_dx_row,
     n_rows,
-    n_cols,  # output columns
-    ACTIVATION: tl.constexpr,
-    GATED: tl.constexpr,  # dgate = dy * up * act'(gate), dup = dy * act(gate)   else   dx = dy * act'(x)
-    INT64: tl.constexpr,
-    EVEN: tl.constexpr,
-    ONE_PASS: tl.constexpr,
+    n_cols,  # output columns; a gated input row holds 2 * n_cols (gate, then up)
+    ACTIVATION: tl.constexpr,  # "silu" | "gelu" | "gelu_tanh" | "relu"
+    GATED: tl.constexpr,  # y = act(x[:, :n]) * x[:, n:]   else   y = act(x)
+    BACKWARD: tl.constexpr,  # dgate = dy * up * act'(gate), dup = dy * act(gate)   else   dx = dy * act'(x)
+    INT64: tl.constexpr,  # offsets can pass 2^31: index in int64
+    EVEN: tl.constexpr,  # tiles divide (n_rows, n_cols): no masks
+    ONE_PASS: tl.constexpr,  # one program per row block (else stride over row blocks)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    """The forward kernel's grid and tiles (``_act_and_mul_kernel``), gradients instead of values."""
+    # Grid (column blocks, row blocks), columns fastest: neighbouring programs
+    # stream neighbouring memory (rows-fastest order was 5% slower at
+    # 32768 x 14336 on an H200). Nothing but a multiply on the way to the first
+    # load: decode shapes are latency-bound, and a runtime divide plus 64-bit
+    # index math before the loads cost 5-9% at M <= 16. Axis 1 stops at 65535,
+    # so past that many row blocks each program strides over the rest.
     pid_n = tl.program_id(0)
     if INT64:
         pid_n = pid_n.to(tl.int64)
@@ -187,11 +168,11 @@ def _act_and_mul_bwd_kernel(
         pid_m = tl.program_id(1)
         if INT64:
             pid_m = pid_m.to(tl.int64)
-        _act_bwd_tile(x_ptr, dy_ptr, dx_ptr, stride_x_row, stride_dy_row, stride_dx_row, n_rows, n_cols, pid_m,
-                      cols, col_mask, ACTIVATION, GATED, EVEN, BLOCK_M)
+        _act_tile(x_ptr, y_ptr, dy_ptr, stride_x_row, stride_y_row, stride_dy_row, n_rows, n_cols, pid_m, cols,
+                  col_mask, ACTIVATION, GATED, BACKWARD, EVEN, BLOCK_M)
     else:
         for pid_m in range(tl.program_id(1), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(1)):
             if INT64:
                 pid_m = pid_m.to(tl.int64)
-            _act_bwd_tile(x_ptr, dy_ptr, dx_ptr, stride_x_row, stride_dy_row, stride_dx_row, n_rows, n_cols,
-                          pid_m, cols, col_mask, ACTIVATION, GATED, EVEN, BLOCK_M)
+            _act_tile(x_ptr, y_ptr, dy_ptr, stride_x_row, stride_y_row, stride_dy_row, n_rows, n_cols, pid_m,
+                      cols, col_mask, ACTIVATION, GATED, BACKWARD, EVEN, BLOCK_M)
