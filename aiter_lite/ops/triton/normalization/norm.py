@@ -243,18 +243,22 @@ def _norm_config(n_rows: int, n_cols: int, profile: DeviceProfile, residual: boo
 
 @functools.lru_cache(maxsize=1024)
 def norm_bwd_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPRETER,
-                           is_rms: bool = True) -> NormBwdLaunchConfig:
+                           is_rms: bool = True, add_grad: bool = False) -> NormBwdLaunchConfig:
     """Backward tile and programs along rows; warps within what a program of ``profile``
-    may have."""
-    bwd = _norm_bwd_config(n_rows, n_cols, profile, is_rms)
+    may have. ``add_grad``: the fused-add forms' backward, which adds residual_out's gradient."""
+    bwd = _norm_bwd_config(n_rows, n_cols, profile, is_rms, add_grad)
     return replace(bwd, tile=profile.fit(bwd.tile))
 
 
-def _norm_bwd_config(n_rows: int, n_cols: int, profile: DeviceProfile, is_rms: bool) -> NormBwdLaunchConfig:
+def _norm_bwd_config(n_rows: int, n_cols: int, profile: DeviceProfile, is_rms: bool,
+                     add_grad: bool) -> NormBwdLaunchConfig:
     block_n = next_power_of_2(n_cols)
     sms = grid_sms(profile)
     if not is_rms and block_n >= _BWD_MAX_ROW_IN_REGS:
-        return NormBwdLaunchConfig(_BWD_LOOP_LN if block_n <= 65536 else _BWD_LOOP_LN_WIDE, min(n_rows, sms))
+        tile = _BWD_LOOP_LN if block_n <= 65536 else _BWD_LOOP_LN_WIDE
+        if add_grad and profile.arch == "sm_80":  # ptxas (Triton 3.6) spilled 8 bytes double-buffering with it
+            tile = replace(tile, PREFETCH=False)
+        return NormBwdLaunchConfig(tile, min(n_rows, sms))
     if block_n > _BWD_MAX_ROW_IN_REGS:
         return NormBwdLaunchConfig(_BWD_LOOP, min(n_rows, sms))
     if block_n <= 512 or (block_n == 1024 and not is_rms):
@@ -358,7 +362,7 @@ def _launch_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | N
     """dx (rows like x; plus ``dres`` where given, rows like x) and, where given, dweight /
     dbias ((n_cols,), any float dtype: summed in fp32). ``config`` pins a launch (tests, tuning)."""
     n_rows, n_cols = x.shape
-    cfg = config or norm_bwd_launch_config(n_rows, n_cols, device_profile(x.device), is_rms)
+    cfg = config or norm_bwd_launch_config(n_rows, n_cols, device_profile(x.device), is_rms, dres is not None)
     tile = cfg.tile
     col_blocks = cdiv(n_cols, tile.BLOCK_N)
     rows_per_program = cdiv(cdiv(n_rows, cfg.programs), tile.BLOCK_M) * tile.BLOCK_M
@@ -396,8 +400,8 @@ def _launch_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | N
         dy.stride(0), x.stride(0), dx.stride(0), 0 if dres is None else dres.stride(0), n_rows, n_cols,
         rows_per_program, weight_offset,
         IS_RMS=is_rms, HAS_WEIGHT=weight is not None, NEED_DW=dweight is not None, NEED_DB=dbias is not None,
-        ROW_SUMS=tile.LOOPED, HAS_DRES=dres is not None, INT64=int64, PREFETCH=tile.PREFETCH, BLOCK_M=tile.BLOCK_M, BLOCK_N=tile.BLOCK_N,
-        num_warps=tile.num_warps,
+        ROW_SUMS=tile.LOOPED, HAS_DRES=dres is not None, INT64=int64, PREFETCH=tile.PREFETCH, BLOCK_M=tile.BLOCK_M,
+        BLOCK_N=tile.BLOCK_N, num_warps=tile.num_warps,
     )
     # Partial sums reduced in a fixed order: the same bits on every run.
     for out, part in ((dweight, dw_part), (dbias, db_part)):
