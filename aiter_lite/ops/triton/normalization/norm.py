@@ -479,7 +479,7 @@ class _NormAddFunction(torch.autograd.Function):
         ctx.save_for_backward(s, weight, mean, rstd)
         ctx.is_rms, ctx.weight_offset = is_rms, weight_offset
         ctx.bias_dtype = None if bias is None else bias.dtype
-        ctx.x_dtype, ctx.x_bias_dtype = x2.dtype, None if x_bias is None else x_bias.dtype
+        ctx.x_bias_dtype = None if x_bias is None else x_bias.dtype
         return y, s
 
     @staticmethod
@@ -504,8 +504,8 @@ class _NormAddFunction(torch.autograd.Function):
             dw = torch.empty(n_cols, dtype=weight.dtype, device=s.device) if need_dw else None
             db = torch.empty(n_cols, dtype=ctx.bias_dtype, device=s.device) if need_db else None
             _launch_norm_bwd(dy, s, weight, mean, rstd, ds, dw, db, ctx.is_rms, ctx.weight_offset, dres=ds_out)
-        dx = ds if ctx.x_dtype == ds.dtype else ds.to(ctx.x_dtype)
-        return (dx if ctx.needs_input_grad[0] else None, ds if ctx.needs_input_grad[1] else None, dw, db,
+        # x and residual share a dtype (check_like): ds is the gradient of both
+        return (ds if ctx.needs_input_grad[0] else None, ds if ctx.needs_input_grad[1] else None, dw, db,
                 ds.float().sum(0).to(ctx.x_bias_dtype) if need_dxb else None, None, None, None)
 
 
