@@ -6,7 +6,14 @@ fp32 / fp16 / bf16, and rows of any length: up to ``_MAX_ROW_IN_REGS`` columns a
 is read once and held in registers; wider rows are split over programs that exchange
 their segments' statistics (still one read), or, too wide for that, read twice in chunks. Sums are
 fp32; the result has x's dtype. Edge rows match torch.softmax: NaN or +inf anywhere in
-a row makes the row NaN, and so does a row of -inf. Forward only (no autograd).
+a row makes the row NaN, and so does a row of -inf.
+
+Both are differentiable: where autograd records x, one autograd node saves the output y
+(not x) and its backward kernel computes x's gradient from y and the output's gradient
+dy, ``y * (dy - sum(dy * y))`` or ``dy - exp(y) * sum(dy)``, in fp32, in x's dtype (a NaN
+row of y gives a NaN row of gradient). Rows in registers up to ``_MAX_ROW_IN_REGS``
+columns; wider rows are looped in chunks (y and dy read for the row's sum, then again for
+the write). Calls autograd does not record take the forward alone, as before.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
-__all__ = ["softmax", "log_softmax", "SoftmaxLaunchConfig", "softmax_launch_config"]
+__all__ = ["softmax", "log_softmax", "SoftmaxLaunchConfig", "softmax_launch_config", "softmax_bwd_launch_config"]
 
 
 @dataclass(frozen=True)
@@ -78,12 +85,38 @@ def softmax_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INT
     return SoftmaxLaunchConfig(block_m, block_n, warps, False)
 
 
+@functools.lru_cache(maxsize=1024)
+def softmax_bwd_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPRETER) -> SoftmaxLaunchConfig:
+    """The backward's launch: the forward's rows in registers (the same tiles and warps,
+    holding y and dy) up to ``_MAX_ROW_IN_REGS`` columns; wider rows looped in the
+    forward's chunks (no split: a row's sum is one pass over y and dy, the write a second)."""
+    if next_power_of_2(n_cols) > _MAX_ROW_IN_REGS:
+        return _LOOP
+    return softmax_launch_config(n_rows, n_cols, profile)
+
+
+def _launch_rows(src: torch.Tensor, dy: torch.Tensor | None, dst: torch.Tensor, log: bool,
+                 cfg: SoftmaxLaunchConfig) -> None:
+    """The in-register or looped kernel over 2-D rows: dst = softmax(src) (dy None), or
+    dst = x's gradient from the forward's output src and its gradient dy."""
+    n_rows, n_cols = src.shape
+    tensors = (src, dst) if dy is None else (src, dy, dst)
+    int64 = any(t.shape[0] * max(t.stride(0), t.shape[1]) + t.shape[1] >= 2**31 for t in tensors)
+    stride_dy = None if dy is None else dy.stride(0)
+    if cfg.LOOPED:
+        launch(_softmax_looped_kernel, (n_rows,), src, dy, dst, src.stride(0), stride_dy, dst.stride(0), n_cols,
+               LOG=log, BACKWARD=dy is not None, INT64=int64, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
+    else:
+        launch(_softmax_kernel, (cdiv(n_rows, cfg.BLOCK_M),), src, dy, dst, src.stride(0), stride_dy,
+               dst.stride(0), n_rows, n_cols, LOG=log, BACKWARD=dy is not None, INT64=int64, BLOCK_M=cfg.BLOCK_M,
+               BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
+
+
 @launcher(mutates=("y",))
 def _launch_softmax(x: torch.Tensor, y: torch.Tensor, log: bool, config: SoftmaxLaunchConfig | None = None) -> None:
     """Rows of 2-D x into y by the config's regime: in registers, split over programs, or looped."""
     n_rows, n_cols = x.shape
     cfg = config or softmax_launch_config(n_rows, n_cols, device_profile(x.device))
-    int64 = any(t.shape[0] * max(t.stride(0), t.shape[1]) + t.shape[1] >= 2**31 for t in (x, y))
     if cfg.SPLIT:
         n_segs, slots, phases = split_row_slots("softmax", n_rows, n_cols, cfg.BLOCK_N, x.device, released=True)
         for phase in phases:
@@ -91,29 +124,31 @@ def _launch_softmax(x: torch.Tensor, y: torch.Tensor, log: bool, config: Softmax
                    x, y, slots, x.stride(0), y.stride(0), n_rows, n_cols, n_segs, LOG=log, PHASE=phase,
                    BLOCK_N=cfg.BLOCK_N, BLOCK_S=next_power_of_2(n_segs), EVEN=n_cols % cfg.BLOCK_N == 0,
                    num_warps=cfg.num_warps)
-    elif cfg.LOOPED:
-        launch(_softmax_looped_kernel, (n_rows,), x, y, x.stride(0), y.stride(0), n_cols, LOG=log, INT64=int64,
-               BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
     else:
-        launch(_softmax_kernel, (cdiv(n_rows, cfg.BLOCK_M),), x, y, x.stride(0), y.stride(0), n_rows, n_cols,
-               LOG=log, INT64=int64, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
+        _launch_rows(x, None, y, log, cfg)
+
+
+@launcher(mutates=("dx",))
+def _launch_softmax_bwd(y: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, log: bool,
+                        config: SoftmaxLaunchConfig | None = None) -> None:
+    """x's gradient dx from the forward's output y and its gradient dy (2-D rows): in
+    registers or looped. A split config is refused: the backward has no split kernel."""
+    cfg = config or softmax_bwd_launch_config(*y.shape, device_profile(y.device))
+    if cfg.SPLIT:
+        raise ValueError(f"launch_softmax_bwd: config must hold rows in registers or be LOOPED, got {cfg}")
+    _launch_rows(y, dy, dx, log, cfg)
 
 
 def _new_out(x: torch.Tensor) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
-def _softmax(op: str, x, dim, log: bool) -> torch.Tensor:
-    check_float_tensor(op, "x", x)
-    check_triton_device(op, "x", x)
-    rank = max(x.dim(), 1)
-    dim = check_int(op, "dim", dim, -rank, rank - 1, f"for x of shape {tuple(x.shape)}") % rank
-    if debug_on():
-        log_call(op, x=x, dim=dim)
+def _softmax_forward(op: str, x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
+    """softmax / log_softmax of a checked x along ``dim`` (in [0, rank)), as a new tensor."""
     if x.dim() == 0:  # a single element: softmax 1, log_softmax 0 (NaN / inf stay NaN)
-        return _softmax(op, x.reshape(1), 0, log).reshape(())
+        return _softmax_forward(op, x.reshape(1), 0, log).reshape(())
     if dim != x.dim() - 1:  # the reduced dim last, contiguous; the result back in x's layout
-        y = _softmax(op, x.movedim(dim, -1).contiguous(), -1, log)
+        y = _softmax_forward(op, x.movedim(dim, -1).contiguous(), x.dim() - 1, log)
         return torch.empty_like(x).copy_(y.movedim(-1, dim))
     if x.shape[-1] > 1 and x.stride(-1) != 1:
         x = x.contiguous()
@@ -124,13 +159,61 @@ def _softmax(op: str, x, dim, log: bool) -> torch.Tensor:
     return y
 
 
-@public_op(no_grad="no backward yet")
+def _softmax_backward(op: str, y: torch.Tensor, dy: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
+    """x's gradient (y's shape and dtype) from the forward's output y and its gradient dy
+    (y's shape, any strides) along ``dim`` (in [0, rank); 0 for a 0-d y)."""
+    if y.dim() == 0:
+        return _softmax_backward(op, y.reshape(1), dy.reshape(1), 0, log).reshape(())
+    if dim != y.dim() - 1:  # as the forward: the reduced dim last; the gradient a view in y's layout
+        dx = _softmax_backward(op, y.movedim(dim, -1).contiguous(), dy.movedim(dim, -1), y.dim() - 1, log)
+        return dx.movedim(-1, dim)
+    n = y.shape[-1]
+    if n > 1 and dy.stride(-1) != 1:  # an expanded or transposed gradient
+        dy = dy.contiguous()
+    dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
+    if dx.numel() == 0:
+        return dx
+    _launch_softmax_bwd(rows_view(op, "y", y, writable=False), rows_view(op, "dy", dy, writable=False),
+                        dx.view(-1, n), log)
+    return dx
+
+
+class _SoftmaxFunction(torch.autograd.Function):
+    """softmax / log_softmax along ``dim`` with x's gradient by the backward kernel, from
+    the saved output (fp32 math, x's dtype)."""
+
+    @staticmethod
+    def forward(ctx, x, dim, log, op):
+        y = _softmax_forward(op, x, dim, log)
+        ctx.save_for_backward(y)
+        ctx.dim, ctx.log, ctx.op = dim, log, op
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        return _softmax_backward(ctx.op, y, dy, ctx.dim, ctx.log), None, None, None
+
+
+def _softmax(op: str, x, dim, log: bool) -> torch.Tensor:
+    check_float_tensor(op, "x", x)
+    check_triton_device(op, "x", x)
+    rank = max(x.dim(), 1)
+    dim = check_int(op, "dim", dim, -rank, rank - 1, f"for x of shape {tuple(x.shape)}") % rank
+    if debug_on():
+        log_call(op, x=x, dim=dim)
+    if x.requires_grad and torch.is_grad_enabled():
+        return _SoftmaxFunction.apply(x, dim, log, op)
+    return _softmax_forward(op, x, dim, log)
+
+
+@public_op
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """``exp(x) / sum(exp(x))`` along ``dim``, as a new tensor of x's dtype."""
     return _softmax("softmax", x, dim, False)
 
 
-@public_op(no_grad="no backward yet")
+@public_op
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """``x - log(sum(exp(x)))`` along ``dim``, as a new tensor of x's dtype."""
     return _softmax("log_softmax", x, dim, True)

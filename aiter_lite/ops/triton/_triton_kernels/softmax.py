@@ -1,14 +1,20 @@
-"""Softmax and log-softmax over the last dim of 2-D row views.
+"""Softmax and log-softmax over the last dim of 2-D row views, forward and backward.
 
 * ``_softmax_kernel``: BLOCK_M rows of up to BLOCK_N columns held in registers; each
   row read once.
-* ``_softmax_looped_kernel``: one row per program, in BLOCK_N-wide chunks: an online
-  pass for the row's max and sum of exponentials, then a second pass that writes.
+* ``_softmax_looped_kernel``: one row per program, in BLOCK_N-wide chunks: a pass for
+  the row's statistics (forward: an online max and sum of exponentials), then a second
+  pass that writes.
 * ``_softmax_split_kernel``: a wide row split over programs, each segment read once and
   held in registers; the programs of a row exchange their segments' max and sum.
 
+The first two take ``BACKWARD``: they then read the forward's output y and its gradient
+dy and write x's gradient, ``y * (dy - sum(dy * y))`` (softmax) or ``dy - exp(y) *
+sum(dy)`` (log-softmax), one row sum each.
+
 Edge rows behave as torch.softmax's: a row holding NaN or +inf comes out all NaN, a
-row of -inf all NaN; -inf elements of other rows give 0 (log: -inf).
+row of -inf all NaN; -inf elements of other rows give 0 (log: -inf). A NaN row of y
+gives a NaN row of gradient.
 """
 
 import triton
@@ -27,11 +33,37 @@ def _finish(x, m, s, LOG: tl.constexpr):
 
 
 @triton.jit
+def _grad_terms(y, dy, LOG: tl.constexpr):
+    """What x's gradient sums over a row: dy * y (softmax) or dy (log-softmax); 0 on lanes
+    loaded as 0 (past the row)."""
+    if LOG:
+        return dy
+    return dy * y
+
+
+@triton.jit
+def _grad(y, dy, s, LOG: tl.constexpr):
+    """x's gradient from the forward's output y, its gradient dy and the row's sum s of
+    ``_grad_terms``."""
+    if LOG:
+        return dy - tl.exp(y) * s
+    return y * (dy - s)
+
+
+@triton.jit
+def _load_grad(y_ptrs, dy_ptrs, mask):
+    """The forward's output and its gradient in fp32, 0 on masked lanes."""
+    return (tl.load(y_ptrs, mask=mask, other=0.0).to(tl.float32),
+            tl.load(dy_ptrs, mask=mask, other=0.0).to(tl.float32))
+
+
+@triton.jit
 def _softmax_kernel(
-    x_ptr, y_ptr,
-    stride_x_row, stride_y_row,
+    in_ptr, dy_ptr, out_ptr,      # forward: x, None, y; BACKWARD: y, dy, x's gradient
+    stride_in_row, stride_dy_row, stride_out_row,
     n_rows, n_cols,
     LOG: tl.constexpr,
+    BACKWARD: tl.constexpr,
     INT64: tl.constexpr,
     BLOCK_M: tl.constexpr,        # rows per program
     BLOCK_N: tl.constexpr,        # >= n_cols
@@ -41,17 +73,21 @@ def _softmax_kernel(
         rows = rows.to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
-    x = tl.load(x_ptr + rows[:, None] * stride_x_row + cols[None, :], mask=mask,
-                other=float("-inf")).to(tl.float32)
-    m = tl.max(x, axis=1)
-    # masked lanes add 0 (a row of -inf still sums to NaN through its own lanes)
-    e = tl.where(mask, tl.exp(x - m[:, None]), 0.0)
-    s = tl.sum(e, axis=1)
-    if LOG:
-        y = (x - m[:, None]) - tl.log(s)[:, None]
+    in_ptrs = in_ptr + rows[:, None] * stride_in_row + cols[None, :]
+    if BACKWARD:
+        y, dy = _load_grad(in_ptrs, dy_ptr + rows[:, None] * stride_dy_row + cols[None, :], mask)
+        out = _grad(y, dy, tl.sum(_grad_terms(y, dy, LOG), axis=1)[:, None], LOG)
     else:
-        y = e / s[:, None]
-    tl.store(y_ptr + rows[:, None] * stride_y_row + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+        x = tl.load(in_ptrs, mask=mask, other=float("-inf")).to(tl.float32)
+        m = tl.max(x, axis=1)
+        # masked lanes add 0 (a row of -inf still sums to NaN through its own lanes)
+        e = tl.where(mask, tl.exp(x - m[:, None]), 0.0)
+        s = tl.sum(e, axis=1)
+        if LOG:
+            out = (x - m[:, None]) - tl.log(s)[:, None]
+        else:
+            out = e / s[:, None]
+    tl.store(out_ptr + rows[:, None] * stride_out_row + cols[None, :], out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -63,36 +99,45 @@ def _rescale(s, m, m_new):
 
 @triton.jit
 def _softmax_looped_kernel(
-    x_ptr, y_ptr,
-    stride_x_row, stride_y_row,
+    in_ptr, dy_ptr, out_ptr,      # forward: x, None, y; BACKWARD: y, dy, x's gradient
+    stride_in_row, stride_dy_row, stride_out_row,
     n_cols,
     LOG: tl.constexpr,
+    BACKWARD: tl.constexpr,
     INT64: tl.constexpr,
     BLOCK_N: tl.constexpr,        # columns per chunk
 ):
     row = tl.program_id(0)
     if INT64:
         row = row.to(tl.int64)
-    x_row = x_ptr + row * stride_x_row
-    y_row = y_ptr + row * stride_y_row
+    in_row = in_ptr + row * stride_in_row
+    out_row = out_ptr + row * stride_out_row
     cols = tl.arange(0, BLOCK_N)
     m = tl.full([], float("-inf"), tl.float32)
     s = tl.zeros([], dtype=tl.float32)
     for start in range(0, n_cols, BLOCK_N):
         mask = start + cols < n_cols
-        x = tl.load(x_row + start + cols, mask=mask, other=float("-inf")).to(tl.float32)
-        m_c = tl.max(x, axis=0)
-        # a chunk of -inf adds nothing (its exp(x - m_c) would be NaN)
-        s_c = tl.where(m_c == float("-inf"), 0.0, tl.sum(tl.where(mask, tl.exp(x - m_c), 0.0), axis=0))
-        m_new = tl.maximum(m, m_c)
-        s = _rescale(s, m, m_new) + _rescale(s_c, m_c, m_new)
-        m = m_new
-    # a row of -inf: NaN, as torch (exp(-inf - -inf))
-    s = tl.where(m == float("-inf"), float("nan"), s)
+        if BACKWARD:
+            y, dy = _load_grad(in_row + start + cols, dy_ptr + row * stride_dy_row + start + cols, mask)
+            s += tl.sum(_grad_terms(y, dy, LOG), axis=0)
+        else:
+            x = tl.load(in_row + start + cols, mask=mask, other=float("-inf")).to(tl.float32)
+            m_c = tl.max(x, axis=0)
+            # a chunk of -inf adds nothing (its exp(x - m_c) would be NaN)
+            s_c = tl.where(m_c == float("-inf"), 0.0, tl.sum(tl.where(mask, tl.exp(x - m_c), 0.0), axis=0))
+            m_new = tl.maximum(m, m_c)
+            s = _rescale(s, m, m_new) + _rescale(s_c, m_c, m_new)
+            m = m_new
+    if not BACKWARD:  # a row of -inf: NaN, as torch (exp(-inf - -inf))
+        s = tl.where(m == float("-inf"), float("nan"), s)
     for start in range(0, n_cols, BLOCK_N):
         mask = start + cols < n_cols
-        x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_row + start + cols, _finish(x, m, s, LOG).to(y_ptr.dtype.element_ty), mask=mask)
+        if BACKWARD:
+            y, dy = _load_grad(in_row + start + cols, dy_ptr + row * stride_dy_row + start + cols, mask)
+            out = _grad(y, dy, s, LOG)
+        else:
+            out = _finish(tl.load(in_row + start + cols, mask=mask, other=0.0).to(tl.float32), m, s, LOG)
+        tl.store(out_row + start + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
