@@ -171,6 +171,7 @@ def op_args(name: str, dims: Dims = TINY, device="cpu", dtype=torch.float32, qdt
     table = {
         "act_and_mul": lambda: (m.e(t, d.inter), gated, "gelu_tanh"),
         "fused_silu_mul": lambda: (gated,),
+        "act_mul": lambda: (m.r(t, d.inter), m.r(t, d.inter), "gelu_tanh"),
         "silu": lambda: (x,), "relu": lambda: (x,), "gelu": lambda: (x, "tanh"),
         "rms_norm": lambda: (x, m.w(n), 1e-6, 0.0),
         "rmsnorm2d_fwd_with_add": lambda: (m.e(t, n), x, m.r(t, n), m.e(t, n), m.w(n), 1e-6, 0.0),

@@ -27,10 +27,11 @@ from op_tests.utils.registry import assert_same_bits, clone_args
 # (the fusions package's attribute of this name is the op)
 qkv_split = importlib.import_module("aiter_lite.ops.triton.fusions.fused_qkv_split_qk_rope")
 BACKEND = "inductor" if ON_GPU else "aot_eager"
-FAMILIES = ["activation", "activation backward", "normalization", "normalization backward", "softmax", "topk",
-            "moe routing", "quant", "quant static", "quant dynamic per tensor", "quant group", "act + quant",
-            "norm + quant", "rope", "rope in place", "fusions", "fusions q/k concat", "fusions MLA cache",
-            "fusions KV cache"]
+FAMILIES = ["activation", "activation backward", "activation, gate and up apart",
+            "activation backward, gate and up apart", "normalization", "normalization backward", "softmax",
+            "softmax backward", "topk", "moe routing", "quant", "quant static", "quant dynamic per tensor",
+            "quant group", "act + quant", "norm + quant", "rope", "rope in place", "fusions", "fusions q/k concat",
+            "fusions MLA cache", "fusions KV cache"]
 F8 = torch.float8_e4m3fn if ON_GPU else torch.int8
 
 
@@ -59,6 +60,11 @@ def _cases():
                        activation.ActLaunchConfig(2, 32, 1)),
         "activation backward": (activation._launch_act_and_mul_bwd, (gated, _r(t, n), _e(t, 2 * n), "gelu_tanh", True),
                                 activation.ActLaunchConfig(2, 32, 1)),
+        "activation, gate and up apart": (activation._launch_act_mul, (_r(t, n), x2, _e(t, n), "gelu"),
+                                          activation.ActLaunchConfig(2, 32, 1)),
+        "activation backward, gate and up apart": (activation._launch_act_mul_bwd,
+                                                   (_r(t, n), x2, _r(t, n), _e(t, n), _e(t, n), "silu"),
+                                                   activation.ActLaunchConfig(2, 32, 1)),
         "normalization": (norm._launch_norm_fwd,
                           (x2, _e(t, n), _r(n), None, 1e-6, True, None, None, None, 0.0, None, None),
                           norm.NormLaunchConfig(1, 32, 1, True, PREFETCH=True)),
@@ -67,6 +73,8 @@ def _cases():
                                     _e(n), None, True, 0.0),
                                    norm.NormBwdLaunchConfig(norm.NormLaunchConfig(2, 32, 1, True), 3)),
         "softmax": (softmax._launch_softmax, (x2, _e(t, n), True), softmax.SoftmaxLaunchConfig(1, 32, 1, True)),
+        "softmax backward": (softmax._launch_softmax_bwd, (x2, _r(t, n), _e(t, n), True),
+                             softmax.SoftmaxLaunchConfig(1, 32, 1, True)),
         "topk": (topk._launch_topk, (x2, _e(t, 3), _e(t, 3, dtype=torch.int64), 3, 1, True),
                  topk.TopkLaunchConfig(2, 128, 4, True, 2)),
         "moe routing": (moe_routing._launch_moe_routing,

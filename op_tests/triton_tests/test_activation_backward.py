@@ -135,3 +135,64 @@ def test_layer_gradients_equal_on_both_backends(layer, dtype):
         layer(backend=backend)(xb).backward(dy)
         grads.append(xb.grad)
     assert_close(grads[0], grads[1], name=f"{dtype} layer gradient, triton vs native")
+
+
+# act_mul: gate and up as two tensors (a Hugging Face MLP's gate_proj(x), up_proj(x))
+
+ACT_MUL_SHAPES = by_device(cpu=[(0, 64), (1, 1), (3, 7), (2, 4097)],
+                           gpu=[(0, 64), (1, 1), (3, 7), (1000, 4097), (4096, 14336), (20000, 768)])
+
+
+@pytest.mark.parametrize("strided", [False, True], ids=["dense", "strided"])
+@pytest.mark.parametrize("shape", ACT_MUL_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_act_mul_forward_and_backward(activation, dtype, shape, strided):
+    m, d = shape
+    gate = make_rows(m, d, dtype, strided=strided, scale=3.0).requires_grad_()
+    up = make_rows(m, d, dtype, strided=not strided, lead=()).requires_grad_()
+    dy = make_rows(m, d, dtype, strided=strided)
+    y = act.act_mul(gate, up, activation)
+    gr, ur = gate.detach().float().requires_grad_(), up.detach().float().requires_grad_()
+    yr = ref.act_mul(gr, ur, activation)
+    assert_close(y, yr.to(dtype), name=f"{activation}_mul")
+    dgate, dup = torch.autograd.grad(y, (gate, up), dy)
+    dgr, dur = torch.autograd.grad(yr, (gr, ur), dy.float())
+    assert_close(dgate, dgr, name=f"d{activation}_mul/dgate")
+    assert_close(dup, dur, name=f"d{activation}_mul/dup")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_act_mul_equals_the_merged_op(dtype):
+    """act_mul(gate, up) is act_and_mul over the concatenated row, bit for bit, both ways."""
+    gate, up = (make_rows(5, 300, dtype, lead=(2,)).requires_grad_() for _ in range(2))
+    merged = torch.cat([gate.detach(), up.detach()], -1).requires_grad_()
+    dy = make_rows(5, 300, dtype, lead=(2,))
+    y = act.act_mul(gate, up, "gelu_tanh")
+    ym = act.act_and_mul(poisoned((2, 5, 300), dtype), merged, "gelu_tanh")
+    assert torch.equal(y, ym)
+    y.backward(dy)
+    ym.backward(dy)
+    assert torch.equal(torch.cat([gate.grad, up.grad], -1), merged.grad)
+
+
+def test_act_mul_only_one_input_requires_grad():
+    gate, up = make_rows(4, 33), make_rows(4, 33).requires_grad_()
+    dy = make_rows(4, 33)
+    y = act.act_mul(gate, up)
+    (dup,) = torch.autograd.grad(y, (up,), dy)
+    assert_close(dup, dy * torch.nn.functional.silu(gate), name="dup")
+    with torch.no_grad():
+        assert act.act_mul(gate, up).grad_fn is None
+
+
+def test_act_mul_refuses_bad_inputs():
+    g = make_rows(4, 8)
+    with pytest.raises(ValueError, match=r"^act_mul: up must have gate's shape \(4, 8\), got \(4, 9\)"):
+        act.act_mul(g, make_rows(4, 9))
+    with pytest.raises(TypeError, match=r"^act_mul: up must have gate's dtype torch.float32, got torch.float16"):
+        act.act_mul(g, make_rows(4, 8, torch.float16))
+    with pytest.raises(ValueError, match=r"^act_mul: activation must be one of"):
+        act.act_mul(g, make_rows(4, 8), "tanh")
+    with pytest.raises(ValueError, match=r"^act_mul: gate must have unit stride"):
+        act.act_mul(make_rows(4, 16)[:, ::2], make_rows(4, 8))

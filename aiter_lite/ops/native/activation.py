@@ -52,6 +52,10 @@ def fused_silu_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Te
     return act_and_mul(out, x, "silu")
 
 
+def act_mul(gate: torch.Tensor, up: torch.Tensor, activation: str = "silu") -> torch.Tensor:
+    return (ACTIVATIONS[activation](gate.float()) * up.float()).to(gate.dtype)
+
+
 def silu(x: torch.Tensor) -> torch.Tensor:
     return F.silu(x.float()).to(x.dtype)
 

@@ -36,6 +36,7 @@ __all__ = [
     "gelu_tanh_and_mul",
     "fused_silu_mul",
     "act_and_mul",
+    "act_mul",
     "silu",
     "gelu",
     "relu",
@@ -98,20 +99,25 @@ def act_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPR
 
 
 def _launch(x2: torch.Tensor, y2: torch.Tensor, dy2: torch.Tensor | None, activation: str, gated: bool,
-            config: ActLaunchConfig | None) -> None:
-    """The kernel over 2-D views: y2 = act(x2) (gated: of its halves), or with ``dy2`` (the
-    output's gradient) y2 = x2's gradient."""
+            config: ActLaunchConfig | None, u2: torch.Tensor | None = None, du2: torch.Tensor | None = None) -> None:
+    """The kernel over 2-D views: y2 = act(x2) (gated: of its halves, or act(x2) * u2 where
+    the up values are their own rows ``u2``), or with ``dy2`` (the output's gradient) y2 =
+    x2's gradient (and du2 = u2's)."""
     n_rows, n_cols = (y2 if dy2 is None else dy2).shape
     cfg = config or act_launch_config(n_rows, n_cols, device_profile(x2.device))
     row_blocks = cdiv(n_rows, cfg.BLOCK_M)
     col_blocks = cdiv(n_cols, cfg.BLOCK_N)
+    u_col0 = n_cols if gated and u2 is None else 0  # up in x2's rows, n_cols on
+    u2 = x2 if u2 is None else u2
+    du2 = y2 if du2 is None else du2
     # Bound on any lane's offset, masked lanes of the last tiles included (a gated
     # row's up half sits n_cols further on).
-    stride = max(x2.stride(0), y2.stride(0), 0 if dy2 is None else dy2.stride(0))
+    stride = max(t.stride(0) for t in (x2, y2, u2, du2, x2 if dy2 is None else dy2))
     max_offset = row_blocks * cfg.BLOCK_M * stride + col_blocks * cfg.BLOCK_N + n_cols
     launch(
         _act_and_mul_kernel, (col_blocks, min(row_blocks, _MAX_GRID_Y)),
-        x2, y2, dy2, x2.stride(0), y2.stride(0), 0 if dy2 is None else dy2.stride(0), n_rows, n_cols,
+        x2, u2, y2, dy2, du2, x2.stride(0), u2.stride(0), y2.stride(0), 0 if dy2 is None else dy2.stride(0),
+        du2.stride(0), u_col0, n_rows, n_cols,
         ACTIVATION=activation,
         GATED=gated,
         BACKWARD=dy2 is not None,
@@ -137,6 +143,20 @@ def _launch_act_and_mul_bwd(x2: torch.Tensor, dy2: torch.Tensor, dx2: torch.Tens
     """The backward over 2-D views: x2 as the forward read it, dy2 the output's gradient,
     dx2 x2's gradient; the forward's tiles and grid."""
     _launch(x2, dx2, dy2, activation, gated, config)
+
+
+@launcher(mutates=("y2",))
+def _launch_act_mul(gate2: torch.Tensor, up2: torch.Tensor, y2: torch.Tensor, activation: str,
+                    config: ActLaunchConfig | None = None) -> None:
+    """``y2 = act(gate2) * up2`` over 2-D views of three tensors."""
+    _launch(gate2, y2, None, activation, True, config, u2=up2)
+
+
+@launcher(mutates=("dgate2", "dup2"))
+def _launch_act_mul_bwd(gate2: torch.Tensor, up2: torch.Tensor, dy2: torch.Tensor, dgate2: torch.Tensor,
+                        dup2: torch.Tensor, activation: str, config: ActLaunchConfig | None = None) -> None:
+    """The gradients of gate2 and up2 from the output's gradient dy2, one pass."""
+    _launch(gate2, dgate2, dy2, activation, True, config, u2=up2, du2=dup2)
 
 
 def _flat_pieces(*tensors: torch.Tensor):
@@ -280,6 +300,67 @@ def gelu_tanh_and_mul(out: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
 def fused_silu_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """Allocating SwiGLU: ``silu(x[..., :d]) * x[..., d:]`` into ``out`` (allocated when None)."""
     return _gated("fused_silu_mul", out, x, "silu", names=("out", "x"), optional_out=True)
+
+
+def _check_act_mul(op: str, gate, up) -> None:
+    check_float_tensor(op, "gate", gate)
+    check_triton_device(op, "gate", gate)
+    check_float_tensor(op, "up", up)
+    check_same_device(op, "up", up, "gate", gate)
+    if up.shape != gate.shape:
+        raise ValueError(f"{op}: up must have gate's shape {tuple(gate.shape)}, got {tuple(up.shape)}")
+    if up.dtype != gate.dtype:
+        raise TypeError(f"{op}: up must have gate's dtype {gate.dtype}, got {up.dtype}")
+    if gate.dim() == 0:
+        raise ValueError(f"{op}: gate must have at least one dim, got a 0-d tensor")
+    check_unit_last_stride(op, "gate", gate)
+    check_unit_last_stride(op, "up", up)
+
+
+def _act_mul_forward(op: str, gate: torch.Tensor, up: torch.Tensor, activation: str) -> torch.Tensor:
+    y = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+    if y.numel():
+        g2 = rows_view(op, "gate", gate, writable=False)
+        _launch_act_mul(g2, rows_view(op, "up", up, writable=False), y.view(g2.shape), activation)
+    return y
+
+
+class _ActMulFunction(torch.autograd.Function):
+    """``act(gate) * up`` with both gradients from one backward pass."""
+
+    @staticmethod
+    def forward(ctx, gate, up, activation, op):
+        ctx.save_for_backward(gate, up)
+        ctx.activation, ctx.op = activation, op
+        return _act_mul_forward(op, gate, up, activation)
+
+    @staticmethod
+    def backward(ctx, dy):
+        gate, up = ctx.saved_tensors
+        dgate = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+        dup = torch.empty(up.shape, dtype=up.dtype, device=up.device)
+        if dgate.numel():
+            g2 = rows_view(ctx.op, "gate", gate, writable=False)
+            _launch_act_mul_bwd(g2, rows_view(ctx.op, "up", up, writable=False),
+                                dy.contiguous().view(g2.shape), dgate.view(g2.shape), dup.view(g2.shape),
+                                ctx.activation)
+        return dgate, dup, None, None
+
+
+@public_op
+def act_mul(gate: torch.Tensor, up: torch.Tensor, activation: Activation = "silu") -> torch.Tensor:
+    """``act(gate) * up`` as a new tensor, gate and up separate tensors of one shape (a
+    Hugging Face MLP's ``gate_proj(x)`` and ``up_proj(x)``: no concatenation); Liger's
+    ``LigerSiLUMulFunction`` / ``LigerGELUMulFunction``. Differentiable in gate and up (one
+    backward pass writes both gradients)."""
+    op = "act_mul"
+    activation = check_choice(op, "activation", activation, _ACTIVATIONS)
+    _check_act_mul(op, gate, up)
+    if debug_on():
+        log_call(op, gate=gate, up=up, activation=activation)
+    if torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad):
+        return _ActMulFunction.apply(gate, up, activation, op)
+    return _act_mul_forward(op, gate, up, activation)
 
 
 def _elementwise(op: str, x: torch.Tensor, activation: str) -> torch.Tensor:

@@ -54,8 +54,9 @@ def _apply_activation(x, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
-def _act_fwd_tile(x_ptr, y_ptr, stride_x_row, stride_y_row, n_rows, n_cols, pid_m, cols, col_mask,
-              ACTIVATION: tl.constexpr, GATED: tl.constexpr, EVEN: tl.constexpr, BLOCK_M: tl.constexpr):
+def _act_fwd_tile(x_ptr, u_ptr, y_ptr, stride_x_row, stride_u_row, stride_y_row, u_col0, n_rows, n_cols, pid_m,
+                  cols, col_mask, ACTIVATION: tl.constexpr, GATED: tl.constexpr, EVEN: tl.constexpr,
+                  BLOCK_M: tl.constexpr):
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     x_offs = rows[:, None] * stride_x_row + cols[None, :]
     if EVEN:
@@ -65,7 +66,7 @@ def _act_fwd_tile(x_ptr, y_ptr, stride_x_row, stride_y_row, n_rows, n_cols, pid_
     # Masked lanes load garbage that is never stored: no `other` needed.
     y = _apply_activation(tl.load(x_ptr + x_offs, mask=mask).to(tl.float32), ACTIVATION)
     if GATED:
-        y = y * tl.load(x_ptr + x_offs + n_cols, mask=mask).to(tl.float32)
+        y = y * tl.load(u_ptr + rows[:, None] * stride_u_row + (u_col0 + cols)[None, :], mask=mask).to(tl.float32)
     tl.store(y_ptr + rows[:, None] * stride_y_row + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
@@ -98,8 +99,9 @@ def _activation_and_grad(x, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
-def _act_bwd_tile(x_ptr, dy_ptr, dx_ptr, stride_x_row, stride_dy_row, stride_dx_row, n_rows, n_cols, pid_m, cols,
-                  col_mask, ACTIVATION: tl.constexpr, GATED: tl.constexpr, EVEN: tl.constexpr, BLOCK_M: tl.constexpr):
+def _act_bwd_tile(x_ptr, u_ptr, dy_ptr, dx_ptr, du_ptr, stride_x_row, stride_u_row, stride_dy_row, stride_dx_row,
+                  stride_du_row, u_col0, n_rows, n_cols, pid_m, cols, col_mask, ACTIVATION: tl.constexpr,
+                  GATED: tl.constexpr, EVEN: tl.constexpr, BLOCK_M: tl.constexpr):
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     if EVEN:
         mask = None
@@ -111,9 +113,10 @@ def _act_bwd_tile(x_ptr, dy_ptr, dx_ptr, stride_x_row, stride_dy_row, stride_dx_
     a, da = _activation_and_grad(tl.load(x_ptr + x_offs, mask=mask).to(tl.float32), ACTIVATION)
     dx_ty = dx_ptr.dtype.element_ty
     if GATED:
-        up = tl.load(x_ptr + x_offs + n_cols, mask=mask).to(tl.float32)
+        u_cols = (u_col0 + cols)[None, :]
+        up = tl.load(u_ptr + rows[:, None] * stride_u_row + u_cols, mask=mask).to(tl.float32)
         tl.store(dx_ptr + dx_offs, (dy * up * da).to(dx_ty), mask=mask)
-        tl.store(dx_ptr + dx_offs + n_cols, (dy * a).to(dx_ty), mask=mask)
+        tl.store(du_ptr + rows[:, None] * stride_du_row + u_cols, (dy * a).to(du_ptr.dtype.element_ty), mask=mask)
     else:
         tl.store(dx_ptr + dx_offs, (dy * da).to(dx_ty), mask=mask)
 
@@ -123,29 +126,34 @@ def _act_bwd_tile(x_ptr, dy_ptr, dx_ptr, stride_x_row, stride_dy_row, stride_dx_
 
 
 @triton.jit
-def _act_tile(x_ptr, y_ptr, dy_ptr, stride_x_row, stride_y_row, stride_dy_row, n_rows, n_cols, pid_m, cols,
-              col_mask, ACTIVATION: tl.constexpr, GATED: tl.constexpr, BACKWARD: tl.constexpr, EVEN: tl.constexpr,
-              BLOCK_M: tl.constexpr):
+def _act_tile(x_ptr, u_ptr, y_ptr, dy_ptr, du_ptr, stride_x_row, stride_u_row, stride_y_row, stride_dy_row,
+              stride_du_row, u_col0, n_rows, n_cols, pid_m, cols, col_mask, ACTIVATION: tl.constexpr,
+              GATED: tl.constexpr, BACKWARD: tl.constexpr, EVEN: tl.constexpr, BLOCK_M: tl.constexpr):
     if BACKWARD:
-        _act_bwd_tile(x_ptr, dy_ptr, y_ptr, stride_x_row, stride_dy_row, stride_y_row, n_rows, n_cols, pid_m, cols,
-                      col_mask, ACTIVATION, GATED, EVEN, BLOCK_M)
+        _act_bwd_tile(x_ptr, u_ptr, dy_ptr, y_ptr, du_ptr, stride_x_row, stride_u_row, stride_dy_row, stride_y_row,
+                      stride_du_row, u_col0, n_rows, n_cols, pid_m, cols, col_mask, ACTIVATION, GATED, EVEN, BLOCK_M)
     else:
-        _act_fwd_tile(x_ptr, y_ptr, stride_x_row, stride_y_row, n_rows, n_cols, pid_m, cols, col_mask, ACTIVATION,
-                      GATED, EVEN, BLOCK_M)
+        _act_fwd_tile(x_ptr, u_ptr, y_ptr, stride_x_row, stride_u_row, stride_y_row, u_col0, n_rows, n_cols, pid_m,
+                      cols, col_mask, ACTIVATION, GATED, EVEN, BLOCK_M)
 
 
 @triton.jit
 def _act_and_mul_kernel(
-    x_ptr,
-    y_ptr,  # the output; with BACKWARD x's gradient, laid out as x
+    x_ptr,  # the input; gated: the gate
+    u_ptr,  # gated: the up values, column u_col0 on of each row (x_ptr with u_col0 = n_cols: one gate|up row)
+    y_ptr,  # the output; with BACKWARD x's (the gate's) gradient, laid out as x
     dy_ptr,  # BACKWARD: the output's gradient, (n_rows, n_cols)
+    du_ptr,  # BACKWARD, gated: up's gradient, laid out as up (y_ptr when x and up share rows)
     stride_x_row,
+    stride_u_row,
     stride_y_row,
     stride_dy_row,
+    stride_du_row,
+    u_col0,  # up's first column in its rows: n_cols where gate and up share a row, else 0
     n_rows,
     n_cols,  # output columns; a gated input row holds 2 * n_cols (gate, then up)
     ACTIVATION: tl.constexpr,  # "silu" | "gelu" | "gelu_tanh" | "relu"
-    GATED: tl.constexpr,  # y = act(x[:, :n]) * x[:, n:]   else   y = act(x)
+    GATED: tl.constexpr,  # y = act(x) * up   else   y = act(x)
     BACKWARD: tl.constexpr,  # dgate = dy * up * act'(gate), dup = dy * act(gate)   else   dx = dy * act'(x)
     INT64: tl.constexpr,  # offsets can pass 2^31: index in int64
     EVEN: tl.constexpr,  # tiles divide (n_rows, n_cols): no masks
@@ -168,11 +176,13 @@ def _act_and_mul_kernel(
         pid_m = tl.program_id(1)
         if INT64:
             pid_m = pid_m.to(tl.int64)
-        _act_tile(x_ptr, y_ptr, dy_ptr, stride_x_row, stride_y_row, stride_dy_row, n_rows, n_cols, pid_m, cols,
-                  col_mask, ACTIVATION, GATED, BACKWARD, EVEN, BLOCK_M)
+        _act_tile(x_ptr, u_ptr, y_ptr, dy_ptr, du_ptr, stride_x_row, stride_u_row, stride_y_row, stride_dy_row,
+                  stride_du_row, u_col0, n_rows, n_cols, pid_m, cols, col_mask, ACTIVATION, GATED, BACKWARD, EVEN,
+                  BLOCK_M)
     else:
         for pid_m in range(tl.program_id(1), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(1)):
             if INT64:
                 pid_m = pid_m.to(tl.int64)
-            _act_tile(x_ptr, y_ptr, dy_ptr, stride_x_row, stride_y_row, stride_dy_row, n_rows, n_cols, pid_m,
-                      cols, col_mask, ACTIVATION, GATED, BACKWARD, EVEN, BLOCK_M)
+            _act_tile(x_ptr, u_ptr, y_ptr, dy_ptr, du_ptr, stride_x_row, stride_u_row, stride_y_row,
+                      stride_dy_row, stride_du_row, u_col0, n_rows, n_cols, pid_m, cols, col_mask, ACTIVATION, GATED,
+                      BACKWARD, EVEN, BLOCK_M)
