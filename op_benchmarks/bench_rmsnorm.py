@@ -1,17 +1,29 @@
-"""Benchmark RMSNorm (rms_norm, rmsnorm2d_fwd_with_add, rms_norm_bwd).
+"""Benchmark RMSNorm (rms_norm, rmsnorm2d_fwd_with_add) and the backward of each.
 
     python op_benchmarks/bench_rmsnorm.py                          # 5 models' hidden sizes, M = 1..32768
     python op_benchmarks/bench_rmsnorm.py --model all -o rms.csv
     python op_benchmarks/bench_rmsnorm.py --sweep                  # N = 256..262144 at M * N = 2**26
     python op_benchmarks/bench_rmsnorm.py --shape 4096x8192 --op rms_norm_bwd
+    python op_benchmarks/bench_rmsnorm.py --direction bwd -o rms_bwd.csv   # llama3-8B/70B, M = 1..32768
+    python op_benchmarks/bench_rmsnorm.py --op rmsnorm2d_fwd_with_add_bwd -M 4096 16384
 
+With no --op and no --direction the ops are rms_norm, rmsnorm2d_fwd_with_add and rms_norm_bwd;
+--direction fwd: the two forward ops; --direction bwd: the backward of each (every --op turned
+into that direction), on llama3-8B's and llama3-70B's hidden sizes unless --model says
+otherwise. The CSV's op column names the direction (<op>_bwd rows are backward).
 Shapes are (M, N): M tokens, N the hidden size (the normalized dim). Weight in the input's dtype.
 Bytes moved (each input read once, each output written once; e = element size):
-    rms_norm                 read x, weight; write y                           (2 * M * N + N) * e
-    rmsnorm2d_fwd_with_add   read x, residual_in, weight; write out, res_out   (4 * M * N + N) * e
-    rms_norm_bwd             read x, dy, weight, fp32 rstd; write dx, dweight  (3 * M * N + 2 * N) * e + 4 * M
-The add op is timed out of place (fresh outputs each call); the backward times only the
-backward of a forward run once beforehand.
+    rms_norm                     read x, weight; write y                           (2 * M * N + N) * e
+    rmsnorm2d_fwd_with_add       read x, residual_in, weight; write out, res_out   (4 * M * N + N) * e
+    rms_norm_bwd                 read x, dy, weight, fp32 rstd; write dx, dweight  (3 * M * N + 2 * N) * e + 4 * M
+    rmsnorm2d_fwd_with_add_bwd   read the saved res_out, dy, res_out's gradient,   (4 * M * N + 2 * N) * e + 4 * M
+                                 weight, fp32 rstd; write dx (also the residual's
+                                 gradient: one tensor), dweight
+The add op is timed out of place (fresh outputs each call). A backward op times
+torch.autograd.grad of a forward run once beforehand, with respect to x and weight (and the
+residual): triton through the public op under autograd, native and compile the fp32
+reference under autograd (compile: its compiled backward), liger LigerRMSNormFunction /
+LigerFusedAddRMSNormFunction. Backward ops are timed eagerly only.
 """
 
 import pathlib
@@ -27,7 +39,7 @@ from aiter_lite.ops.native.normalization import rmsnorm as native  # noqa: E402
 from aiter_lite.ops.triton.normalization import rmsnorm as rms  # noqa: E402
 from op_benchmarks.utils.norm import NormBench  # noqa: E402
 
-OPS = ("rms_norm", "rmsnorm2d_fwd_with_add", "rms_norm_bwd")
+OPS = ("rms_norm", "rmsnorm2d_fwd_with_add", "rms_norm_bwd", "rmsnorm2d_fwd_with_add_bwd")
 EPS = 1e-6
 
 

@@ -5,6 +5,8 @@
     python op_benchmarks/bench_rope.py -T 1 16 64 --cudagraph
     python op_benchmarks/bench_rope.py -l thd -T 4096 -H 128 -D 64 --rotate_style gptj --two_inputs false
     python op_benchmarks/bench_rope.py -l sbhd -B 8 -S 1024 --cached false --bwd
+    python op_benchmarks/bench_rope.py --direction bwd -o rope_bwd.csv     # llama3-8B/70B heads, T = 1..32768
+    python op_benchmarks/bench_rope.py --direction bwd -l sbhd -B 8 -S 1024 --cached false
 
 With no flags the op is the serving one, rope_cached_thd_positions_2c_fwd_inplace: Q
 (T, HQ, D) and K (T, HK, D) turned together in place, NEOX, by half-width fp32 cos / sin
@@ -12,6 +14,12 @@ tables (MAX_POS, D / 2) (reuse_freqs_front_part) at random int64 positions in [0
 aiter's flags pick another op: -l thd|sbhd, --cached, --pos, --offs, --two_inputs,
 --inplace, --bwd (the *_bwd ops, out of place), --rotate_style, --reuse_freqs_front_part,
 --nope (a rotary part of D / 2), --nope_first; each takes true|false, or alone means true.
+--direction bwd times the backward through autograd of the out-of-place forward op instead
+(op <forward op>_bwd, e.g. rope_cached_thd_positions_2c_fwd_bwd): the forward runs once with
+Q (and K) requiring grad, then torch.autograd.grad of its outputs with respect to Q (and K)
+for random upstream gradients is timed; the CSV's op column names it. Its default models are
+llama3-8B and llama3-70B. It excludes --bwd (the *_bwd op called directly) and --inplace, and
+is timed eagerly only.
 -H K heads, -Q Q heads per K head (HQ = Q * H), -D head dim, as in aiter; they replace the
 models' values. -S/-T/-M sequence lengths: B sequences of S tokens, T = B * S. One-tensor
 ops turn a Q-like tensor of HQ heads; THD has one-tensor ops only for uncached tables (by
@@ -23,8 +31,9 @@ head of qk_rope_head_dim = 64.
 Bytes moved (each input read once, each output written once; e = Q/K element size, 4 bytes
 a table entry, 8 an index; R rotary channels of D, F = R / 2 with reuse_freqs_front_part
 else R; N = HQ + HK heads for Q and K, HQ for one tensor):
-    Q / K      out of place (and backward, dx from dy): read and write all D   2 * T * N * D * e
-               in place: read and write the rotary part only                   2 * T * N * R * e
+    Q / K      out of place, and the backward (dx from dy; --direction bwd's    2 * T * N * D * e
+               too): read and write all D
+               in place: read and write the rotary part only                    2 * T * N * R * e
     tables     cos and sin (cached) or angles (uncached), one row per token     rows * F * 4 * (2 or 1)
                rows = T with positions, S without (a row serves every sequence)
     indices    positions, offsets                                               8 * T each
@@ -33,8 +42,11 @@ Providers: triton (aiter_lite), native (aiter_lite's eager reference), compile
 (torch.compile of op_benchmarks/utils/rope.py's vLLM-style function), liger (Liger-Kernel's
 LigerRopeFunction, or rope_backward for the *_bwd ops: Q and K ops, NEOX, rotary part
 first; it takes its rows already gathered by position, (1, T, F) fp32, and turns a
-(1, H, T, D) view of the (T, H, D) tensor in place). In-place ops and Liger run on each
-provider's own copy of Q and K, so every provider's first call is checked on fresh inputs.
+(1, H, T, D) view of the (T, H, D) tensor in place; under --direction bwd LigerRopeFunction's
+backward, which turns the upstream gradient in place). In-place ops and Liger run on each
+provider's own copy of Q and K (and of the upstream gradients), so every provider's first
+call is checked on fresh inputs. Under --direction bwd native and compile are the reference
+and the vLLM-style function under autograd (compile: its compiled backward).
 """
 
 import argparse
@@ -73,6 +85,11 @@ def _family(op: str) -> str:
     return op.rsplit("_fwd", 1)[0] if "_fwd" in op else op.removesuffix("_bwd")
 
 
+def _autograd(op: str) -> bool:
+    """Whether ``op`` is the backward through autograd of a forward op (``<op>_fwd_bwd``)."""
+    return op.endswith("_fwd_bwd")
+
+
 def select_op(args: argparse.Namespace) -> str:
     """The aiter op that aiter's flags name; unset flags take the serving case's values."""
     cached = True if args.cached is None else args.cached
@@ -80,6 +97,11 @@ def select_op(args: argparse.Namespace) -> str:
     offs = bool(args.offs)
     two = (args.l == "thd" and cached and pos) if args.two_inputs is None else args.two_inputs
     mode = "_bwd" if args.bwd else "_fwd" if args.inplace is False else "_fwd_inplace"
+    if args.direction == "bwd":
+        if args.bwd or args.inplace:
+            raise SystemExit("--direction bwd: the gradient of the out-of-place forward op through autograd; "
+                             "drop --bwd (the *_bwd op called directly) and --inplace")
+        mode = "_fwd_bwd"
     if offs and not pos:
         raise SystemExit("--offs: offsets are added to positions; drop --pos false")
     if pos and not cached:
@@ -119,7 +141,8 @@ def shapes(args: argparse.Namespace) -> list[tuple[str, int, tuple[int, int, int
         heads = [("custom", {**AITER_HEADS, **given})]
     else:
         heads = []
-        for model, cfg in harness.load_models(args.model, DEFAULT_MODELS).items():
+        models = harness.BWD_MODELS if args.direction == "bwd" else DEFAULT_MODELS
+        for model, cfg in harness.load_models(args.model, models).items():
             hq, hk, d = head_layout(cfg)
             heads.append((model, {"H": hk, "Q": hq // hk, "D": d, **given}))
     return [(label, s, (h["Q"] * h["H"], h["H"], h["D"])) for label, h in heads for s in args.M or DEFAULT_T]
@@ -163,7 +186,14 @@ def rope_case(op: str, label: str, s: int, b: int, hq: int, hk: int, d: int, dty
             "offsets": lambda: torch.randint(-(MAX_POS // 4), MAX_POS // 4, lead, device=dev),
             "cu_seqlens": lambda: torch.arange(0, t + 1, s, device=dev, dtype=torch.int32),
         }
-        return tuple(make[n]() for n in names)
+        tensors = tuple(make[n]() for n in names)
+        if not _autograd(op):
+            return tensors
+        # Q (and K) require grad; then a random upstream gradient for each of their outputs.
+        diff = tensors[:2 if two else 1]
+        for t in diff:
+            t.requires_grad_()
+        return (*tensors, *(torch.randn_like(t) for t in diff))
 
     dims = {"T": t, "B": b, **({"HQ": hq, "HK": hk} if two else {"H": hq}), "D": d, "R": r}
     extra = {"layout": args.l, "rotate_style": args.rotate_style, "reuse_freqs_front_part": reuse,
@@ -185,9 +215,21 @@ def _own(case: harness.Case, inputs: tuple, always: bool = False) -> tuple:
     return inputs
 
 
+def _split(case: harness.Case, inputs: tuple) -> tuple[tuple, tuple, tuple]:
+    """An autograd op's inputs as (the op's tensors, Q (and K), their upstream gradients)."""
+    names = FAMILIES[_family(case.op)]
+    n = 2 if "y" in names else 1
+    return inputs[:len(names)], inputs[:n], inputs[len(names):]
+
+
 def _aiter(module):
     def provider(case, inputs):
-        fn, args, flags = getattr(module, case.op), _own(case, inputs), _flags(case)
+        flags = _flags(case)
+        if _autograd(case.op):
+            tensors, wrt, grads = _split(case, inputs)
+            return harness.backward_of(lambda: getattr(module, case.op.removesuffix("_bwd"))(*tensors, *flags), wrt,
+                                      grads)
+        fn, args = getattr(module, case.op), _own(case, inputs)
         return lambda: fn(*args, *flags)
     return provider
 
@@ -198,8 +240,14 @@ _compiled = []
 def _compile(case, inputs):
     if not _compiled:
         _compiled.append(harness.compile_static(torch_rope.rope))
-    kwargs = dict(zip(FAMILIES[_family(case.op)], _own(case, inputs)))
     style, reuse, nope_first = _flags(case)
+    if _autograd(case.op):
+        # AOTAutograd compiles the backward graph along with the forward.
+        tensors, wrt, grads = _split(case, inputs)
+        kwargs = dict(zip(FAMILIES[_family(case.op)], tensors))
+        return harness.backward_of(lambda: _compiled[0](**kwargs, rotate_style=style, reuse_freqs_front_part=reuse,
+                                                        nope_first=nope_first), wrt, grads)
+    kwargs = dict(zip(FAMILIES[_family(case.op)], _own(case, inputs)))
     return lambda: _compiled[0](**kwargs, rotate_style=style, reuse_freqs_front_part=reuse, nope_first=nope_first,
                                 inplace=case.op.endswith("_inplace"), backward=case.op.endswith("_bwd"))
 
@@ -218,6 +266,15 @@ def _liger(case, inputs):
     index = t["positions"] if "offsets" not in t else t["positions"] + t["offsets"]
     cos, sin = t["cos"][index][None], t["sin"][index][None]  # (1, T, F)
     q, k = t["x"], t["y"]
+    if _autograd(case.op):
+        # Its own leaves (the forward turns them in place) and upstream gradients (the backward
+        # turns them in place into Q's and K's gradients; later timed calls turn them again,
+        # which does not change the time).
+        q, k = q.detach().requires_grad_(), k.detach().requires_grad_()
+        dq, dk = (g.clone() for g in inputs[len(names):])
+        return harness.backward_of(
+            lambda: LigerRopeFunction.apply(q[None].transpose(1, 2), k[None].transpose(1, 2), cos, sin, None, 1, r),
+            (q, k), (dq[None].transpose(1, 2), dk[None].transpose(1, 2)))
     q4, k4 = q[None].transpose(1, 2), k[None].transpose(1, 2)  # (1, H, T, D) views: Liger writes q, k
     backward = case.op.endswith("_bwd")
 
@@ -254,6 +311,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--two_inputs", **flag, help="Q and K in one call (default: THD with cached tables and positions)")
     p.add_argument("--inplace", **flag, help="write Q / K in place (default true)")
     p.add_argument("--bwd", **flag, help="the *_bwd op: the gradient through the rotation, out of place")
+    harness.add_direction_arg(p)
     return p
 
 

@@ -6,6 +6,10 @@ its providers (name -> callable factory); ``run`` does the rest:
 * times each provider with ``triton.testing.do_bench`` (median, L2 flushed between
   runs) or, with ``--cudagraph``, by replaying a CUDA graph (no launch overhead);
 * checks every provider's output against the native reference before timing it;
+* a backward op (named ``<op>_bwd``; ``--direction bwd`` picks them) times
+  ``torch.autograd.grad`` through a forward run once beforehand (``backward_of``),
+  and its check compares the gradients; under ``--cudagraph``, a graph of forward and
+  backward less a graph of the forward (kernel time, no host cost);
 * measures a 1 GiB device-to-device copy in the same run, the bandwidth ceiling;
 * prints µs, GB/s, % of copy and aiter_lite's speedup over each provider, and
   writes a CSV row per (case, provider) with GPU name, versions and a timestamp.
@@ -109,6 +113,12 @@ def _time_ms(fn: Callable, cudagraph: bool, rep: int) -> float:
     for _ in range(3):  # compile, autotune and clock ramp-up stay out of the timing
         fn()
     torch.cuda.synchronize()
+    if cudagraph and hasattr(fn, "step"):  # a backward: (forward + backward) - forward, each a graph
+        for _ in range(3):
+            fn.step()
+        torch.cuda.synchronize()
+        both = triton.testing.do_bench_cudagraph(fn.step, rep=rep, return_mode="median")
+        return max(both - triton.testing.do_bench_cudagraph(fn.forward, rep=rep, return_mode="median"), 1e-6)
     if cudagraph:
         return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median")
     return triton.testing.do_bench(fn, warmup=max(rep // 4, 25), rep=rep, return_mode="median")
@@ -152,13 +162,42 @@ def build_cases(args: argparse.Namespace, ops: list[str], shapes: list, make_cas
     return cases
 
 
-def eager_only_backward(args: argparse.Namespace) -> None:
-    """Drop *_bwd ops under --cudagraph: the autograd engine runs backward on its own
-    thread, outside the capturing stream."""
-    if args.cudagraph and any(op.endswith("_bwd") for op in args.op):
-        print("--cudagraph: backward ops are timed eagerly only; dropping "
-              + ", ".join(op for op in args.op if op.endswith("_bwd")))
-        args.op = [op for op in args.op if not op.endswith("_bwd")]
+def add_direction_arg(p: argparse.ArgumentParser) -> None:
+    """--direction fwd|bwd: the bench's forward ops, or the backward of each (the op's name + _bwd)."""
+    p.add_argument("--direction", choices=("fwd", "bwd"),
+                   help="fwd: the forward ops; bwd: the backward of each, named <op>_bwd (the gradient through "
+                        "autograd of a forward run once, outside the timing)")
+
+
+def directed_ops(args: argparse.Namespace, default: list[str]) -> list[str]:
+    """--op (else ``default``), each turned into --direction's form: ``<op>_bwd`` for bwd, the
+    name without ``_bwd`` for fwd. The CSV's op column then says the direction."""
+    ops = args.op or default
+    if args.direction == "bwd":
+        ops = [op if op.endswith("_bwd") else op + "_bwd" for op in ops]
+    elif args.direction == "fwd":
+        ops = [op.removesuffix("_bwd") for op in ops]
+    return list(dict.fromkeys(ops))
+
+
+# Default models of --direction bwd: every provider's backward over the M sweep in a few
+# minutes on one H100 (each shape is a torch.compile of forward and backward).
+BWD_MODELS = ["llama3-8B", "llama3-70B"]
+
+
+def backward_of(forward: Callable, wrt, grads) -> Callable:
+    """The timed callable of a backward op: the gradient of ``forward()``'s outputs (run once,
+    here, outside the timing) with respect to ``wrt`` for the upstream gradients ``grads``. The
+    graph is kept, so the call repeats; it returns the gradients, which the check compares.
+
+    Under ``--cudagraph`` a backward cannot be captured alone (the autograd engine runs it on
+    the stream its forward ran on), so the graph holds forward and backward (``.step``) and
+    the backward's time is that graph's less the forward's alone (``.forward``)."""
+    outputs = forward()
+    fn = functools.partial(torch.autograd.grad, outputs, wrt, grads, retain_graph=True)
+    fn.step = lambda: torch.autograd.grad(forward(), wrt, grads)
+    fn.forward = forward
+    return fn
 
 
 def compile_static(fn: Callable) -> Callable:
@@ -193,10 +232,14 @@ def _outputs(result) -> list[torch.Tensor]:
     return [t for t in result if isinstance(t, torch.Tensor)]
 
 
-def _agrees(result, reference, dtype) -> bool:
+def agrees(result, reference, dtype, sum_rows: int = 1) -> bool:
+    """Every output of ``result`` within ``dtype``'s tolerance of the reference's. Where
+    ``sum_rows`` > 1, 1-D outputs are sums over that many rows (a parameter's gradient): their
+    absolute budget grows by sqrt(sum_rows), as rounding in a sum of that length does."""
     atol, rtol = {torch.float32: (1e-4, 1e-4), torch.float16: (2e-3, 4e-3), torch.bfloat16: (2e-2, 3e-2)}[dtype]
     return all(
-        torch.allclose(a.float(), b.float(), atol=atol, rtol=rtol, equal_nan=True)
+        torch.allclose(a.float(), b.float(), atol=atol * (sum_rows ** 0.5 if b.dim() == 1 else 1), rtol=rtol,
+                       equal_nan=True)
         for a, b in zip(_outputs(result), _outputs(reference))
     )
 
@@ -245,7 +288,7 @@ def run(
             fn = providers[name](case, inputs)
             if fn is None:
                 continue
-            if not (case.agrees or functools.partial(_agrees, dtype=case.dtype))(fn(), reference):
+            if not (case.agrees or functools.partial(agrees, dtype=case.dtype))(fn(), reference):
                 wrong.append(f"{case.op} {case.label} {case.dims} {name}")
             fns[name] = fn
         # Providers take turns, round after round: a slow drift of clocks or a

@@ -1,9 +1,11 @@
 """What bench_rmsnorm.py and bench_layernorm.py share: cases, bytes moved, the timed
 callables and the command line, for a norm with ``n_vecs`` (N,) parameters (RMSNorm:
-weight; LayerNorm: weight and bias) and three ops: forward, fused add, backward.
+weight; LayerNorm: weight and bias) and four ops: forward, fused add, and the backward
+of each (the autograd gradient of a forward run once, outside the timing).
 
-Inputs are ``(x, *vecs)``, ``(x, *vecs, residual)`` or ``(x, *vecs, dy)``. Each bench
-gives its providers as ``fwd(x, *vecs)`` and ``add(x, r, *vecs) -> (out, res_out)``.
+Inputs are ``(x, *vecs)``, ``(x, *vecs, residual)``, ``(x, *vecs, dy)`` or ``(x, *vecs,
+residual, dy, d_residual_out)``. Each bench gives its providers as ``fwd(x, *vecs)`` and
+``add(x, r, *vecs) -> (out, res_out)``.
 """
 
 from collections.abc import Callable
@@ -18,9 +20,10 @@ MAX_LIGER_N = 65536  # Liger holds a whole row in one block, at most 64K columns
 
 
 class NormBench:
-    def __init__(self, name: str, ops: tuple[str, str, str], n_vecs: int, *, triton_fwd: Callable,
+    def __init__(self, name: str, ops: tuple[str, str, str, str], n_vecs: int, *, triton_fwd: Callable,
                  triton_add: Callable, native_fwd: Callable, native_add: Callable, liger: Callable):
-        """``liger(case, inputs)``: None where Liger has no such op, else (fwd, add, inputs)."""
+        """``ops``: forward, fused add, their backward ops. ``liger(case, inputs)``: None where
+        Liger has no such op, else (fwd, add, inputs)."""
         self.name, self.ops, self.n_vecs = name, ops, n_vecs
         self._triton = (triton_fwd, triton_add)
         self._native = (native_fwd, native_add)
@@ -28,39 +31,55 @@ class NormBench:
         self._compiled = None
 
     def nbytes(self, op: str, m: int, n: int, e: int) -> int:
-        """Each input read once, each output written once; the backward also reads fp32
-        statistics (rstd, and the mean for LayerNorm) and writes each parameter's gradient."""
-        fwd, add, _ = self.ops
+        """Each input read once, each output written once. The backward ops also read the fp32
+        statistics (rstd, and the mean for LayerNorm) and the weight, and write each parameter's
+        gradient; the fused add's backward reads the saved sum x + residual, dy and residual_out's
+        gradient and writes one gradient, which is both x's and the residual's."""
+        fwd, add, bwd, add_bwd = self.ops
         if op == fwd:
             return (2 * m * n + self.n_vecs * n) * e
         if op == add:
             return (4 * m * n + self.n_vecs * n) * e
-        return (3 * m * n + (self.n_vecs + 1) * n) * e + 4 * self.n_vecs * m
+        rows = 3 if op == bwd else 4
+        return (rows * m * n + (self.n_vecs + 1) * n) * e + 4 * self.n_vecs * m
 
     def case(self, op: str, label: str, m: int, n: int, dtype: torch.dtype) -> harness.Case:
+        fwd, add, bwd, add_bwd = self.ops
+
         def make_inputs():
             x = torch.randn(m, n, device=harness.DEVICE, dtype=dtype)
             vecs = [torch.randn(n, device=harness.DEVICE, dtype=dtype) * 0.1 + 1 for _ in range(self.n_vecs)]
-            if op == self.ops[1]:
+            if op == add:
                 return x, *vecs, torch.randn_like(x)
-            if op == self.ops[2]:
+            if op == bwd:
                 return x.requires_grad_(), *(v.requires_grad_() for v in vecs), torch.randn_like(x)
+            if op == add_bwd:
+                return (x.requires_grad_(), *(v.requires_grad_() for v in vecs), torch.randn_like(x).requires_grad_(),
+                        torch.randn_like(x), torch.randn_like(x))
             return x, *vecs
 
+        # A parameter's gradient is a sum over the M rows: its budget grows with M.
+        agrees = (lambda result, reference: harness.agrees(result, reference, dtype, sum_rows=m)) \
+            if op in (bwd, add_bwd) else None
         return harness.Case(op=op, label=label, dims={"M": m, "N": n}, dtype=dtype, rows=m,
-                            nbytes=self.nbytes(op, m, n, dtype.itemsize), make_inputs=make_inputs)
+                            nbytes=self.nbytes(op, m, n, dtype.itemsize), make_inputs=make_inputs, agrees=agrees)
 
     def timed(self, case: harness.Case, inputs: tuple, fwd: Callable, add: Callable | None):
         """The callable to time for case.op (None where the provider has no such op)."""
-        if case.op == self.ops[0]:
+        fwd_op, add_op, bwd_op, _ = self.ops
+        if case.op == fwd_op:
             x, *vecs = inputs
             return lambda: fwd(x, *vecs)
-        if case.op == self.ops[1]:
+        if case.op == add_op:
             x, *vecs, r = inputs
             return None if add is None else lambda: add(x, r, *vecs)
-        x, *vecs, dy = inputs
-        y = fwd(x, *vecs)  # the forward stays out of the timing; retain_graph lets the backward repeat
-        return lambda: torch.autograd.grad(y, (x, *vecs), dy, retain_graph=True)
+        if case.op == bwd_op:
+            x, *vecs, dy = inputs
+            return harness.backward_of(lambda: fwd(x, *vecs), (x, *vecs), dy)
+        if add is None:
+            return None
+        x, *vecs, r, dy, ds = inputs
+        return harness.backward_of(lambda: add(x, r, *vecs), (x, r, *vecs), (dy, ds))
 
     def _compile(self, case, inputs):
         if self._compiled is None:
@@ -81,11 +100,13 @@ class NormBench:
 
     def main(self, argv, description: str):
         p = harness.make_parser(description, ("M", "N"))
-        p.add_argument("--op", nargs="+", default=list(self.ops), choices=list(self.ops))
+        p.add_argument("--op", nargs="+", choices=list(self.ops), help=f"default: {', '.join(self.ops[:3])}")
+        harness.add_direction_arg(p)
         harness.add_sweep_args(p)
         args = p.parse_args(argv)
-        harness.eager_only_backward(args)
-        shapes = harness.row_shapes(args, DEFAULT_MODELS, DEFAULT_M, lambda cfg: [("", cfg["hidden_size"])])
+        args.op = harness.directed_ops(args, list(self.ops[:3]) if args.direction is None else list(self.ops[:2]))
+        models = harness.BWD_MODELS if args.direction == "bwd" else DEFAULT_MODELS
+        shapes = harness.row_shapes(args, models, DEFAULT_M, lambda cfg: [("", cfg["hidden_size"])])
         cases = harness.build_cases(args, args.op, shapes, self.case)
         tiny = [self.case(op, "tiny", 3, 96, torch.bfloat16) for op in args.op]
         return harness.run(args, self.name, cases, self.providers(), tiny)
