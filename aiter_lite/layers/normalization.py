@@ -11,7 +11,11 @@ AITER_NORMALIZATION_BACKEND, else AITER_BACKEND).
 
 Parameters carry Hugging Face's names (``weight``, and LayerNorm's ``bias``), so the state
 dict of a ``LlamaRMSNorm``, ``GemmaRMSNorm`` or ``torch.nn.LayerNorm`` loads unchanged;
-RMSNorm also answers to HF's ``variance_epsilon``.
+RMSNorm also answers to HF's ``variance_epsilon``. ``RMSNorm(casting_mode="llama")``
+rounds as ``LlamaRMSNorm`` does (the normalized value to the input's dtype before the
+weight: its bits in bf16 / fp16 but where the fp32 row statistic differs in its last bit);
+the default "gemma" computes in fp32 and rounds once, as ``GemmaRMSNorm`` (Liger-Kernel's
+``casting_mode``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from aiter_lite.ops.native.normalization import rmsnorm as native_rms
 from aiter_lite.ops.triton.normalization import layernorm as triton_ln
 from aiter_lite.ops.triton.normalization import rmsnorm as triton_rms
 from aiter_lite.ops.triton.normalization.norm import norm_add
-from aiter_lite.spec.normalization import LAYER_NORM_EPS, RMS_NORM_EPS
+from aiter_lite.spec.normalization import LAYER_NORM_EPS, RMS_NORM_EPS, check_casting_mode
 from aiter_lite.utils.checks import check_int
 
 
@@ -51,13 +55,19 @@ class _Norm(BackendLayer):
 
 
 class RMSNorm(_Norm):
-    """``x * rsqrt(mean(x^2) + eps) * (weight + weight_offset)`` over the last dim (vLLM's RMSNorm)."""
+    """``x * rsqrt(mean(x^2) + eps) * (weight + weight_offset)`` over the last dim (vLLM's RMSNorm).
+
+    ``casting_mode``: "gemma" (fp32 throughout, the output rounded once) or "llama" (Hugging
+    Face's ``LlamaRMSNorm``: ``weight * (x * rsqrt(...)).to(x.dtype)``; with a residual, the
+    sum is normalized as ``residual_out`` holds it)."""
 
     weight_offset = 0.0
 
     def __init__(self, hidden_size: int, eps: float = RMS_NORM_EPS, has_weight: bool = True,
-                 dtype: torch.dtype | None = None, backend: str | None = None):
+                 dtype: torch.dtype | None = None, backend: str | None = None, *, casting_mode: str = "gemma"):
+        casting_mode = check_casting_mode(type(self).__name__, casting_mode)
         super().__init__(hidden_size, eps, backend)
+        self.casting_mode = casting_mode
         init = torch.zeros if self.weight_offset else torch.ones
         self.weight = nn.Parameter(init(hidden_size, dtype=dtype)) if has_weight else None
 
@@ -76,17 +86,22 @@ class RMSNorm(_Norm):
     def forward_triton(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         return self._rms_norm(triton_rms, x, residual)
 
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, casting_mode={self.casting_mode}"
+
     def _rms_norm(self, ops, x: torch.Tensor, residual: torch.Tensor | None):
+        cast = self.casting_mode
         if residual is None:
-            return ops.rms_norm(x, self.weight, self.eps, self.weight_offset)
+            return ops.rms_norm(x, self.weight, self.eps, self.weight_offset, casting_mode=cast)
         if _recording(x, residual, self.weight):
             if ops is triton_rms:
                 return norm_add(type(self).__name__, x, residual, self.weight, None, self.eps, is_rms=True,
-                                weight_offset=self.weight_offset, names=("x", "residual"))
+                                weight_offset=self.weight_offset, names=("x", "residual"), casting_mode=cast)
             out, residual_out = torch.empty_like(x), torch.empty_like(residual)
-            ops.rmsnorm2d_fwd_with_add(out, x, residual, residual_out, self.weight, self.eps, self.weight_offset)
+            ops.rmsnorm2d_fwd_with_add(out, x, residual, residual_out, self.weight, self.eps, self.weight_offset,
+                                       casting_mode=cast)
             return out, residual_out
-        ops.fused_add_rms_norm(x, residual, self.weight, self.eps, self.weight_offset)
+        ops.fused_add_rms_norm(x, residual, self.weight, self.eps, self.weight_offset, casting_mode=cast)
         return x, residual
 
 

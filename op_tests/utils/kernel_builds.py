@@ -52,25 +52,26 @@ def _meta(*shape, dtype=torch.bfloat16, grad=False) -> torch.Tensor:
     return torch.empty(*shape, device="meta", dtype=dtype, requires_grad=grad)
 
 
-def _norm_backward(op, n_rows: int, n_cols: int, layer_norm: bool = False) -> Callable:
-    """An RMSNorm / LayerNorm forward and backward (the backward's launches recorded too)."""
+def _norm_backward(op, n_rows: int, n_cols: int, layer_norm: bool = False, **kw) -> Callable:
+    """An RMSNorm / LayerNorm forward and backward (the backward's launches recorded too);
+    ``kw``: RMSNorm's keywords (casting_mode)."""
     def run():
         x, w = _meta(n_rows, n_cols, grad=True), _meta(n_cols, grad=True)
-        y = op(x, w, _meta(n_cols, grad=True), 1e-5, None, 0.0) if layer_norm else op(x, w, 1e-6, 0.0)
+        y = op(x, w, _meta(n_cols, grad=True), 1e-5, None, 0.0) if layer_norm else op(x, w, 1e-6, 0.0, **kw)
         y.backward(torch.empty_like(y))
     return run
 
 
-def _norm_add_backward(op: dict, n_rows: int, n_cols: int, layer_norm: bool = False) -> Callable:
+def _norm_add_backward(op: dict, n_rows: int, n_cols: int, layer_norm: bool = False, **kw) -> Callable:
     """A fused add + norm forward and backward from both outputs (the backward adds
-    residual_out's gradient in its kernel)."""
+    residual_out's gradient in its kernel); ``kw``: RMSNorm's keywords (casting_mode)."""
     def run():
         x, r, w = _meta(n_rows, n_cols, grad=True), _meta(n_rows, n_cols, grad=True), _meta(n_cols, grad=True)
         out, r_out = _meta(n_rows, n_cols), _meta(n_rows, n_cols)
         if layer_norm:
             op["layernorm2d_fwd_with_add"](out, x, r, r_out, w, _meta(n_cols, grad=True), 1e-5, None, 0.0)
         else:
-            op["rmsnorm2d_fwd_with_add"](out, x, r, r_out, w, 1e-6, 0.0)
+            op["rmsnorm2d_fwd_with_add"](out, x, r, r_out, w, 1e-6, 0.0, **kw)
         torch.autograd.backward([out, r_out], [torch.empty_like(out), torch.empty_like(r_out)])
     return run
 
@@ -111,15 +112,35 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
         ("layer_norm backward looped", _norm_backward(op["layer_norm"], 4, 65536, layer_norm=True)),
         ("rmsnorm2d_fwd_with_add backward, residual_out's gradient added", _norm_add_backward(op, 8, 4096)),
         ("layernorm2d_fwd_with_add backward looped", _norm_add_backward(op, 4, 65536, layer_norm=True)),
+        # Llama casting: x * rstd rounded to the input's dtype before the weight (every forward
+        # regime), the fused add's sum normalized as stored, dweight from the rounded values
+        ("rms_norm llama", lambda: op["rms_norm"](_meta(8, 4096), _meta(4096), 1e-6, 0.0, casting_mode="llama")),
+        ("rms_norm llama looped, width compiled in",
+         lambda: op["rms_norm"](_meta(264, 32768), _meta(32768), 1e-6, 0.0, casting_mode="llama")),
+        ("rms_norm llama looped",
+         lambda: op["rms_norm"](_meta(264, 65536), _meta(65536), 1e-6, 0.0, casting_mode="llama")),
+        ("fused_add_rms_norm llama split",
+         lambda: op["fused_add_rms_norm"](_meta(4, 65536), _meta(4, 65536), _meta(65536), 1e-6, 0.0,
+                                          casting_mode="llama")),
+        ("rms_norm llama backward", _norm_backward(op["rms_norm"], 8, 4096, casting_mode="llama")),
+        ("rms_norm llama backward looped", _norm_backward(op["rms_norm"], 4, 65536, casting_mode="llama")),
+        ("rmsnorm2d_fwd_with_add llama backward", _norm_add_backward(op, 8, 4096, casting_mode="llama")),
         *[(f"act_and_mul backward, {a}",
            _backward(lambda a=a: op["act_and_mul"](_meta(8, 4096), _meta(8, 2 * 4096, grad=True), a)))
           for a in ("silu", "gelu", "gelu_tanh", "relu")],
+        ("act_mul backward, gate and up apart",
+         _backward(lambda: op["act_mul"](_meta(8, 4096, grad=True), _meta(8, 4096, grad=True), "silu"))),
         ("silu backward", _backward(lambda: op["silu"](_meta(8, 4096, grad=True)))),
         ("gelu tanh backward", _backward(lambda: op["gelu"](_meta(8, 4096, grad=True), "tanh"))),
         ("gelu backward", _backward(lambda: op["gelu"](_meta(8, 4096, grad=True), "none"))),
         ("relu backward", _backward(lambda: op["relu"](_meta(8, 4096, grad=True)))),
         ("softmax split", lambda: op["softmax"](_meta(4, 1 << 17), -1)),
         ("log_softmax looped", lambda: op["log_softmax"](_meta(4, 1 << 22), -1)),
+        *[(f"{name} backward, {regime}",
+           _backward(lambda name=name, shape=shape: op[name](_meta(*shape, grad=True), -1)))
+          for name in ("softmax", "log_softmax")
+          for regime, shape in (("rows in registers", (4096, 100)), ("one row in registers", (256, 1000)),
+                                ("widest row in registers", (8, 16384)), ("looped", (4, 1 << 17)))],
         ("topk filter", lambda: op["topk"](_meta(4, 128256), 50, -1, True, True)),
         ("topk filter, k = 1", lambda: op["topk"](_meta(4, 128256), 1, -1, True, True)),
         ("topk sorted rows", lambda: op["topk"](_meta(4, 1 << 17), 4096, -1, True, True)),

@@ -2,31 +2,46 @@
 
 Same names and argument order as ``aiter_lite.ops.triton.normalization.rmsnorm``.
 Differentiable through autograd, which makes it the backward reference too.
+``casting_mode="llama"`` is Hugging Face's ``LlamaRMSNorm``: the normalized value is
+rounded to the normalized tensor's dtype before the weight multiplies it (the fused-add
+forms normalize the sum as stored in residual_out).
 """
 
 from __future__ import annotations
 
 import torch
 
+from aiter_lite.spec.normalization import check_casting_mode
 
-def _rms(x: torch.Tensor, weight, epsilon: float, weight_offset: float) -> torch.Tensor:
+
+def _rms(x: torch.Tensor, weight, epsilon: float, weight_offset: float, round_to=None) -> torch.Tensor:
     y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + epsilon)
+    if round_to is not None:  # Llama: hidden_states.to(input_dtype), its gradient passed straight through
+        y = y + (y.to(round_to).float() - y).detach()
     return y if weight is None else y * (weight.float() + weight_offset)
 
 
 def rms_norm(input: torch.Tensor, weight: torch.Tensor | None, epsilon: float,
-             weight_offset: float = 0.0) -> torch.Tensor:
-    return _rms(input.float(), weight, epsilon, weight_offset).to(input.dtype)
+             weight_offset: float = 0.0, *, casting_mode="gemma") -> torch.Tensor:
+    llama = check_casting_mode("rms_norm", casting_mode) == "llama"
+    return _rms(input.float(), weight, epsilon, weight_offset, input.dtype if llama else None).to(input.dtype)
 
 
-def rmsnorm2d_fwd_with_add(out, input, residual_in, residual_out, weight, epsilon, weight_offset=0.0):
+def _add_rms(op, out, input, residual_in, residual_out, weight, epsilon, weight_offset, casting_mode):
+    llama = check_casting_mode(op, casting_mode) == "llama"
     s = input.float() + residual_in.float()
     residual_out.copy_(s)
-    out.copy_(_rms(s, weight, epsilon, weight_offset))
+    if llama:  # the sum as stored, as Hugging Face adds the residual in the model's dtype
+        s = residual_out.float()
+    out.copy_(_rms(s, weight, epsilon, weight_offset, residual_out.dtype if llama else None))
+
+
+def rmsnorm2d_fwd_with_add(out, input, residual_in, residual_out, weight, epsilon, weight_offset=0.0, *,
+                           casting_mode="gemma"):
+    _add_rms("rmsnorm2d_fwd_with_add", out, input, residual_in, residual_out, weight, epsilon, weight_offset,
+             casting_mode)
     return out
 
 
-def fused_add_rms_norm(input, residual, weight, epsilon, weight_offset=0.0) -> None:
-    s = input.float() + residual.float()
-    residual.copy_(s)
-    input.copy_(_rms(s, weight, epsilon, weight_offset))
+def fused_add_rms_norm(input, residual, weight, epsilon, weight_offset=0.0, *, casting_mode="gemma") -> None:
+    _add_rms("fused_add_rms_norm", input, input, residual, residual, weight, epsilon, weight_offset, casting_mode)

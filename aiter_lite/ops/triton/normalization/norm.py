@@ -2,6 +2,16 @@
 
 ``rmsnorm.py`` and ``layernorm.py`` hold the public (aiter / vLLM) names; each is a
 short call into :func:`norm_fwd` or :class:`_NormFunction` here.
+
+``casting_mode`` (RMSNorm) picks where the result is rounded, as Liger-Kernel's option of
+that name: "gemma" computes in fp32 and rounds the output once (Hugging Face's
+``GemmaRMSNorm``, and what LayerNorm does); "llama" rounds as ``LlamaRMSNorm``:
+``y = round(w * round_x(x * rstd))``, the normalized value rounded to the normalized
+tensor's dtype before the weight (in the fused-add forms the sum is normalized as stored
+in residual_out, as Hugging Face adds the residual in the model's dtype). The two agree
+on fp32 inputs. Llama's gradients treat its roundings as the identity (straight
+through): dx is the usual fp32 formula, dweight sums ``dy * round_x(x * rstd)``, the
+values the forward multiplied the weight by.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from aiter_lite.ops.triton._triton_kernels.normalization.norm import (
     _norm_fwd_split_kernel,
 )
 from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
+from aiter_lite.spec.normalization import check_casting_mode
 from aiter_lite.utils.checks import (
     check_float_tensor,
     check_real,
@@ -329,16 +340,17 @@ def _launch_norm_fwd(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | No
                      eps: float, is_rms: bool, residual: torch.Tensor | None = None,
                      residual_out: torch.Tensor | None = None, x_bias: torch.Tensor | None = None,
                      weight_offset: float = 0.0, mean: torch.Tensor | None = None, rstd: torch.Tensor | None = None,
-                     config: NormLaunchConfig | None = None) -> None:
+                     config: NormLaunchConfig | None = None, casting_mode: str = "gemma") -> None:
     """The forward over 2-D row views (x, y, residual, residual_out); the statistics into
-    mean (LayerNorm) and rstd when given."""
+    mean (LayerNorm) and rstd when given; ``casting_mode`` "llama": RMSNorm's roundings as
+    Hugging Face Llama's (module doc)."""
     n_rows, n_cols = x.shape
     has_res = residual is not None
     cfg = config or norm_launch_config(n_rows, n_cols, device_profile(x.device), has_res, is_rms)
     strides = (x.stride(0), residual.stride(0) if has_res else 0, residual_out.stride(0) if has_res else 0, y.stride(0))
     flags = dict(IS_RMS=is_rms, HAS_RESIDUAL=has_res, HAS_X_BIAS=x_bias is not None, HAS_WEIGHT=weight is not None,
-                 HAS_BIAS=bias is not None, STORE_STATS=rstd is not None, EVICT=cfg.EVICT, BLOCK_N=cfg.BLOCK_N,
-                 num_warps=cfg.num_warps)
+                 HAS_BIAS=bias is not None, STORE_STATS=rstd is not None, CASTING_LLAMA=casting_mode == "llama",
+                 EVICT=cfg.EVICT, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
     if cfg.SPLIT and cdiv(n_cols, cfg.BLOCK_N) > 1:
         n_segs, slots, phases = split_row_slots("norm", n_rows, n_cols, cfg.BLOCK_N, x.device)
         for phase in phases:
@@ -358,9 +370,10 @@ def _launch_norm_fwd(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | No
 def _launch_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, mean: torch.Tensor | None,
                      rstd: torch.Tensor, dx: torch.Tensor, dweight: torch.Tensor | None, dbias: torch.Tensor | None,
                      is_rms: bool, weight_offset: float, config: NormBwdLaunchConfig | None = None,
-                     dres: torch.Tensor | None = None) -> None:
+                     dres: torch.Tensor | None = None, casting_mode: str = "gemma") -> None:
     """dx (rows like x; plus ``dres`` where given, rows like x) and, where given, dweight /
-    dbias ((n_cols,), any float dtype: summed in fp32). ``config`` pins a launch (tests, tuning)."""
+    dbias ((n_cols,), any float dtype: summed in fp32). ``config`` pins a launch (tests, tuning);
+    ``casting_mode`` the forward's (it changes dweight only)."""
     n_rows, n_cols = x.shape
     cfg = config or norm_bwd_launch_config(n_rows, n_cols, device_profile(x.device), is_rms, dres is not None)
     tile = cfg.tile
@@ -400,8 +413,8 @@ def _launch_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | N
         dy.stride(0), x.stride(0), dx.stride(0), 0 if dres is None else dres.stride(0), n_rows, n_cols,
         rows_per_program, weight_offset,
         IS_RMS=is_rms, HAS_WEIGHT=weight is not None, NEED_DW=dweight is not None, NEED_DB=dbias is not None,
-        ROW_SUMS=tile.LOOPED, HAS_DRES=dres is not None, INT64=int64, PREFETCH=tile.PREFETCH, BLOCK_M=tile.BLOCK_M,
-        BLOCK_N=tile.BLOCK_N, num_warps=tile.num_warps,
+        ROW_SUMS=tile.LOOPED, HAS_DRES=dres is not None, CASTING_LLAMA=casting_mode == "llama" and dweight is not None,
+        INT64=int64, PREFETCH=tile.PREFETCH, BLOCK_M=tile.BLOCK_M, BLOCK_N=tile.BLOCK_N, num_warps=tile.num_warps,
     )
     # Partial sums reduced in a fixed order: the same bits on every run.
     for out, part in ((dweight, dw_part), (dbias, db_part)):
@@ -409,14 +422,15 @@ def _launch_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | N
             out.copy_(part.sum(0))
 
 
-def _forward(x2, weight, bias, x_bias, eps, weight_offset, is_rms, *, stats):
+def _forward(x2, weight, bias, x_bias, eps, weight_offset, is_rms, casting_mode, *, stats):
     """y (new, x2's dtype) and, with ``stats``, the fp32 per-row mean (LayerNorm) and rstd."""
     n_rows = x2.shape[0]
     y = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device) if stats else None
     mean = torch.empty(n_rows, dtype=torch.float32, device=x2.device) if stats and not is_rms else None
     if n_rows:
-        _launch_norm_fwd(x2, y, weight, bias, eps, is_rms, None, None, x_bias, weight_offset, mean, rstd)
+        _launch_norm_fwd(x2, y, weight, bias, eps, is_rms, None, None, x_bias, weight_offset, mean, rstd,
+                         casting_mode=casting_mode)
     return y, mean, rstd
 
 
@@ -424,14 +438,14 @@ class _NormFunction(torch.autograd.Function):
     """y = norm(x) * (weight + offset) + bias over 2-D rows, with dx, dweight, dbias, dx_bias."""
 
     @staticmethod
-    def forward(ctx, x2, weight, bias, x_bias, eps, weight_offset, is_rms):
+    def forward(ctx, x2, weight, bias, x_bias, eps, weight_offset, is_rms, casting_mode):
         needs_grad = any(ctx.needs_input_grad[:4])
-        y, mean, rstd = _forward(x2, weight, bias, x_bias, eps, weight_offset, is_rms, stats=needs_grad)
+        y, mean, rstd = _forward(x2, weight, bias, x_bias, eps, weight_offset, is_rms, casting_mode, stats=needs_grad)
         if needs_grad:
             # With an input bias the statistics are of x + x_bias: keep that sum.
             xs = x2 if x_bias is None else (x2.float() + x_bias.float()).to(x2.dtype)
             ctx.save_for_backward(xs, weight, mean, rstd)
-            ctx.is_rms, ctx.weight_offset = is_rms, weight_offset
+            ctx.is_rms, ctx.weight_offset, ctx.casting_mode = is_rms, weight_offset, casting_mode
             ctx.bias_dtype = None if bias is None else bias.dtype
             ctx.has_x_bias = x_bias is not None
             ctx.x_bias_dtype = None if x_bias is None else x_bias.dtype
@@ -454,12 +468,13 @@ class _NormFunction(torch.autograd.Function):
             dx = torch.empty((n_rows, n_cols), dtype=xs.dtype, device=xs.device)
             dw = torch.empty(n_cols, dtype=weight.dtype, device=xs.device) if need_dw else None
             db = torch.empty(n_cols, dtype=ctx.bias_dtype, device=xs.device) if need_db else None
-            _launch_norm_bwd(dy, xs, weight, mean, rstd, dx, dw, db, ctx.is_rms, ctx.weight_offset)
+            _launch_norm_bwd(dy, xs, weight, mean, rstd, dx, dw, db, ctx.is_rms, ctx.weight_offset,
+                             casting_mode=ctx.casting_mode)
         return (dx,
                 dw if need_dw else None,  # already in the parameters' dtypes
                 db if need_db else None,
                 dx.float().sum(0).to(ctx.x_bias_dtype) if need_dxb else None,
-                None, None, None)
+                None, None, None, None)
 
 
 class _NormAddFunction(torch.autograd.Function):
@@ -468,16 +483,17 @@ class _NormAddFunction(torch.autograd.Function):
     x's and r's), with dweight / dbias; dx_bias is ds summed over rows."""
 
     @staticmethod
-    def forward(ctx, x2, r2, weight, bias, x_bias, eps, weight_offset, is_rms):
+    def forward(ctx, x2, r2, weight, bias, x_bias, eps, weight_offset, is_rms, casting_mode):
         n_rows = x2.shape[0]
         y = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
         s = torch.empty(r2.shape, dtype=r2.dtype, device=r2.device)
         rstd = torch.empty(n_rows, dtype=torch.float32, device=x2.device)
         mean = None if is_rms else torch.empty(n_rows, dtype=torch.float32, device=x2.device)
         if n_rows:
-            _launch_norm_fwd(x2, y, weight, bias, eps, is_rms, r2, s, x_bias, weight_offset, mean, rstd)
+            _launch_norm_fwd(x2, y, weight, bias, eps, is_rms, r2, s, x_bias, weight_offset, mean, rstd,
+                             casting_mode=casting_mode)
         ctx.save_for_backward(s, weight, mean, rstd)
-        ctx.is_rms, ctx.weight_offset = is_rms, weight_offset
+        ctx.is_rms, ctx.weight_offset, ctx.casting_mode = is_rms, weight_offset, casting_mode
         ctx.bias_dtype = None if bias is None else bias.dtype
         ctx.x_bias_dtype = None if x_bias is None else x_bias.dtype
         return y, s
@@ -503,14 +519,15 @@ class _NormAddFunction(torch.autograd.Function):
             ds = torch.empty((n_rows, n_cols), dtype=s.dtype, device=s.device)
             dw = torch.empty(n_cols, dtype=weight.dtype, device=s.device) if need_dw else None
             db = torch.empty(n_cols, dtype=ctx.bias_dtype, device=s.device) if need_db else None
-            _launch_norm_bwd(dy, s, weight, mean, rstd, ds, dw, db, ctx.is_rms, ctx.weight_offset, dres=ds_out)
+            _launch_norm_bwd(dy, s, weight, mean, rstd, ds, dw, db, ctx.is_rms, ctx.weight_offset, dres=ds_out,
+                             casting_mode=ctx.casting_mode)
         # x and residual share a dtype (check_like): ds is the gradient of both
         return (ds if ctx.needs_input_grad[0] else None, ds if ctx.needs_input_grad[1] else None, dw, db,
-                ds.float().sum(0).to(ctx.x_bias_dtype) if need_dxb else None, None, None, None)
+                ds.float().sum(0).to(ctx.x_bias_dtype) if need_dxb else None, None, None, None, None)
 
 
 def norm_add(op: str, input, residual, weight, bias, eps, *, is_rms, x_bias=None, weight_offset=0.0,
-             names=("input", "residual")) -> tuple[torch.Tensor, torch.Tensor]:
+             names=("input", "residual"), casting_mode: str = "gemma") -> tuple[torch.Tensor, torch.Tensor]:
     """Checked, differentiable ``residual_out = input + residual (+ x_bias)``, ``out =
     norm(residual_out)``: (out, residual_out), new tensors. The out-of-place form layers take
     while autograd records; ``names``: the caller's for input and residual."""
@@ -518,9 +535,10 @@ def norm_add(op: str, input, residual, weight, bias, eps, *, is_rms, x_bias=None
     check_row_input(op, in_name, input, " (normalized over the last)")
     check_like(op, r_name, residual, input)
     eps, weight_offset = _check_params(op, input, weight, bias, x_bias, eps, weight_offset, "epsilon")
+    casting_mode = check_casting_mode(op, casting_mode)
     y, s = _NormAddFunction.apply(rows_view(op, in_name, input, writable=False),
                                   rows_view(op, r_name, residual, writable=False), weight, bias, x_bias, eps,
-                                  weight_offset, is_rms)
+                                  weight_offset, is_rms, casting_mode)
     return y.view(input.shape), s.view(residual.shape)
 
 
@@ -535,24 +553,25 @@ def _check_params(op, input, weight, bias, x_bias, eps, weight_offset, eps_name)
 
 
 def norm(op: str, input, weight, bias, eps, *, is_rms, x_bias=None, weight_offset=0.0,
-         eps_name: str = "epsilon") -> torch.Tensor:
+         eps_name: str = "epsilon", casting_mode: str = "gemma") -> torch.Tensor:
     """Checked, differentiable normalization of ``input`` over its last dim; a new tensor.
     ``eps_name``: the caller's name of eps, for error messages."""
     check_input(op, input)
     eps, weight_offset = _check_params(op, input, weight, bias, x_bias, eps, weight_offset, eps_name)
+    casting_mode = check_casting_mode(op, casting_mode)
     if debug_on():
         log_call(op, input=input, weight=weight, bias=bias, x_bias=x_bias, weight_offset=weight_offset,
-                 **{eps_name: eps})
+                 casting_mode=casting_mode, **{eps_name: eps})
     x2 = rows_view(op, "input", input, writable=False)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (input, weight, bias, x_bias)):
-        y = _NormFunction.apply(x2, weight, bias, x_bias, eps, weight_offset, is_rms)
+        y = _NormFunction.apply(x2, weight, bias, x_bias, eps, weight_offset, is_rms, casting_mode)
     else:  # inference: no autograd node, no saved statistics (its host cost shows at decode sizes)
-        y = _forward(x2, weight, bias, x_bias, eps, weight_offset, is_rms, stats=False)[0]
+        y = _forward(x2, weight, bias, x_bias, eps, weight_offset, is_rms, casting_mode, stats=False)[0]
     return y.view(input.shape)
 
 
 def norm_with_add(op: str, out, input, residual_in, residual_out, weight, bias, eps, *, is_rms, x_bias=None,
-                  weight_offset=0.0, names=("out", "residual_in", "residual_out")) -> None:
+                  weight_offset=0.0, names=("out", "residual_in", "residual_out"), casting_mode: str = "gemma") -> None:
     """Checked forward of residual_out = input + residual_in (+ x_bias); out = norm(residual_out).
 
     ``names`` are the caller's names for out, residual_in and residual_out, for error messages.
@@ -563,16 +582,17 @@ def norm_with_add(op: str, out, input, residual_in, residual_out, weight, bias, 
     check_like(op, r_out_name, residual_out, input)
     check_like(op, out_name, out, input)
     eps, weight_offset = _check_params(op, input, weight, bias, x_bias, eps, weight_offset, "epsilon")
+    casting_mode = check_casting_mode(op, casting_mode)
     if debug_on():
         log_call(op, out=out, input=input, residual_in=residual_in, residual_out=residual_out, weight=weight,
-                 bias=bias, x_bias=x_bias, epsilon=eps, weight_offset=weight_offset)
+                 bias=bias, x_bias=x_bias, epsilon=eps, weight_offset=weight_offset, casting_mode=casting_mode)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                        for t in (input, residual_in, weight, bias, x_bias)):
         # differentiable: new results by the autograd path, copied into the outputs (as the
         # native ops' in-place writes are recorded); out / residual_out may be the inputs
         y, s = _NormAddFunction.apply(rows_view(op, "input", input, writable=False),
                                       rows_view(op, r_name, residual_in, writable=False), weight, bias, x_bias, eps,
-                                      weight_offset, is_rms)
+                                      weight_offset, is_rms, casting_mode)
         out.copy_(y.view(out.shape))
         residual_out.copy_(s.view(residual_out.shape))
         return
@@ -580,4 +600,5 @@ def norm_with_add(op: str, out, input, residual_in, residual_out, weight, bias, 
         return
     _launch_norm_fwd(rows_view(op, "input", input, writable=False), rows_view(op, out_name, out, writable=True),
                      weight, bias, eps, is_rms, rows_view(op, r_name, residual_in, writable=False),
-                     rows_view(op, r_out_name, residual_out, writable=True), x_bias, weight_offset, None, None)
+                     rows_view(op, r_out_name, residual_out, writable=True), x_bias, weight_offset, None, None,
+                     casting_mode=casting_mode)

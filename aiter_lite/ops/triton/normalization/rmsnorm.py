@@ -5,9 +5,17 @@
 may be strided (unit stride in the last dim); fp32/fp16/bf16 in, the output's
 dtype out (the input's for new tensors); weight of any float dtype; math in fp32.
 ``epsilon`` is a finite real >= 0.
+
+``casting_mode`` (keyword only) picks the roundings, as Liger-Kernel's option: "gemma"
+(the default) rounds once, the output; "llama" rounds as Hugging Face's ``LlamaRMSNorm``,
+``x / sqrt(mean(x^2) + epsilon)`` to the normalized tensor's dtype before the weight
+multiplies it (the fused-add forms normalize the sum as stored in residual_out). See
+``normalization/norm.py`` for both and their gradients.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 
@@ -16,31 +24,35 @@ from aiter_lite.utils.registry import public_op
 
 __all__ = ["rms_norm", "rmsnorm2d_fwd_with_add", "fused_add_rms_norm"]
 
+CastingMode = Literal["gemma", "llama"]
+
 
 @public_op
 def rms_norm(input: torch.Tensor, weight: torch.Tensor | None, epsilon: float,
-             weight_offset: float = 0.0) -> torch.Tensor:
+             weight_offset: float = 0.0, *, casting_mode: CastingMode = "gemma") -> torch.Tensor:
     """RMSNorm of ``input`` as a new tensor; differentiable in input and weight."""
-    return norm("rms_norm", input, weight, None, epsilon, is_rms=True, weight_offset=weight_offset)
+    return norm("rms_norm", input, weight, None, epsilon, is_rms=True, weight_offset=weight_offset,
+                casting_mode=casting_mode)
 
 
 @public_op(mutates=("out", "residual_out"),
            aliases={"out": ("input",), "residual_out": ("residual_in", "input")})
 def rmsnorm2d_fwd_with_add(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                            residual_out: torch.Tensor, weight: torch.Tensor | None, epsilon: float,
-                           weight_offset: float = 0.0) -> torch.Tensor:
+                           weight_offset: float = 0.0, *, casting_mode: CastingMode = "gemma") -> torch.Tensor:
     """``residual_out = input + residual_in``; ``out = rms_norm(residual_out)``; returns ``out``.
 
     Any of out / residual_out may be the same tensor as input / residual_in.
     """
     norm_with_add("rmsnorm2d_fwd_with_add", out, input, residual_in, residual_out, weight, None, epsilon,
-                  is_rms=True, weight_offset=weight_offset)
+                  is_rms=True, weight_offset=weight_offset, casting_mode=casting_mode)
     return out
 
 
 @public_op(mutates=("input", "residual"))
 def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
-                       epsilon: float, weight_offset: float = 0.0) -> None:
+                       epsilon: float, weight_offset: float = 0.0, *, casting_mode: CastingMode = "gemma") -> None:
     """In place, as vLLM's: ``residual += input``; ``input = rms_norm(residual)``. Allocates nothing."""
     norm_with_add("fused_add_rms_norm", input, input, residual, residual, weight, None, epsilon,
-                  is_rms=True, weight_offset=weight_offset, names=("input", "residual", "residual"))
+                  is_rms=True, weight_offset=weight_offset, names=("input", "residual", "residual"),
+                  casting_mode=casting_mode)

@@ -16,6 +16,13 @@ into one-tile segments, one program each, each segment read once and held in
 registers while the programs of the row exchange their statistics.
 
 Masked lanes load 0 and are excluded from every sum, so odd widths are exact.
+
+``CASTING_LLAMA`` (RMSNorm, ``casting_mode="llama"``) rounds where Hugging Face's
+``LlamaRMSNorm`` rounds, as Liger-Kernel's casting mode of the same name: the fused add's
+sum is normalized as stored in residual_out, and ``x * rstd`` is rounded to the dtype of
+the normalized tensor before the weight multiplies it (in fp32; the product rounded once,
+to the output's dtype). Without it every step is fp32 and only the output is rounded
+(Gemma's ``GemmaRMSNorm``, and every LayerNorm).
 """
 
 import triton
@@ -76,6 +83,27 @@ def _scale_shift(y, w_ptr, b_ptr, cols, col_mask, weight_offset, HAS_WEIGHT: tl.
 
 
 @triton.jit
+def _as_stored(x, r_out_ptr, HAS_RESIDUAL: tl.constexpr, CASTING_LLAMA: tl.constexpr):
+    """Llama casting: the fused add's sum as residual_out holds it (Hugging Face adds the
+    residual in the model's dtype, then normalizes that)."""
+    if CASTING_LLAMA and HAS_RESIDUAL:
+        x = x.to(r_out_ptr.dtype.element_ty).to(tl.float32)
+    return x
+
+
+@triton.jit
+def _round_xhat(xhat, x_ptr, r_out_ptr, HAS_RESIDUAL: tl.constexpr, CASTING_LLAMA: tl.constexpr):
+    """Llama casting: x * rstd rounded to the normalized tensor's dtype (residual_out's in
+    the fused-add forms, else the input's), as Hugging Face's ``.to(input_dtype)``."""
+    if CASTING_LLAMA:
+        if HAS_RESIDUAL:
+            xhat = xhat.to(r_out_ptr.dtype.element_ty).to(tl.float32)
+        else:
+            xhat = xhat.to(x_ptr.dtype.element_ty).to(tl.float32)
+    return xhat
+
+
+@triton.jit
 def _accumulate(x, col_mask, shift, acc, acc_sq, IS_RMS: tl.constexpr):
     """A looped first pass's per-lane sums: of x^2 (RMSNorm), of x - shift and its square."""
     if IS_RMS:
@@ -120,11 +148,12 @@ def _looped_stats(acc, acc_sq, shift, n_cols, eps, IS_RMS: tl.constexpr):
 @triton.jit
 def _normalize_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, y_row, cols, col_mask, mean, rstd, weight_offset,
                      HAS_RESIDUAL: tl.constexpr, HAS_X_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
-                     HAS_BIAS: tl.constexpr):
+                     HAS_BIAS: tl.constexpr, CASTING_LLAMA: tl.constexpr):
     """A looped second pass's chunk: re-read (the stored sum with a residual), normalize, store."""
     x = _reload_row_input(x_row, r_out_row, xb_ptr, cols, cols, cols, col_mask, col_mask, HAS_RESIDUAL, HAS_X_BIAS,
                           "evict_first")
-    y = _scale_shift((x - mean) * rstd, w_ptr, b_ptr, cols, col_mask, weight_offset, HAS_WEIGHT, HAS_BIAS)
+    xhat = _round_xhat((x - mean) * rstd, x_row, r_out_row, HAS_RESIDUAL, CASTING_LLAMA)
+    y = _scale_shift(xhat, w_ptr, b_ptr, cols, col_mask, weight_offset, HAS_WEIGHT, HAS_BIAS)
     tl.store(y_row + cols, y.to(y_row.dtype.element_ty), mask=col_mask)
 
 
@@ -141,6 +170,7 @@ def _norm_fwd_kernel(
     HAS_WEIGHT: tl.constexpr,     # y *= weight + weight_offset
     HAS_BIAS: tl.constexpr,       # y += bias
     STORE_STATS: tl.constexpr,
+    CASTING_LLAMA: tl.constexpr,  # RMSNorm: Hugging Face Llama's roundings (module doc)
     INT64: tl.constexpr,          # row offsets can pass 2^31
     EVICT: tl.constexpr,          # cache hint for the in-register tile's loads ("" or "evict_last")
     PREFETCH: tl.constexpr,       # looped: double-buffer the first pass's chunks in registers
@@ -169,6 +199,7 @@ def _norm_fwd_kernel(
                             rows[:, None] * stride_r_row + cols[None, :],
                             rows[:, None] * stride_r_out_row + cols[None, :],
                             cols[None, :], mask, col_mask[None, :], HAS_RESIDUAL, HAS_X_BIAS, EVICT)
+        x = _as_stored(x, r_out_ptr, HAS_RESIDUAL, CASTING_LLAMA)
         if IS_RMS:
             xc = x
         else:
@@ -177,7 +208,8 @@ def _norm_fwd_kernel(
         rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
         if not W_FIRST:
             w, b = _load_scale_shift(w_ptr, b_ptr, cols[None, :], col_mask[None, :], HAS_WEIGHT, HAS_BIAS)
-        y = _apply_scale_shift(xc * rstd[:, None], w, b, weight_offset, HAS_WEIGHT, HAS_BIAS)
+        xhat = _round_xhat(xc * rstd[:, None], x_ptr, r_out_ptr, HAS_RESIDUAL, CASTING_LLAMA)
+        y = _apply_scale_shift(xhat, w, b, weight_offset, HAS_WEIGHT, HAS_BIAS)
         tl.store(y_ptr + rows[:, None] * stride_y_row + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
         if STORE_STATS:
             tl.store(rstd_ptr + rows, rstd, mask=row_mask)
@@ -199,6 +231,7 @@ def _norm_fwd_kernel(
                 col_mask = cols < N_STATIC
                 x = _load_row_input(x_row, r_row, r_out_row, xb_ptr, cols, cols, cols, cols, col_mask, col_mask,
                                     HAS_RESIDUAL, HAS_X_BIAS, "evict_last")
+                x = _as_stored(x, r_out_row, HAS_RESIDUAL, CASTING_LLAMA)
                 acc, acc_sq = _accumulate(x, col_mask, shift, acc, acc_sq, IS_RMS)
         else:
             if PREFETCH:
@@ -226,6 +259,7 @@ def _norm_fwd_kernel(
                 else:
                     x = _load_row_input(x_row, r_row, r_out_row, xb_ptr, cols, cols, cols, cols, col_mask, col_mask,
                                         HAS_RESIDUAL, HAS_X_BIAS, "evict_last")
+                x = _as_stored(x, r_out_row, HAS_RESIDUAL, CASTING_LLAMA)
                 acc, acc_sq = _accumulate(x, col_mask, shift, acc, acc_sq, IS_RMS)
         mean, rstd = _looped_stats(acc, acc_sq, shift, n_cols, eps, IS_RMS)
         # Pass 2: re-read (the stored sum, when there is a residual) and normalize.
@@ -233,12 +267,12 @@ def _norm_fwd_kernel(
             for start in tl.static_range(0, N_STATIC, BLOCK_N):
                 cols = start + tl.arange(0, BLOCK_N)
                 _normalize_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, y_row, cols, cols < N_STATIC, mean, rstd,
-                                 weight_offset, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS)
+                                 weight_offset, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS, CASTING_LLAMA)
         else:
             for start in tl.range(0, n_cols, BLOCK_N):
                 cols = start + tl.arange(0, BLOCK_N)
                 _normalize_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, y_row, cols, cols < n_cols, mean, rstd,
-                                 weight_offset, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS)
+                                 weight_offset, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS, CASTING_LLAMA)
         if STORE_STATS:
             tl.store(rstd_ptr + row, rstd)
             if not IS_RMS:
@@ -305,6 +339,7 @@ def _norm_fwd_split_kernel(
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     STORE_STATS: tl.constexpr,
+    CASTING_LLAMA: tl.constexpr,
     EVICT: tl.constexpr,
     PHASE: tl.constexpr,          # 0 all at once; 1 / 2 first / second half alone (interpreter)
     BLOCK_N: tl.constexpr,        # the segment: one tile, held in registers
@@ -331,6 +366,7 @@ def _norm_fwd_split_kernel(
     else:
         x = _load_row_input(x_row, r_row, r_out_row, xb_ptr, cols, cols, cols, cols, col_mask, col_mask,
                             HAS_RESIDUAL, HAS_X_BIAS, EVICT)
+        x = _as_stored(x, r_out_row, HAS_RESIDUAL, CASTING_LLAMA)
         if IS_RMS:
             sq = tl.sum(x * x, axis=0)
             total = tl.zeros_like(sq)
@@ -342,7 +378,8 @@ def _norm_fwd_split_kernel(
     if PHASE != 1:
         mean, var = _segments_stats(slot_ptr + row * n_segs, n_segs, BLOCK_N, n_cols, IS_RMS, BLOCK_S)
         rstd = tl.rsqrt(var + eps)
-        y = _scale_shift((x - mean) * rstd, w_ptr, b_ptr, cols, col_mask, weight_offset, HAS_WEIGHT, HAS_BIAS)
+        xhat = _round_xhat((x - mean) * rstd, x_ptr, r_out_ptr, HAS_RESIDUAL, CASTING_LLAMA)
+        y = _scale_shift(xhat, w_ptr, b_ptr, cols, col_mask, weight_offset, HAS_WEIGHT, HAS_BIAS)
         tl.store(y_ptr + row * stride_y_row + cols, y.to(y_ptr.dtype.element_ty), mask=col_mask)
         if STORE_STATS:
             if seg == 0:
@@ -418,6 +455,7 @@ def _norm_bwd_kernel(
     NEED_DB: tl.constexpr,
     ROW_SUMS: tl.constexpr,       # c1/c2 come from _norm_bwd_row_sums_kernel (looped rows)
     HAS_DRES: tl.constexpr,
+    CASTING_LLAMA: tl.constexpr,  # dweight from x_hat rounded to x's dtype, as the forward multiplied it
     INT64: tl.constexpr,
     PREFETCH: tl.constexpr,       # load step i + 1 before computing step i
     BLOCK_M: tl.constexpr,
@@ -429,6 +467,10 @@ def _norm_bwd_kernel(
     whole row and the row reductions happen here. Each program writes its own
     row of the partial buffers, reduced afterwards in a fixed order:
     deterministic, no atomics.
+
+    Llama casting's rounding has no gradient (straight through): dx is the fp32 formula
+    of every mode; dweight sums dy times the rounded x_hat the forward multiplied the
+    weight by (x is the normalized tensor as stored: its dtype is the one rounded to).
     """
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     weight_offset = tl.cast(weight_offset, tl.float32)
@@ -484,7 +526,10 @@ def _norm_bwd_kernel(
             dx += tl.load(dres_ptr + rows[:, None] * stride_dres_row + cols[None, :], mask=mask).to(tl.float32)
         tl.store(dx_ptr + rows[:, None] * stride_dx_row + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
         if NEED_DW:
-            dw_acc += dy * xhat
+            if CASTING_LLAMA:
+                dw_acc += dy * xhat.to(x_ptr.dtype.element_ty).to(tl.float32)
+            else:
+                dw_acc += dy * xhat
         if NEED_DB:
             db_acc += dy
     part = pid_m.to(tl.int64) * n_cols + cols
