@@ -20,5 +20,7 @@ setup(
     extras_require={
         "test": ["pytest>=7", "pytest-xdist>=3", "hypothesis>=6"],
         "bench": ["pandas>=1.5", "matplotlib>=3.5"],
+        # aiter_lite.transformers patches Hugging Face models (tested with transformers 5.24)
+        "hf": ["transformers>=4.48"],
     },
 )

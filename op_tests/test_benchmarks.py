@@ -1,5 +1,6 @@
 """Every op_benchmarks/bench_*.py runs end to end (on the CPU: a tiny case through the interpreter)."""
 
+import argparse
 import importlib
 import pathlib
 
@@ -8,9 +9,9 @@ import pytest
 
 from op_tests.utils import ON_GPU
 
-# bench_host times host paths, not providers: its own test below.
+# bench_host times host paths and bench_training whole training steps, not providers: their own tests below.
 BENCHES = sorted(p.stem for p in (pathlib.Path(__file__).resolve().parents[1] / "op_benchmarks").glob("bench_*.py")
-                 if p.stem != "bench_host")
+                 if p.stem not in ("bench_host", "bench_training"))
 
 
 @pytest.mark.parametrize("bench", BENCHES)
@@ -26,6 +27,70 @@ def test_bench_runs(bench, tmp_path, capsys):
     assert "triton us" in printed and "x vs native" in printed
     if not ON_GPU:
         assert "timings mean nothing" in printed
+
+
+# The backward ops each bench runs under --direction bwd.
+BACKWARD = {
+    "bench_activation": ["silu_and_mul_bwd", "gelu_and_mul_bwd", "gelu_tanh_and_mul_bwd"],
+    "bench_rmsnorm": ["rms_norm_bwd", "rmsnorm2d_fwd_with_add_bwd"],
+    "bench_layernorm": ["layer_norm_bwd", "layernorm2d_fwd_with_add_bwd"],
+    "bench_rope": ["rope_cached_thd_positions_2c_fwd_bwd"],
+}
+SMALL = ["-M", "1", "--model", "llama3-8B"] if ON_GPU else []
+
+
+@pytest.mark.parametrize("bench", sorted(BACKWARD))
+def test_bench_backward_runs(bench, tmp_path, capsys):
+    # The run stops with "disagree" where a provider's gradients miss the native reference's,
+    # so a finished run is triton's backward checked against the reference.
+    module = importlib.import_module(f"op_benchmarks.{bench}")
+    fwd, bwd = tmp_path / "fwd.csv", tmp_path / "bwd.csv"
+    module.main(["--direction", "bwd", "-o", str(bwd), "--rep", "5"] + SMALL)
+    df = pd.read_csv(bwd)
+    assert sorted(set(df.op)) == sorted(BACKWARD[bench])
+    assert {"triton", "native"} <= set(df.provider)
+    assert (df.us > 0).all() and (df.gbps > 0).all() and (df.pct_copy > 0).all()
+    assert "triton us" in capsys.readouterr().out
+    module.main(["--direction", "fwd", "-o", str(fwd), "--rep", "5"] + SMALL)
+    forward = pd.read_csv(fwd)
+    assert not forward.op.str.endswith("_bwd").any()
+    assert list(forward.columns) == list(df.columns)  # the op column alone says the direction
+
+
+def test_bench_backward_checked(monkeypatch):
+    # Wrong gradients stop the run: of x (activation), of a parameter alone (RMSNorm's weight).
+    act = importlib.import_module("op_benchmarks.bench_activation")
+    right = act.PROVIDERS["triton"]
+
+    def wrong_dx(case, inputs):
+        fn = right(case, inputs)
+        return lambda: tuple(1.5 * g for g in fn())
+
+    monkeypatch.setitem(act.PROVIDERS, "triton", wrong_dx)
+    with pytest.raises(SystemExit, match="disagree"):
+        act.main(["--op", "silu_and_mul_bwd", "--providers", "triton,native", "--rep", "5"] + SMALL)
+    rms = importlib.import_module("op_benchmarks.bench_rmsnorm")
+    fwd, add = rms.BENCH._triton
+    # The same y, and an extra 0.5 * sum(dy) in weight's gradient.
+    monkeypatch.setattr(rms.BENCH, "_triton", (lambda x, w: fwd(x, w) + 0.5 * (w - w.detach()), add))
+    with pytest.raises(SystemExit, match="disagree"):
+        rms.main(["--op", "rms_norm_bwd", "--providers", "triton,native", "--rep", "5"] + SMALL)
+
+
+def test_bench_directions():
+    from op_benchmarks.utils import harness
+
+    def ops(direction, op=None):
+        return harness.directed_ops(argparse.Namespace(direction=direction, op=op), ["rms_norm", "rms_norm_bwd"])
+
+    assert ops(None) == ["rms_norm", "rms_norm_bwd"]
+    assert ops("fwd") == ["rms_norm"]
+    assert ops("bwd") == ["rms_norm_bwd"]
+    assert ops("bwd", ["silu_and_mul"]) == ["silu_and_mul_bwd"]
+    rope = importlib.import_module("op_benchmarks.bench_rope")
+    for flag in ("--bwd", "--inplace"):
+        with pytest.raises(SystemExit, match="drop --bwd"):
+            rope.main(["--direction", "bwd", flag])
 
 
 def test_bench_compile_provider(tmp_path):
@@ -62,3 +127,17 @@ def test_bench_host_runs(tmp_path, capsys):
     assert "repeated within the limit" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="unknown"):
         module.main(["--op", "no_such_op"])
+
+
+def test_bench_training_runs(tmp_path, capsys):
+    """A training step of a Hugging Face Llama, unpatched and patched (the Triton backend; on
+    the CPU a tiny model through the interpreter): the same first loss."""
+    pytest.importorskip("transformers", reason="bench_training needs transformers (pip install -e '.[hf]')")
+    module = importlib.import_module("op_benchmarks.bench_training")
+    out = tmp_path / "training.csv"
+    argv = ["-o", str(out), "--providers", "hf", "aiter_lite", "--backend", "triton"]
+    module.main(argv + ([] if not ON_GPU else ["--steps", "2", "--warmup", "1", "--seq", "64", "--batch", "1"]))
+    df = pd.read_csv(out).set_index("provider")
+    assert list(df.index) == ["hf", "aiter_lite"] and (df.ms > 0).all()
+    assert abs(df.loss["aiter_lite"] - df.loss["hf"]) < 2e-2 * abs(df.loss["hf"])
+    assert "training step" in capsys.readouterr().out
