@@ -117,7 +117,12 @@ def run_provider(provider: str, args, dtype: torch.dtype) -> dict:
         peak = float("nan")
     row = dict(provider=provider, layers=args.layers, batch=args.batch, seq=args.seq, dtype=args.dtype,
                ms=statistics.median(times), ms_min=min(times), peak_gib=peak, loss=first_loss)
-    del model
+    return row
+
+
+def _run_apart(provider: str, args, dtype: torch.dtype) -> dict:
+    """One provider's row, its model freed before the next is built."""
+    row = run_provider(provider, args, dtype)
     gc.collect()
     if harness.ON_GPU:
         torch.cuda.empty_cache()
@@ -141,7 +146,7 @@ def main(argv=None) -> list[dict]:
         args.providers = [p for p in args.providers if not p.startswith("liger")]
     dtype = harness.DTYPES[args.dtype]
     order = [p for p in PROVIDERS if p in args.providers]  # Liger's global patches last
-    rows = [run_provider(p, args, dtype) for p in order]
+    rows = [_run_apart(p, args, dtype) for p in order]
     base = next((r for r in rows if r["provider"] == "hf"), None)
     for r in rows:
         r["speedup_vs_hf"] = base["ms"] / r["ms"] if base else float("nan")
