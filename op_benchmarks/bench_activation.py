@@ -128,6 +128,7 @@ def main(argv=None):
     harness.add_direction_arg(p)
     args = p.parse_args(argv)
     args.op = harness.directed_ops(args, list(OPS))
+    harness.eager_only_backward(args)
     default_m = DEFAULT_M_BWD if any(op.endswith("_bwd") for op in args.op) else DEFAULT_M
     shapes = harness.row_shapes(args, DEFAULT_MODELS, default_m, lambda cfg: [
         (suffix, cfg[key]) for key, suffix in (("intermediate_size", ""), ("moe_intermediate_size", "-moe"))

@@ -8,8 +8,8 @@ its providers (name -> callable factory); ``run`` does the rest:
 * checks every provider's output against the native reference before timing it;
 * a backward op (named ``<op>_bwd``; ``--direction bwd`` picks them) times
   ``torch.autograd.grad`` through a forward run once beforehand (``backward_of``),
-  and its check compares the gradients; under ``--cudagraph``, a graph of forward and
-  backward less a graph of the forward (kernel time, no host cost);
+  and its check compares the gradients (eager launches only: captured, the engine's
+  backward makes the legacy stream wait on the capturing one);
 * measures a 1 GiB device-to-device copy in the same run, the bandwidth ceiling;
 * prints µs, GB/s, % of copy and aiter_lite's speedup over each provider, and
   writes a CSV row per (case, provider) with GPU name, versions and a timestamp.
@@ -113,12 +113,6 @@ def _time_ms(fn: Callable, cudagraph: bool, rep: int) -> float:
     for _ in range(3):  # compile, autotune and clock ramp-up stay out of the timing
         fn()
     torch.cuda.synchronize()
-    if cudagraph and hasattr(fn, "step"):  # a backward: (forward + backward) - forward, each a graph
-        for _ in range(3):
-            fn.step()
-        torch.cuda.synchronize()
-        both = triton.testing.do_bench_cudagraph(fn.step, rep=rep, return_mode="median")
-        return max(both - triton.testing.do_bench_cudagraph(fn.forward, rep=rep, return_mode="median"), 1e-6)
     if cudagraph:
         return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median")
     return triton.testing.do_bench(fn, warmup=max(rep // 4, 25), rep=rep, return_mode="median")
@@ -188,16 +182,17 @@ BWD_MODELS = ["llama3-8B", "llama3-70B"]
 def backward_of(forward: Callable, wrt, grads) -> Callable:
     """The timed callable of a backward op: the gradient of ``forward()``'s outputs (run once,
     here, outside the timing) with respect to ``wrt`` for the upstream gradients ``grads``. The
-    graph is kept, so the call repeats; it returns the gradients, which the check compares.
+    graph is kept, so the call repeats; it returns the gradients, which the check compares."""
+    return functools.partial(torch.autograd.grad, forward(), wrt, grads, retain_graph=True)
 
-    Under ``--cudagraph`` a backward cannot be captured alone (the autograd engine runs it on
-    the stream its forward ran on), so the graph holds forward and backward (``.step``) and
-    the backward's time is that graph's less the forward's alone (``.forward``)."""
-    outputs = forward()
-    fn = functools.partial(torch.autograd.grad, outputs, wrt, grads, retain_graph=True)
-    fn.step = lambda: torch.autograd.grad(forward(), wrt, grads)
-    fn.forward = forward
-    return fn
+
+def eager_only_backward(args: argparse.Namespace) -> None:
+    """Drop *_bwd ops under --cudagraph: captured, the autograd engine's backward makes the
+    legacy stream wait on the capturing one (cudaErrorStreamCaptureImplicit)."""
+    if args.cudagraph and any(op.endswith("_bwd") for op in args.op):
+        print("--cudagraph: backward ops are timed eagerly only; dropping "
+              + ", ".join(op for op in args.op if op.endswith("_bwd")))
+        args.op = [op for op in args.op if not op.endswith("_bwd")]
 
 
 def compile_static(fn: Callable) -> Callable:

@@ -16,7 +16,7 @@ ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu")
 # (rows, d): the input row holds 2 * d
 GATED_SHAPES = by_device(
     cpu=[(0, 64), (1, 1), (3, 7), (7, 127), (2, 4097)],
-    gpu=[(0, 64), (1, 1), (3, 7), (7, 127), (1000, 4097), (4096, 14336), (3, 65537), (20000, 768)],
+    gpu=[(0, 64), (1, 1), (3, 7), (7, 127), (1000, 4097), (1024, 14336), (3, 65537), (20000, 768)],
 )
 # (Triton op, its formula in the input's precision)
 ELEMENTWISE = {"silu": (act.silu, ref.ACTIVATIONS["silu"]), "gelu": (act.gelu, ref.ACTIVATIONS["gelu"]),
@@ -146,7 +146,7 @@ def test_layer_gradients_equal_on_both_backends(layer, dtype):
 # act_mul: gate and up as two tensors (a Hugging Face MLP's gate_proj(x), up_proj(x))
 
 ACT_MUL_SHAPES = by_device(cpu=[(0, 64), (1, 1), (3, 7), (2, 4097)],
-                           gpu=[(0, 64), (1, 1), (3, 7), (1000, 4097), (4096, 14336), (20000, 768)])
+                           gpu=[(0, 64), (1, 1), (3, 7), (1000, 4097), (1024, 14336), (20000, 768)])
 
 
 @pytest.mark.parametrize("strided", [False, True], ids=["dense", "strided"])

@@ -149,6 +149,8 @@ def _softmax_forward(op: str, x: torch.Tensor, dim: int, log: bool) -> torch.Ten
         return _softmax_forward(op, x.reshape(1), 0, log).reshape(())
     if dim != x.dim() - 1:  # the reduced dim last, contiguous; the result back in x's layout
         y = _softmax_forward(op, x.movedim(dim, -1).contiguous(), x.dim() - 1, log)
+        if x.is_contiguous():  # out of place: an in-place copy into a new tensor inside the autograd
+            return y.movedim(-1, dim).contiguous()  # node lost its gradient under inductor (H100)
         return torch.empty_like(x).copy_(y.movedim(-1, dim))
     if x.shape[-1] > 1 and x.stride(-1) != 1:
         x = x.contiguous()
@@ -166,7 +168,7 @@ def _softmax_backward(op: str, y: torch.Tensor, dy: torch.Tensor, dim: int, log:
         return _softmax_backward(op, y.reshape(1), dy.reshape(1), 0, log).reshape(())
     if dim != y.dim() - 1:  # as the forward: the reduced dim last; the gradient a view in y's layout
         dx = _softmax_backward(op, y.movedim(dim, -1).contiguous(), dy.movedim(dim, -1), y.dim() - 1, log)
-        return dx.movedim(-1, dim)
+        return dx.movedim(-1, dim).contiguous()
     n = y.shape[-1]
     if n > 1 and dy.stride(-1) != 1:  # an expanded or transposed gradient
         dy = dy.contiguous()
