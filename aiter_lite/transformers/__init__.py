@@ -281,17 +281,14 @@ def _copy_function(fn, globals_: dict, closure):
     return new
 
 
-def _rope_forward(module: nn.Module, backend: str, checked: dict) -> types.FunctionType | str:
-    """A copy of the attention module's forward that rotates on aiter_lite, or why none."""
-    forward = type(module).forward
-    rotary = _reads_global(forward, _ROPE_GLOBAL)
-    if rotary is None:
-        return f"its forward calls no {_ROPE_GLOBAL}"
+def _rope_forward(module: nn.Module, rotary, backend: str, checked: dict) -> types.FunctionType | str:
+    """A copy of the attention module's forward that rotates on aiter_lite (``rotary``: the
+    function it calls), or why none."""
     if id(rotary) not in checked:
         checked[id(rotary)] = _rotary_function_checked(rotary)
     if checked[id(rotary)] is not None:
         return checked[id(rotary)]
-    return _with_global(forward, _ROPE_GLOBAL, _rotary(rotary, backend))
+    return _with_global(type(module).forward, _ROPE_GLOBAL, _rotary(rotary, backend))
 
 
 def _reads_global(fn, name: str, depth: int = 0):
@@ -335,8 +332,9 @@ def apply_aiter_lite(model: nn.Module, *, rope: bool = True, rms_norm: bool = Tr
                    report.rms_norm, report)
         elif swiglu and hasattr(module, "gate_proj") and hasattr(module, "up_proj"):
             _patch(module, name, _as_mlp(module, backends["activation"]), _mlp_forward, report.mlp, report)
-        elif rope and "forward" in type(module).__dict__ and _reads_global(type(module).forward, _ROPE_GLOBAL):
-            forward = _rope_forward(module, backends["rope"], checked)
+        elif rope and "forward" in type(module).__dict__ and \
+                (rotary := _reads_global(type(module).forward, _ROPE_GLOBAL)) is not None:
+            forward = _rope_forward(module, rotary, backends["rope"], checked)
             if isinstance(forward, str):
                 report.skipped[name] = forward
             else:

@@ -166,13 +166,13 @@ def _softmax_backward(op: str, y: torch.Tensor, dy: torch.Tensor, dim: int, log:
     (y's shape, any strides) along ``dim`` (in [0, rank); 0 for a 0-d y)."""
     if y.dim() == 0:
         return _softmax_backward(op, y.reshape(1), dy.reshape(1), 0, log).reshape(())
-    if dim != y.dim() - 1:  # as the forward: the reduced dim last; the gradient a view in y's layout
+    if dim != y.dim() - 1:  # as the forward: the reduced dim last, then back, contiguous
         dx = _softmax_backward(op, y.movedim(dim, -1).contiguous(), dy.movedim(dim, -1), y.dim() - 1, log)
         return dx.movedim(-1, dim).contiguous()
     n = y.shape[-1]
     if n > 1 and dy.stride(-1) != 1:  # an expanded or transposed gradient
         dy = dy.contiguous()
-    dx = torch.empty(y.shape, dtype=y.dtype, device=y.device)
+    dx = _new_out(y)
     if dx.numel() == 0:
         return dx
     _launch_softmax_bwd(rows_view(op, "y", y, writable=False), rows_view(op, "dy", dy, writable=False),
