@@ -16,7 +16,7 @@ triton is the public op (``act_and_mul``) with x requiring grad, native and comp
 the fp32 reference under autograd (compile: its compiled backward), liger is
 LigerSiLUMulFunction / LigerGELUMulFunction on gate and up as two tensors (its
 gradients land in them). ``--direction bwd`` runs the backward of every op (or of each
---op); the CSV's op column names the direction. Backward ops are timed eagerly only, and
+--op); the CSV's op column names the direction (--cudagraph captures the backward too), and
 by default at M = 1, 16, 128, 1024, 4096, 8192: all providers' graphs at 16384 x 14336 hold
 more than an H100's memory (the fp32 reference keeps x in fp32).
 """
@@ -128,7 +128,6 @@ def main(argv=None):
     harness.add_direction_arg(p)
     args = p.parse_args(argv)
     args.op = harness.directed_ops(args, list(OPS))
-    harness.eager_only_backward(args)
     default_m = DEFAULT_M_BWD if any(op.endswith("_bwd") for op in args.op) else DEFAULT_M
     shapes = harness.row_shapes(args, DEFAULT_MODELS, default_m, lambda cfg: [
         (suffix, cfg[key]) for key, suffix in (("intermediate_size", ""), ("moe_intermediate_size", "-moe"))

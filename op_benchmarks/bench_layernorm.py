@@ -24,7 +24,7 @@ The add op is timed out of place (fresh outputs each call). A backward op times
 torch.autograd.grad of a forward run once beforehand, with respect to x, weight and bias (and
 the residual): triton through the public op under autograd, native and compile the fp32
 reference under autograd (compile: its compiled backward), liger LigerLayerNormFunction
-(Liger has no fused add + LayerNorm). Backward ops are timed eagerly only.
+(Liger has no fused add + LayerNorm). --cudagraph captures the backward ops too.
 """
 
 import pathlib

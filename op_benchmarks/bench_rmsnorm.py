@@ -23,7 +23,7 @@ The add op is timed out of place (fresh outputs each call). A backward op times
 torch.autograd.grad of a forward run once beforehand, with respect to x and weight (and the
 residual): triton through the public op under autograd, native and compile the fp32
 reference under autograd (compile: its compiled backward), liger LigerRMSNormFunction /
-LigerFusedAddRMSNormFunction. Backward ops are timed eagerly only.
+LigerFusedAddRMSNormFunction. --cudagraph captures the backward ops too.
 """
 
 import pathlib

@@ -101,9 +101,6 @@ def select_op(args: argparse.Namespace) -> str:
         if args.bwd or args.inplace:
             raise SystemExit("--direction bwd: the gradient of the out-of-place forward op through autograd; "
                              "drop --bwd (the *_bwd op called directly) and --inplace")
-        if args.cudagraph:
-            raise SystemExit("--cudagraph: backward ops are timed eagerly only (captured, the autograd engine's "
-                             "backward makes the legacy stream wait on the capturing one); drop --direction bwd")
         mode = "_fwd_bwd"
     if offs and not pos:
         raise SystemExit("--offs: offsets are added to positions; drop --pos false")

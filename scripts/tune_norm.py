@@ -4,7 +4,9 @@ norm_launch_config / norm_bwd_launch_config. Prints the best per shape; writes a
     PYTHONPATH=. python scripts/tune_norm.py --ns 256,4096,32768 --elems 67108864 -o tune_norm.csv
     PYTHONPATH=. python scripts/tune_norm.py --what fwd,add --kind ln --evict ,evict_last
 
-``--what``: fwd (norm), add (fused residual add + norm), bwd. ``--kind``: rms or ln.
+``--what``: fwd (norm), add (fused residual add + norm), bwd, addbwd (the fused-add forms'
+backward, which adds residual_out's gradient). ``--kind``: rms or ln. ``--cudagraph``: time
+CUDA-graph replays (no host time: what a small shape's kernel takes).
 ``--evict``: cache hints tried for the in-register forward's loads; ``--fams``: config
 families besides the default (tile, looped, small, static, split, wfirst; none for the default alone).
 """
@@ -15,7 +17,7 @@ import itertools
 
 import pandas as pd
 import torch
-from triton.testing import do_bench
+from triton.testing import do_bench, do_bench_cudagraph
 
 from aiter_lite.ops.triton.normalization import norm as nm
 from aiter_lite.ops.triton.normalization.norm import NormLaunchConfig
@@ -77,6 +79,7 @@ def main():
     p.add_argument("--evict", default="", help="comma-separated load hints for the in-register forward")
     p.add_argument("--fams", default="tile,looped", help="config families to try besides the default")
     p.add_argument("--mults", default="1,2,4,8", help="backward programs per SM to try")
+    p.add_argument("--cudagraph", action="store_true", help="time CUDA-graph replays")
     p.add_argument("-o", default="tune_norm.csv")
     a = p.parse_args()
     dev = torch.device("cuda")
@@ -114,22 +117,27 @@ def main():
                               if not c.LOOPED and not c.SPLIT]
                 cands = [(None, None)] + [(c, None) for c in cands]
             else:
-                default = nm.norm_bwd_launch_config(m, n, device_profile(dev), rms)
+                add = what == "addbwd"
+                default = nm.norm_bwd_launch_config(m, n, device_profile(dev), rms, add)
                 cands = [(None, None)] + list(bwd_configs(n, sms, a.fams, [int(v) for v in a.mults.split(",")]))
                 nm._launch_norm_fwd(x, y, w, b, 1e-6, rms, rstd=rstd, mean=mean)
-                nbytes = 6 * m * n
+                nbytes = (8 if add else 6) * m * n
                 dx, dw = torch.empty_like(x), torch.empty(n, dtype=w.dtype, device=dev)
                 db = None if rms else torch.empty(n, dtype=w.dtype, device=dev)
+                dres = torch.randn_like(x) if add else None
 
                 def run(c, progs):
                     nm._launch_norm_bwd(dy, x, w, mean, rstd, dx, dw, db, rms, 0.0,
-                                        None if c is None else nm.NormBwdLaunchConfig(c, progs))
+                                        None if c is None else nm.NormBwdLaunchConfig(c, progs), dres=dres)
             res = []
             for c, progs in cands:
                 try:
                     for _ in range(3):
                         run(c, progs)
-                    ms = do_bench(lambda: run(c, progs), warmup=10, rep=40, return_mode="median")
+                    if a.cudagraph:
+                        ms = do_bench_cudagraph(lambda: run(c, progs), rep=40, return_mode="median")
+                    else:
+                        ms = do_bench(lambda: run(c, progs), warmup=10, rep=40, return_mode="median")
                 except Exception as e:  # a config the compiler rejects (registers, shared memory)
                     print(f"  skip {c}: {type(e).__name__}")
                     continue

@@ -8,8 +8,8 @@ its providers (name -> callable factory); ``run`` does the rest:
 * checks every provider's output against the native reference before timing it;
 * a backward op (named ``<op>_bwd``; ``--direction bwd`` picks them) times
   ``torch.autograd.grad`` through a forward run once beforehand (``backward_of``),
-  and its check compares the gradients (eager launches only: captured, the engine's
-  backward makes the legacy stream wait on the capturing one);
+  and its check compares the gradients (under ``--cudagraph`` the forward runs on the
+  capturing stream, where the autograd engine then runs the backward);
 * measures a 1 GiB device-to-device copy in the same run, the bandwidth ceiling;
 * prints µs, GB/s, % of copy and aiter_lite's speedup over each provider, and
   writes a CSV row per (case, provider) with GPU name, versions and a timestamp.
@@ -113,6 +113,8 @@ def _time_ms(fn: Callable, cudagraph: bool, rep: int) -> float:
     for _ in range(3):  # compile, autotune and clock ramp-up stay out of the timing
         fn()
     torch.cuda.synchronize()
+    if cudagraph and isinstance(fn, BackwardCall):
+        return time_backward_cudagraph(fn, rep)
     if cudagraph:
         return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median")
     return triton.testing.do_bench(fn, warmup=max(rep // 4, 25), rep=rep, return_mode="median")
@@ -179,20 +181,70 @@ def directed_ops(args: argparse.Namespace, default: list[str]) -> list[str]:
 BWD_MODELS = ["llama3-8B", "llama3-70B"]
 
 
-def backward_of(forward: Callable, wrt, grads) -> Callable:
-    """The timed callable of a backward op: the gradient of ``forward()``'s outputs (run once,
-    here, outside the timing) with respect to ``wrt`` for the upstream gradients ``grads``. The
-    graph is kept, so the call repeats; it returns the gradients, which the check compares."""
-    return functools.partial(torch.autograd.grad, forward(), wrt, grads, retain_graph=True)
+class BackwardCall:
+    """The timed callable of a backward op: the gradient of ``forward()``'s outputs with
+    respect to ``wrt`` for the upstream gradients ``grads``. The forward runs once, at the
+    first call, outside the timing; its graph is kept, so the call repeats. It returns the
+    gradients, which the check compares.
+
+    Under CUDA graphs (:func:`time_backward_cudagraph`) the forward runs again on the
+    capturing stream: the autograd engine runs each backward node on its forward's stream,
+    and one recorded on another stream would leave the capture."""
+
+    def __init__(self, forward: Callable, wrt, grads):
+        self.forward, self.wrt, self.grads = forward, wrt, grads
+        self._out = None
+
+    def grad(self, out):
+        return torch.autograd.grad(out, self.wrt, self.grads, retain_graph=True)
+
+    def __call__(self):
+        if self._out is None:
+            self._out = self.forward()
+        return self.grad(self._out)
+
+    def release(self) -> None:
+        """Drop the kept forward graph (its leaves' gradient accumulators keep the stream the
+        forward ran on, and every provider's forward shares the leaves)."""
+        self._out = None
 
 
-def eager_only_backward(args: argparse.Namespace) -> None:
-    """Drop *_bwd ops under --cudagraph: captured, the autograd engine's backward makes the
-    legacy stream wait on the capturing one (cudaErrorStreamCaptureImplicit)."""
-    if args.cudagraph and any(op.endswith("_bwd") for op in args.op):
-        print("--cudagraph: backward ops are timed eagerly only; dropping "
-              + ", ".join(op for op in args.op if op.endswith("_bwd")))
-        args.op = [op for op in args.op if not op.endswith("_bwd")]
+def backward_of(forward: Callable, wrt, grads) -> BackwardCall:
+    """``forward``'s backward as a timed callable (:class:`BackwardCall`)."""
+    return BackwardCall(forward, wrt, grads)
+
+
+def time_backward_cudagraph(call: BackwardCall, rep: int) -> float:
+    """Median ms of one backward, from replays of a CUDA graph of back-to-back backwards
+    (as ``do_bench_cudagraph``), with the forward run on the capturing stream."""
+    call.release()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        out = call.forward()
+        for _ in range(3):
+            call.grad(out)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            call.grad(out)
+        end.record()
+        torch.cuda.synchronize()
+        n = max(1, min(1000, int(rep / max(start.elapsed_time(end) / 5, 1e-3))))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(n):
+                call.grad(out)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(10):
+            start.record()
+            graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / n)
+    del graph, out
+    return statistics.median(times)
 
 
 def compile_static(fn: Callable) -> Callable:
@@ -286,6 +338,10 @@ def run(
             if not (case.agrees or functools.partial(agrees, dtype=case.dtype))(fn(), reference):
                 wrong.append(f"{case.op} {case.label} {case.dims} {name}")
             fns[name] = fn
+        if args.cudagraph:  # no provider's eager forward graph alive while another's is captured
+            for fn in fns.values():
+                if isinstance(fn, BackwardCall):
+                    fn.release()
         # Providers take turns, round after round: a slow drift of clocks or a
         # noisy neighbour then hits every provider alike rather than one of them.
         times = {name: [] for name in fns}

@@ -105,7 +105,6 @@ class NormBench:
         harness.add_sweep_args(p)
         args = p.parse_args(argv)
         args.op = harness.directed_ops(args, list(self.ops[:3]) if args.direction is None else list(self.ops[:2]))
-        harness.eager_only_backward(args)
         models = harness.BWD_MODELS if args.direction == "bwd" else DEFAULT_MODELS
         shapes = harness.row_shapes(args, models, DEFAULT_M, lambda cfg: [("", cfg["hidden_size"])])
         cases = harness.build_cases(args, args.op, shapes, self.case)

@@ -109,7 +109,9 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
         ("fused_add_rms_norm split",
          lambda: op["fused_add_rms_norm"](_meta(4, 65536), _meta(4, 65536), _meta(65536), 1e-6, 0.0)),
         ("rms_norm backward", _norm_backward(op["rms_norm"], 8, 4096)),
+        ("layer_norm backward", _norm_backward(op["layer_norm"], 8, 4096, layer_norm=True)),
         ("layer_norm backward looped", _norm_backward(op["layer_norm"], 4, 65536, layer_norm=True)),
+        ("layernorm2d_fwd_with_add backward", _norm_add_backward(op, 8, 4096, layer_norm=True)),
         ("rmsnorm2d_fwd_with_add backward, residual_out's gradient added", _norm_add_backward(op, 8, 4096)),
         ("layernorm2d_fwd_with_add backward looped", _norm_add_backward(op, 4, 65536, layer_norm=True)),
         # Llama casting: x * rstd rounded to the input's dtype before the weight (every forward

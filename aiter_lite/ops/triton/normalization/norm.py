@@ -23,6 +23,7 @@ import torch
 
 from aiter_lite.ops.triton._triton_kernels.normalization.norm import (
     _norm_bwd_kernel,
+    _norm_bwd_reduce_kernel,
     _norm_bwd_row_sums_kernel,
     _norm_fwd_kernel,
     _norm_fwd_split_kernel,
@@ -186,8 +187,13 @@ _TILE = 2048  # short rows: several per program, about this many elements
 # 8192-element tiles, 16 warps, one program per SM (RMSNorm 262144 x 256: 115.5 us,
 # LayerNorm 127.7 against 144.7 for 2048-element tiles); N = 1024 2048-element tiles,
 # 4 warps, 8 programs per SM (RMSNorm, 116.5) or 8192 / 8 warps / 1 per SM (LayerNorm,
-# 128.5); N = 2048..4096 4096-element tiles, 8 warps, 2 per SM; wider rows one row
-# per step, 16 warps, one per SM (fewer dweight partial rows to write and reduce).
+# 128.5); N = 2048 4096-element tiles, 8 warps, 2 per SM; wider rows one row per step,
+# 16 warps, one per SM (fewer dweight partial rows to write and reduce). N = 4096 (H100,
+# CUDA-graph replays, scripts/tune_norm.py --cudagraph): two rows per step, 16 warps, one
+# program per SM, against one row, 8 warps, two per SM: RMSNorm 4096 / 32768 rows 40.2 /
+# 288.8 us against 42.6 / 291.3, LayerNorm 44.0 / 290.2 against 49.3 / 298.5, with a
+# residual's gradient RMSNorm 51.3 / 370.5 against 53.6 / 371.1, LayerNorm 55.6 / 380.3
+# against 75.9 / 450.1.
 # RMSNorm keeps a row in registers up to 16384 (160.5 us vs 187.1 us looped); looped
 # rows take 4 x 2048 column blocks (247.6 us at 262144 against 279.6 us for 1 x 2048).
 # LayerNorm loops from 16384 (203.4 against 233.8 us in registers) in 1024-wide
@@ -197,6 +203,7 @@ _BWD_LOOP = NormLaunchConfig(4, 2048, 8, True)  # a BLOCK_N-wide column block of
 _BWD_LOOP_LN = NormLaunchConfig(1, 1024, 4, True, PREFETCH=True)
 _BWD_LOOP_LN_WIDE = NormLaunchConfig(4, 1024, 4, True)
 _BWD_SUMS = (8192, 8)  # row-sum chunk and warps of the looped backward's first step
+_BWD_REDUCE = (32, 64, 4)  # partial-sum rows per step, columns and warps of the weight / bias reduction
 
 
 @functools.lru_cache(maxsize=1024)
@@ -278,9 +285,12 @@ def _norm_bwd_config(n_rows: int, n_cols: int, profile: DeviceProfile, is_rms: b
     elif block_n == 1024:
         block_m = min(2048 // block_n, next_power_of_2(n_rows))
         cfg, programs = NormLaunchConfig(block_m, block_n, 4, False, PREFETCH=True), 8 * sms
-    elif block_n <= 4096:
-        block_m = min(4096 // block_n, next_power_of_2(n_rows))
+    elif block_n == 2048:
+        block_m = min(2, next_power_of_2(n_rows))
         cfg, programs = NormLaunchConfig(block_m, block_n, 8, False, PREFETCH=True), 2 * sms
+    elif block_n == 4096:  # two rows per step, one program per SM: 4-25% ahead of one row and two per SM
+        block_m = min(2, next_power_of_2(n_rows))
+        cfg, programs = NormLaunchConfig(block_m, block_n, 16, False, PREFETCH=True), sms
     else:  # double-buffering a 16384-wide row spills (10x slower)
         cfg, programs = NormLaunchConfig(1, block_n, 16, False, PREFETCH=block_n <= 8192), sms
     return NormBwdLaunchConfig(cfg, min(cdiv(n_rows, cfg.BLOCK_M), programs))
@@ -416,10 +426,12 @@ def _launch_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | N
         ROW_SUMS=tile.LOOPED, HAS_DRES=dres is not None, CASTING_LLAMA=casting_mode == "llama" and dweight is not None,
         INT64=int64, PREFETCH=tile.PREFETCH, BLOCK_M=tile.BLOCK_M, BLOCK_N=tile.BLOCK_N, num_warps=tile.num_warps,
     )
-    # Partial sums reduced in a fixed order: the same bits on every run.
-    for out, part in ((dweight, dw_part), (dbias, db_part)):
-        if out is not None and programs > 1:
-            out.copy_(part.sum(0))
+    if programs > 1 and (dweight is not None or dbias is not None):
+        # Partial sums reduced in a fixed order (the same bits on every run), dweight and dbias
+        # in one launch that also casts them.
+        launch(_norm_bwd_reduce_kernel, (cdiv(n_cols, _BWD_REDUCE[1]),), dw_part, db_part, dweight, dbias,
+               programs, n_cols, NEED_DW=dweight is not None, NEED_DB=dbias is not None,
+               BLOCK_P=_BWD_REDUCE[0], BLOCK_N=_BWD_REDUCE[1], num_warps=_BWD_REDUCE[2])
 
 
 def _forward(x2, weight, bias, x_bias, eps, weight_offset, is_rms, casting_mode, *, stats):

@@ -537,3 +537,33 @@ def _norm_bwd_kernel(
         tl.store(dw_part_ptr + part, tl.sum(dw_acc, axis=0).to(dw_part_ptr.dtype.element_ty), mask=col_mask)
     if NEED_DB:
         tl.store(db_part_ptr + part, tl.sum(db_acc, axis=0).to(db_part_ptr.dtype.element_ty), mask=col_mask)
+
+
+@triton.jit
+def _norm_bwd_reduce_kernel(
+    dw_part_ptr, db_part_ptr,     # fp32 (n_parts, n_cols): the backward programs' partial sums
+    dw_ptr, db_ptr,               # out (n_cols,), their own dtypes
+    n_parts, n_cols,
+    NEED_DW: tl.constexpr,
+    NEED_DB: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """dweight / dbias: the partial sums of a column block added over the parts in a fixed
+    order (the same bits on every run) and stored in the outputs' dtypes; one launch for both."""
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < n_cols
+    dw_acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
+    db_acc = tl.zeros([BLOCK_P, BLOCK_N], dtype=tl.float32)
+    for p0 in range(0, n_parts, BLOCK_P):
+        parts = p0 + tl.arange(0, BLOCK_P)
+        offs = parts.to(tl.int64)[:, None] * n_cols + cols[None, :]
+        mask = (parts < n_parts)[:, None] & col_mask[None, :]
+        if NEED_DW:
+            dw_acc += tl.load(dw_part_ptr + offs, mask=mask, other=0.0)
+        if NEED_DB:
+            db_acc += tl.load(db_part_ptr + offs, mask=mask, other=0.0)
+    if NEED_DW:
+        tl.store(dw_ptr + cols, tl.sum(dw_acc, axis=0).to(dw_ptr.dtype.element_ty), mask=col_mask)
+    if NEED_DB:
+        tl.store(db_ptr + cols, tl.sum(db_acc, axis=0).to(db_ptr.dtype.element_ty), mask=col_mask)
