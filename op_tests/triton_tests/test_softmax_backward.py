@@ -1,6 +1,6 @@
 """Gradients of softmax / log_softmax (aiter_lite.ops.triton.softmax, the backward kernel)
 against autograd through the fp32 native reference: every dtype, odd widths, M = 0 and 1,
-rows in registers and looped, strided rows and gradients, any dim, 0-d x, edge rows;
+rows in registers, split over programs and looped, strided rows and gradients, any dim, 0-d x, edge rows;
 gradients reach upstream ops and come through torch.compile; the saved tensor is the output."""
 
 import pytest
@@ -74,11 +74,12 @@ def test_backward(op, dtype, shape):
 
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("cfg", [sm_mod.SoftmaxLaunchConfig(1, 64, 4, True),
-                                 sm_mod.SoftmaxLaunchConfig(4, 512, 4, False)], ids=["looped", "registers"])
+                                 sm_mod.SoftmaxLaunchConfig(1, 64, 4, False, SPLIT=True),
+                                 sm_mod.SoftmaxLaunchConfig(4, 512, 4, False)], ids=["looped", "split", "registers"])
 @pytest.mark.parametrize("n", [300, 320], ids=["last_part", "whole_chunks"])
 def test_regimes_and_edge_rows(op, cfg, n, monkeypatch):
-    """64-column chunks stand for rows wider than _MAX_ROW_IN_REGS; edge rows give torch's
-    gradient: a NaN row of the forward a NaN row, -inf elements 0 (log: dy)."""
+    """64-column chunks and segments stand for rows wider than _MAX_ROW_IN_REGS; edge rows
+    give torch's gradient: a NaN row of the forward a NaN row, -inf elements 0 (log: dy)."""
     monkeypatch.setattr(sm_mod, "softmax_bwd_launch_config", lambda *a, **k: cfg)
     x = torch.randn(7, n, device=DEVICE) * 4
     x[1] = -INF                      # forward all NaN
@@ -176,12 +177,10 @@ def test_opcheck_backward_launch():
 
 
 @pytest.mark.parametrize("profile", [INTERPRETER, *PROFILES.values()], ids=lambda p: p.name)
-@pytest.mark.parametrize("n_cols", [1, 100, 16384, 16385, 1 << 20])
+@pytest.mark.parametrize("n_cols", [1, 100, 16384, 16385, 65536, 262144, 1 << 20])
 def test_launch_config(n_cols, profile):
-    """The forward's tiles in registers up to _MAX_ROW_IN_REGS columns; wider rows looped."""
+    """The forward's regime: tiles in registers up to _MAX_ROW_IN_REGS columns, wider rows
+    split over programs while a row's segments fit half the SMs, looped beyond."""
     cfg = sm_mod.softmax_bwd_launch_config(300, n_cols, profile)
-    assert not cfg.SPLIT and cfg.LOOPED == (n_cols > sm_mod._MAX_ROW_IN_REGS)
-    if not cfg.LOOPED:
-        assert cfg == sm_mod.softmax_launch_config(300, n_cols, profile)
-    with pytest.raises(ValueError, match="launch_softmax_bwd: config"):
-        sm_mod._launch_softmax_bwd(*(torch.zeros(2, 8, device=DEVICE),) * 3, False, sm_mod._SPLIT)
+    assert cfg == sm_mod.softmax_launch_config(300, n_cols, profile)
+    assert (cfg.SPLIT or cfg.LOOPED) == (n_cols > sm_mod._MAX_ROW_IN_REGS)

@@ -142,7 +142,8 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
            _backward(lambda name=name, shape=shape: op[name](_meta(*shape, grad=True), -1)))
           for name in ("softmax", "log_softmax")
           for regime, shape in (("rows in registers", (4096, 100)), ("one row in registers", (256, 1000)),
-                                ("widest row in registers", (8, 16384)), ("looped", (4, 1 << 17)))],
+                                ("widest row in registers", (8, 16384)), ("split", (4, 1 << 17)),
+                                ("split, wide segments", (4, 1 << 18)), ("looped", (4, 1 << 22)))],
         ("topk filter", lambda: op["topk"](_meta(4, 128256), 50, -1, True, True)),
         ("topk filter, k = 1", lambda: op["topk"](_meta(4, 128256), 1, -1, True, True)),
         ("topk sorted rows", lambda: op["topk"](_meta(4, 1 << 17), 4096, -1, True, True)),

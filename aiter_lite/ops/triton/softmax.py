@@ -11,9 +11,9 @@ a row makes the row NaN, and so does a row of -inf.
 Both are differentiable: where autograd records x, one autograd node saves the output y
 (not x) and its backward kernel computes x's gradient from y and the output's gradient
 dy, ``y * (dy - sum(dy * y))`` or ``dy - exp(y) * sum(dy)``, in fp32, in x's dtype (a NaN
-row of y gives a NaN row of gradient). Rows in registers up to ``_MAX_ROW_IN_REGS``
-columns; wider rows are looped in chunks (y and dy read for the row's sum, then again for
-the write). Calls autograd does not record take the forward alone, as before.
+row of y gives a NaN row of gradient), in the forward's regimes: rows in registers, split
+over programs exchanging their segments' sums (y and dy read once), or looped in chunks
+(read twice). Calls autograd does not record take the forward alone, as before.
 """
 
 from __future__ import annotations
@@ -87,22 +87,27 @@ def softmax_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INT
 
 @functools.lru_cache(maxsize=1024)
 def softmax_bwd_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPRETER) -> SoftmaxLaunchConfig:
-    """The backward's launch: the forward's rows in registers (the same tiles and warps,
-    holding y and dy) up to ``_MAX_ROW_IN_REGS`` columns; wider rows looped in the
-    forward's chunks (no split: a row's sum is one pass over y and dy, the write a second)."""
-    if next_power_of_2(n_cols) > _MAX_ROW_IN_REGS:
-        return _LOOP
+    """The backward's launch: the forward's (the same tiles, warps and split segments,
+    holding y and dy; looped where the forward loops)."""
     return softmax_launch_config(n_rows, n_cols, profile)
 
 
 def _launch_rows(src: torch.Tensor, dy: torch.Tensor | None, dst: torch.Tensor, log: bool,
                  cfg: SoftmaxLaunchConfig) -> None:
-    """The in-register or looped kernel over 2-D rows: dst = softmax(src) (dy None), or
-    dst = x's gradient from the forward's output src and its gradient dy."""
+    """Any regime over 2-D rows: dst = softmax(src) (dy None), or dst = x's gradient from
+    the forward's output src and its gradient dy."""
     n_rows, n_cols = src.shape
     tensors = (src, dst) if dy is None else (src, dy, dst)
-    int64 = any(t.shape[0] * max(t.stride(0), t.shape[1]) + t.shape[1] >= 2**31 for t in tensors)
     stride_dy = None if dy is None else dy.stride(0)
+    if cfg.SPLIT:  # offsets from an int64 ticket
+        n_segs, slots, phases = split_row_slots("softmax", n_rows, n_cols, cfg.BLOCK_N, src.device, released=True)
+        for phase in phases:
+            launch(_softmax_split_kernel, (n_rows * n_segs,),
+                   src, dy, dst, slots, src.stride(0), stride_dy, dst.stride(0), n_rows, n_cols, n_segs, LOG=log,
+                   BACKWARD=dy is not None, PHASE=phase, BLOCK_N=cfg.BLOCK_N, BLOCK_S=next_power_of_2(n_segs),
+                   EVEN=n_cols % cfg.BLOCK_N == 0, num_warps=cfg.num_warps)
+        return
+    int64 = any(t.shape[0] * max(t.stride(0), t.shape[1]) + t.shape[1] >= 2**31 for t in tensors)
     if cfg.LOOPED:
         launch(_softmax_looped_kernel, (n_rows,), src, dy, dst, src.stride(0), stride_dy, dst.stride(0), n_cols,
                LOG=log, BACKWARD=dy is not None, INT64=int64, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
@@ -115,28 +120,15 @@ def _launch_rows(src: torch.Tensor, dy: torch.Tensor | None, dst: torch.Tensor, 
 @launcher(mutates=("y",))
 def _launch_softmax(x: torch.Tensor, y: torch.Tensor, log: bool, config: SoftmaxLaunchConfig | None = None) -> None:
     """Rows of 2-D x into y by the config's regime: in registers, split over programs, or looped."""
-    n_rows, n_cols = x.shape
-    cfg = config or softmax_launch_config(n_rows, n_cols, device_profile(x.device))
-    if cfg.SPLIT:
-        n_segs, slots, phases = split_row_slots("softmax", n_rows, n_cols, cfg.BLOCK_N, x.device, released=True)
-        for phase in phases:
-            launch(_softmax_split_kernel, (n_rows * n_segs,),
-                   x, y, slots, x.stride(0), y.stride(0), n_rows, n_cols, n_segs, LOG=log, PHASE=phase,
-                   BLOCK_N=cfg.BLOCK_N, BLOCK_S=next_power_of_2(n_segs), EVEN=n_cols % cfg.BLOCK_N == 0,
-                   num_warps=cfg.num_warps)
-    else:
-        _launch_rows(x, None, y, log, cfg)
+    _launch_rows(x, None, y, log, config or softmax_launch_config(*x.shape, device_profile(x.device)))
 
 
 @launcher(mutates=("dx",))
 def _launch_softmax_bwd(y: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, log: bool,
                         config: SoftmaxLaunchConfig | None = None) -> None:
-    """x's gradient dx from the forward's output y and its gradient dy (2-D rows): in
-    registers or looped. A split config is refused: the backward has no split kernel."""
-    cfg = config or softmax_bwd_launch_config(*y.shape, device_profile(y.device))
-    if cfg.SPLIT:
-        raise ValueError(f"launch_softmax_bwd: config must hold rows in registers or be LOOPED, got {cfg}")
-    _launch_rows(y, dy, dx, log, cfg)
+    """x's gradient dx from the forward's output y and its gradient dy (2-D rows), by the
+    config's regime: in registers, split over programs, or looped."""
+    _launch_rows(y, dy, dx, log, config or softmax_bwd_launch_config(*y.shape, device_profile(y.device)))
 
 
 def _new_out(x: torch.Tensor) -> torch.Tensor:

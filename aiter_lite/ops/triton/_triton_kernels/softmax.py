@@ -8,9 +8,10 @@
 * ``_softmax_split_kernel``: a wide row split over programs, each segment read once and
   held in registers; the programs of a row exchange their segments' max and sum.
 
-The first two take ``BACKWARD``: they then read the forward's output y and its gradient
-dy and write x's gradient, ``y * (dy - sum(dy * y))`` (softmax) or ``dy - exp(y) *
-sum(dy)`` (log-softmax), one row sum each.
+Each takes ``BACKWARD``: it then reads the forward's output y and its gradient dy and
+writes x's gradient, ``y * (dy - sum(dy * y))`` (softmax) or ``dy - exp(y) * sum(dy)``
+(log-softmax), one row sum each (split: the segments' sums exchanged as the forward's
+statistics are).
 
 Edge rows behave as torch.softmax's: a row holding NaN or +inf comes out all NaN, a
 row of -inf all NaN; -inf elements of other rows give 0 (log: -inf). A NaN row of y
@@ -169,52 +170,90 @@ def _gather(slot_row, n_segs, BLOCK_S: tl.constexpr):
     return m, tl.where(m == float("-inf"), float("nan"), s)
 
 
+@triton.jit
+def _publish_sum(slot, s):
+    """A segment's gradient sum as one 64-bit word, never 0: its bits high, 1 low."""
+    hi = s.to(tl.uint32, bitcast=True).to(tl.uint64)
+    tl.atomic_xchg(slot, ((hi << 32) | 1).to(tl.int64, bitcast=True), sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _gather_sum(slot_row, n_segs, BLOCK_S: tl.constexpr):
+    """Wait until every segment of the row has published its gradient sum; their total
+    (added in the same order by every sibling: the same bits in each)."""
+    g = tl.arange(0, BLOCK_S)
+    g_mask = g < n_segs
+    zero = tl.zeros([BLOCK_S], dtype=tl.int64)
+    v = tl.where(g_mask, tl.atomic_add(slot_row + g, zero, mask=g_mask, sem="relaxed", scope="gpu"), 1)
+    while tl.sum((v == 0).to(tl.int32), axis=0) > 0:
+        v = tl.where(g_mask, tl.atomic_add(slot_row + g, zero, mask=g_mask, sem="relaxed", scope="gpu"), 1)
+    u = v.to(tl.uint64, bitcast=True)
+    s_g = tl.where(g_mask, (u >> 32).to(tl.uint32).to(tl.float32, bitcast=True), 0.0)
+    return tl.sum(s_g, axis=0)
+
+
 @co_resident(segments_waiting)
 @triton.jit
 def _softmax_split_kernel(
-    x_ptr, y_ptr,
+    x_ptr, dy_ptr, y_ptr,         # forward: x, None, y; BACKWARD: y, dy, x's gradient
     slot_ptr,                     # int64 (n_rows * n_segs + 1 + n_rows,), zeroed: published statistics, a
                                   # ticket, a count a row of the programs done with them; left zeroed
-    stride_x_row, stride_y_row,
+    stride_x_row, stride_dy_row, stride_y_row,
     n_rows, n_cols, n_segs,
     LOG: tl.constexpr,
+    BACKWARD: tl.constexpr,
     PHASE: tl.constexpr,          # 0 all at once; 1 / 2 first / second half alone (interpreter)
     BLOCK_N: tl.constexpr,        # the segment: one tile, held in registers
     BLOCK_S: tl.constexpr,        # next power of 2 >= n_segs
     EVEN: tl.constexpr,           # n_cols a multiple of BLOCK_N: no masks
 ):
     """A wide row split into BLOCK_N-wide segments, one program each, each read once and
-    held in registers: the programs of a row publish their segment's max and sum and wait
-    for each other's, then write what they hold. Programs take their segment in start
-    order (a ticket), so the siblings a program waits for have started or start as
-    earlier rows finish (n_segs programs must fit the GPU at once). The ticket is int64,
-    so every offset below is 64-bit."""
+    held in registers: the programs of a row publish their segment's max and sum (BACKWARD:
+    its sum of ``_grad_terms``) and wait for each other's, then write what they hold.
+    Programs take their segment in start order (a ticket), so the siblings a program waits
+    for have started or start as earlier rows finish (n_segs programs must fit the GPU at
+    once). The ticket is int64, so every offset below is 64-bit."""
     row, seg = _segment_ticket(slot_ptr, n_rows, n_segs, PHASE)
     cols = seg * BLOCK_N + tl.arange(0, BLOCK_N)
     x_seg = x_ptr + row * stride_x_row + cols
-    if EVEN:  # no per-column mask held across the wait (sm_90: 72 registers against 150 at 4096 wide)
-        x = tl.load(x_seg).to(tl.float32)
+    slot_row = slot_ptr + row * n_segs
+    if BACKWARD:
+        dy_seg = dy_ptr + row * stride_dy_row + cols
+        if EVEN:
+            y = tl.load(x_seg).to(tl.float32)
+            dy = tl.load(dy_seg).to(tl.float32)
+        else:
+            y, dy = _load_grad(x_seg, dy_seg, cols < n_cols)
+        if PHASE != 2:
+            _publish_sum(slot_row + seg, tl.sum(_grad_terms(y, dy, LOG), axis=0))
+        if PHASE != 1:
+            s = _gather_sum(slot_row, n_segs, BLOCK_S)
+            _segment_release(slot_ptr, row, n_rows, n_segs, BLOCK_S)
+            out = _grad(y, dy, s, LOG)
     else:
-        x = tl.load(x_seg, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
-    if PHASE != 2:
-        m_c = tl.max(x, axis=0)
-        # -inf lanes (and lanes past the row) give 0, so a segment of -inf sums to 0
-        e = tl.where(x == float("-inf"), 0.0, tl.exp(x - m_c))
-        _publish(slot_ptr + row * n_segs + seg, m_c, tl.sum(e, axis=0))
-    if PHASE == 0:
-        m, s = _gather(slot_ptr + row * n_segs, n_segs, BLOCK_S)
-        _segment_release(slot_ptr, row, n_rows, n_segs, BLOCK_S)
-        if LOG:
-            y = (x - m) - tl.log(s)
-        else:  # the exponentials already taken, rescaled: one exp per element
-            y = e * (tl.exp(m_c - m) / s)
-    elif PHASE == 2:
-        m, s = _gather(slot_ptr + row * n_segs, n_segs, BLOCK_S)
-        _segment_release(slot_ptr, row, n_rows, n_segs, BLOCK_S)
-        y = _finish(x, m, s, LOG)
+        if EVEN:  # no per-column mask held across the wait (sm_90: 72 registers against 150 at 4096 wide)
+            x = tl.load(x_seg).to(tl.float32)
+        else:
+            x = tl.load(x_seg, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+        if PHASE != 2:
+            m_c = tl.max(x, axis=0)
+            # -inf lanes (and lanes past the row) give 0, so a segment of -inf sums to 0
+            e = tl.where(x == float("-inf"), 0.0, tl.exp(x - m_c))
+            _publish(slot_row + seg, m_c, tl.sum(e, axis=0))
+        if PHASE == 0:
+            m, s = _gather(slot_row, n_segs, BLOCK_S)
+            _segment_release(slot_ptr, row, n_rows, n_segs, BLOCK_S)
+            if LOG:
+                out = (x - m) - tl.log(s)
+            else:  # the exponentials already taken, rescaled: one exp per element
+                out = e * (tl.exp(m_c - m) / s)
+        elif PHASE == 2:
+            m, s = _gather(slot_row, n_segs, BLOCK_S)
+            _segment_release(slot_ptr, row, n_rows, n_segs, BLOCK_S)
+            out = _finish(x, m, s, LOG)
     if PHASE != 1:
         y_seg = y_ptr + row * stride_y_row + cols
         if EVEN:
-            tl.store(y_seg, y.to(y_ptr.dtype.element_ty))
+            tl.store(y_seg, out.to(y_ptr.dtype.element_ty))
         else:
-            tl.store(y_seg, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols)
+            tl.store(y_seg, out.to(y_ptr.dtype.element_ty), mask=cols < n_cols)
