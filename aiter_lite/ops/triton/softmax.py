@@ -85,6 +85,11 @@ def softmax_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INT
     return SoftmaxLaunchConfig(block_m, block_n, warps, False)
 
 
+# The backward (H100, bf16, M * N = 2^26, y and dy read, dx written): the forward's regimes.
+# Split rows: 152 / 154 / 157 / 156 us at 32768 / 65536 / 131072 / 262144 columns (85-88%
+# of copy; log-softmax 145-150, 89-92%) against 195-231 for the best looped chunks and
+# warps (the second read of y and dy misses L2); 8192-wide segments within 1-3% of the
+# forward's picks, 16384-wide 20-25% slower. At 32768 torch.compile's backward takes 137 us.
 @functools.lru_cache(maxsize=1024)
 def softmax_bwd_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPRETER) -> SoftmaxLaunchConfig:
     """The backward's launch: the forward's (the same tiles, warps and split segments,
