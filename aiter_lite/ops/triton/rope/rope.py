@@ -74,30 +74,38 @@ class RopeLaunchConfig:
 #   292.8 for 64 tokens of one head (the smaller head count setting the block).
 # * the grid runs over head blocks first (neighbouring programs read neighbouring memory):
 #   189.4 -> 173.5 us at llama3-8B T = 32768 against token blocks first.
-_TILE_HEAD = 1024  # elements of one token's heads in a program
+# * H100, CUDA-graph replays: a token's 16 heads of 128 with 4 warps, against 8 heads with
+#   2 warps: out of place (forward and backward, positions, Q and K together) 31.8 / 236.1
+#   us against 38.3 / 280.0 at llama3-8B T = 4096 / 32768 (54.1 / 413.5 against 65.8 /
+#   504.5 at 64 / 8 heads); in place within 0.3% (29.9 / 229.9 against 29.8 / 230.1).
+_TILE_HEAD = 2048  # elements of one token's heads in a program
+# Computing sin / cos in the kernel (freqs given), 16 heads of 128 with 4 warps spill 8 B
+# on sm_100 / sm_120 (libdevice's trig): such launches keep 8 heads.
+_TILE_HEAD_ANGLES = 1024
 _TILE = {64: 2048}  # elements a program moves, by power-of-2 head dim (default 1024)
 
 
 @functools.lru_cache(maxsize=1024)
 def rope_launch_config(n_tokens: int, n_heads: int, n_heads2: int, head_dim: int,
-                       profile: DeviceProfile = INTERPRETER) -> RopeLaunchConfig:
+                       profile: DeviceProfile = INTERPRETER, angles: bool = False) -> RopeLaunchConfig:
     """Tokens and heads per program for ``n_tokens`` tokens of ``n_heads`` (and, Q and K
     together, ``n_heads2``) heads ``head_dim`` wide.
 
-    A program takes up to ``_TILE_HEAD`` elements of one token's heads and fills the rest
-    of its tile with tokens; tokens per program halve until the grid has two programs per
+    A program takes up to ``_TILE_HEAD`` elements of one token's heads (``angles``: the
+    kernel computes sin and cos from freqs, ``_TILE_HEAD_ANGLES``) and fills the rest of
+    its tile with tokens; tokens per program halve until the grid has two programs per
     SM (decode).
     """
     block_d = next_power_of_2(head_dim)
     heads = max(n_heads, n_heads2, 1)
-    block_h = min(next_power_of_2(heads), 16, max(1, _TILE_HEAD // block_d))
+    block_h = min(next_power_of_2(heads), 16, max(1, (_TILE_HEAD_ANGLES if angles else _TILE_HEAD) // block_d))
     tile = _TILE.get(block_d, 1024)
     block_t = min(max(1, tile // (block_h * block_d)), next_power_of_2(max(n_tokens, 1)))
     head_blocks = cdiv(n_heads, block_h) + cdiv(n_heads2, block_h)
     want = 2 * grid_sms(profile)
     while block_t > 1 and cdiv(n_tokens, block_t) * head_blocks < want:
         block_t //= 2
-    warps = 2 if block_t * block_h * block_d <= 2048 else 4
+    warps = 4 if block_t * block_h * block_d > 2048 or block_h * block_d >= 2048 else 2
     return RopeLaunchConfig(block_t, block_h, warps)
 
 
@@ -239,7 +247,7 @@ def _launch_rope(x: torch.Tensor, out: torch.Tensor, x2: torch.Tensor | None, ou
         return
     if x2 is None:
         x2, out2 = x, out
-    cfg = config or rope_launch_config(n_tokens, n_heads, n_heads2, d, device_profile(x.device))
+    cfg = config or rope_launch_config(n_tokens, n_heads, n_heads2, d, device_profile(x.device), is_freqs)
     rest = d - parts * 2 * half
     pos_strides = (0, 0)
     if pos is not None:
