@@ -74,10 +74,13 @@ class RopeLaunchConfig:
 #   292.8 for 64 tokens of one head (the smaller head count setting the block).
 # * the grid runs over head blocks first (neighbouring programs read neighbouring memory):
 #   189.4 -> 173.5 us at llama3-8B T = 32768 against token blocks first.
-# * H100, CUDA-graph replays: a token's 16 heads of 128 with 4 warps, against 8 heads with
-#   2 warps: out of place (forward and backward, positions, Q and K together) 31.8 / 236.1
-#   us against 38.3 / 280.0 at llama3-8B T = 4096 / 32768 (54.1 / 413.5 against 65.8 /
-#   504.5 at 64 / 8 heads); in place within 0.3% (29.9 / 229.9 against 29.8 / 230.1).
+# * H100, CUDA-graph replays of the ops called directly: a token's 16 heads of 128 with 4
+#   warps, against 8 heads with 2 warps: out of place (forward and backward, positions, Q
+#   and K together) 31.8 / 236.1 us against 38.3 / 280.0 at llama3-8B T = 4096 / 32768
+#   (54.1 / 413.5 against 65.8 / 504.5 at 64 / 8 heads); in place within 0.3%. Through
+#   autograd (bench_rope --direction bwd --cudagraph) the backward measured 31.5 / 117.2
+#   us at T = 4096 / 16384 before and 31.3 / 117.7 after: there the 8-head tile was not
+#   the slow one the direct sweep found (not yet explained).
 _TILE_HEAD = 2048  # elements of one token's heads in a program
 # Computing sin / cos in the kernel (freqs given), 16 heads of 128 with 4 warps spill 8 B
 # on sm_100 / sm_120 (libdevice's trig): such launches keep 8 heads.
