@@ -153,16 +153,23 @@ def _publish(slot, m, s):
 
 
 @triton.jit
-def _gather(slot_row, n_segs, BLOCK_S: tl.constexpr):
-    """Wait until every segment of the row has published; the row's max and sum (every
-    sibling merges the same words in the same order: the same bits in each)."""
+def _wait_published(slot_row, n_segs, BLOCK_S: tl.constexpr):
+    """Spin until every segment of the row has published (no word 0); the words as uint64
+    and the mask of the row's segments."""
     g = tl.arange(0, BLOCK_S)
     g_mask = g < n_segs
     zero = tl.zeros([BLOCK_S], dtype=tl.int64)
     v = tl.where(g_mask, tl.atomic_add(slot_row + g, zero, mask=g_mask, sem="relaxed", scope="gpu"), 1)
     while tl.sum((v == 0).to(tl.int32), axis=0) > 0:
         v = tl.where(g_mask, tl.atomic_add(slot_row + g, zero, mask=g_mask, sem="relaxed", scope="gpu"), 1)
-    u = v.to(tl.uint64, bitcast=True)
+    return v.to(tl.uint64, bitcast=True), g_mask
+
+
+@triton.jit
+def _gather(slot_row, n_segs, BLOCK_S: tl.constexpr):
+    """Wait until every segment of the row has published; the row's max and sum (every
+    sibling merges the same words in the same order: the same bits in each)."""
+    u, g_mask = _wait_published(slot_row, n_segs, BLOCK_S)
     m_g = tl.where(g_mask, (u >> 32).to(tl.uint32).to(tl.float32, bitcast=True), float("-inf"))
     s_g = tl.where(g_mask, ((u & 0xFFFFFFFF).to(tl.uint32) ^ 0x80000000).to(tl.float32, bitcast=True), 0.0)
     m = tl.max(m_g, axis=0)
@@ -181,15 +188,8 @@ def _publish_sum(slot, s):
 def _gather_sum(slot_row, n_segs, BLOCK_S: tl.constexpr):
     """Wait until every segment of the row has published its gradient sum; their total
     (added in the same order by every sibling: the same bits in each)."""
-    g = tl.arange(0, BLOCK_S)
-    g_mask = g < n_segs
-    zero = tl.zeros([BLOCK_S], dtype=tl.int64)
-    v = tl.where(g_mask, tl.atomic_add(slot_row + g, zero, mask=g_mask, sem="relaxed", scope="gpu"), 1)
-    while tl.sum((v == 0).to(tl.int32), axis=0) > 0:
-        v = tl.where(g_mask, tl.atomic_add(slot_row + g, zero, mask=g_mask, sem="relaxed", scope="gpu"), 1)
-    u = v.to(tl.uint64, bitcast=True)
-    s_g = tl.where(g_mask, (u >> 32).to(tl.uint32).to(tl.float32, bitcast=True), 0.0)
-    return tl.sum(s_g, axis=0)
+    u, g_mask = _wait_published(slot_row, n_segs, BLOCK_S)
+    return tl.sum(tl.where(g_mask, (u >> 32).to(tl.uint32).to(tl.float32, bitcast=True), 0.0), axis=0)
 
 
 @co_resident(segments_waiting)
