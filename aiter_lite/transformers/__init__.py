@@ -250,6 +250,17 @@ def _rotary_function_checked(fn) -> str | None:
     return None
 
 
+def _wrapped_functions(fn):
+    """(cell index, function) of each function ``fn``'s closure holds: what a decorator wraps."""
+    for i, cell in enumerate(fn.__closure__ or ()):
+        try:
+            inner = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(inner, types.FunctionType):
+            yield i, inner
+
+
 def _with_global(fn, name: str, value):
     """``fn`` reading ``value`` for its module global ``name``: a copy of ``fn`` over a copy
     of its globals, and each decorator's wrapper around it rebuilt around the copy; ``fn``
@@ -258,18 +269,11 @@ def _with_global(fn, name: str, value):
         new_globals = dict(fn.__globals__)
         new_globals[name] = value
         return _copy_function(fn, new_globals, fn.__closure__)
-    if not fn.__closure__:
-        return fn
-    cells, changed = [], False
-    for cell in fn.__closure__:
-        try:
-            inner = cell.cell_contents
-        except ValueError:  # an empty cell
-            cells.append(cell)
-            continue
-        new = _with_global(inner, name, value) if isinstance(inner, types.FunctionType) else inner
-        changed |= new is not inner
-        cells.append(types.CellType(new) if new is not inner else cell)
+    cells, changed = list(fn.__closure__ or ()), False
+    for i, inner in _wrapped_functions(fn):
+        new = _with_global(inner, name, value)
+        if new is not inner:
+            cells[i], changed = types.CellType(new), True
     return _copy_function(fn, fn.__globals__, tuple(cells)) if changed else fn
 
 
@@ -295,12 +299,8 @@ def _reads_global(fn, name: str, depth: int = 0):
     """The value of module global ``name`` that ``fn`` (or a function it wraps) reads."""
     if name in fn.__code__.co_names and name in fn.__globals__:
         return fn.__globals__[name]
-    for cell in fn.__closure__ or ():
-        try:
-            inner = cell.cell_contents
-        except ValueError:
-            continue
-        if isinstance(inner, types.FunctionType) and depth < 8:
+    if depth < 8:
+        for _, inner in _wrapped_functions(fn):
             found = _reads_global(inner, name, depth + 1)
             if found is not None:
                 return found

@@ -90,10 +90,10 @@ def softmax_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INT
 # of copy; log-softmax 145-150, 89-92%) against 195-231 for the best looped chunks and
 # warps (the second read of y and dy misses L2); 8192-wide segments within 1-3% of the
 # forward's picks, 16384-wide 20-25% slower. At 32768 torch.compile's backward takes 137 us.
-@functools.lru_cache(maxsize=1024)
 def softmax_bwd_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPRETER) -> SoftmaxLaunchConfig:
     """The backward's launch: the forward's (the same tiles, warps and split segments,
-    holding y and dy; looped where the forward loops)."""
+    holding y and dy; looped where the forward loops). Its own name: what a test or a
+    tuning run pins for the backward alone."""
     return softmax_launch_config(n_rows, n_cols, profile)
 
 
@@ -102,7 +102,6 @@ def _launch_rows(src: torch.Tensor, dy: torch.Tensor | None, dst: torch.Tensor, 
     """Any regime over 2-D rows: dst = softmax(src) (dy None), or dst = x's gradient from
     the forward's output src and its gradient dy."""
     n_rows, n_cols = src.shape
-    tensors = (src, dst) if dy is None else (src, dy, dst)
     stride_dy = None if dy is None else dy.stride(0)
     if cfg.SPLIT:  # offsets from an int64 ticket
         n_segs, slots, phases = split_row_slots("softmax", n_rows, n_cols, cfg.BLOCK_N, src.device, released=True)
@@ -112,6 +111,7 @@ def _launch_rows(src: torch.Tensor, dy: torch.Tensor | None, dst: torch.Tensor, 
                    BACKWARD=dy is not None, PHASE=phase, BLOCK_N=cfg.BLOCK_N, BLOCK_S=next_power_of_2(n_segs),
                    EVEN=n_cols % cfg.BLOCK_N == 0, num_warps=cfg.num_warps)
         return
+    tensors = (src, dst) if dy is None else (src, dy, dst)
     int64 = any(t.shape[0] * max(t.stride(0), t.shape[1]) + t.shape[1] >= 2**31 for t in tensors)
     if cfg.LOOPED:
         launch(_softmax_looped_kernel, (n_rows,), src, dy, dst, src.stride(0), stride_dy, dst.stride(0), n_cols,
