@@ -1,8 +1,6 @@
 """Default epsilons of the norms, shared by the op signatures, the registered schemas and
 the layers; RMSNorm's casting modes and their check, which both backends run."""
 
-from aiter_lite.utils.checks import check_choice
-
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's and aiter's layernorm default
 RMS_NORM_EPS = 1e-6  # vLLM's RMSNorm layer default (the rms_norm ops take epsilon without one)
 
@@ -14,4 +12,7 @@ CASTING_MODES = ("gemma", "llama")
 
 def check_casting_mode(op: str, casting_mode) -> str:
     """``casting_mode``, one of CASTING_MODES; ``op`` names the caller in the error."""
-    return check_choice(op, "casting_mode", casting_mode, CASTING_MODES)
+    if not isinstance(casting_mode, str) or casting_mode not in CASTING_MODES:
+        raise ValueError(f"{op}: casting_mode must be one of {', '.join(map(repr, CASTING_MODES))}, "
+                         f"got {casting_mode!r}")
+    return casting_mode
