@@ -37,6 +37,7 @@ OP_FAMILIES = (
     "quant",
     "softmax",
     "topk",
+    "cross_entropy",
 )
 
 

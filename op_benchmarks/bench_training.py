@@ -2,7 +2,7 @@
 
     python op_benchmarks/bench_training.py                       # 2 layers at llama3-8B width, 8 x 512 tokens, bf16
     python op_benchmarks/bench_training.py --layers 2 --batch 8 --seq 512 -o training.csv
-    python op_benchmarks/bench_training.py --providers hf aiter_lite
+    python op_benchmarks/bench_training.py --providers hf aiter_lite liger
     python op_benchmarks/bench_training.py --providers aiter_lite liger_same --profile 25   # GPU time by kernel
 
 One step is forward, loss and backward (``loss.backward()``; the optimizer is left out:
@@ -13,12 +13,13 @@ random norm weights) and runs alone first: its first loss and the peak memory al
 than the differences measured); the median over all rounds is reported. Providers:
 
 * ``hf``: the model as Hugging Face builds it (eager PyTorch ops, SDPA attention);
-* ``aiter_lite``: ``aiter_lite.transformers.apply_aiter_lite(model)`` (RMSNorm, the gated
-  MLP's activation, RoPE);
+* ``aiter_lite_same``: ``aiter_lite.transformers.apply_aiter_lite(model,
+  fused_linear_cross_entropy=False)`` (RMSNorm, the gated MLP's activation, RoPE);
 * ``liger_same``: Liger-Kernel's ``apply_liger_kernel_to_llama(model=...)`` with the same
   three patches (rope, rms_norm, swiglu; no fused cross entropy);
-* ``liger``: Liger's defaults, which add its fused linear cross entropy (the logits are never
-  materialized: a loss kernel, outside aiter_lite's op families).
+* ``aiter_lite``: ``apply_aiter_lite(model)``, its defaults: the three and the loss by
+  ``fused_linear_cross_entropy`` (the logits are never materialized);
+* ``liger``: Liger's defaults: the three and its fused linear cross entropy.
 
 Liger's patch also rewrites the modeling module's globals; here its rotary function is pinned
 on the Liger model's attention modules and the globals restored, so each patch stays on its own
@@ -41,7 +42,7 @@ from op_benchmarks.utils import harness  # noqa: E402  (sets TRITON_INTERPRET on
 
 import torch  # noqa: E402
 
-PROVIDERS = ("hf", "aiter_lite", "liger_same", "liger")
+PROVIDERS = ("hf", "aiter_lite_same", "liger_same", "aiter_lite", "liger")
 # llama3-8B's widths
 LLAMA3_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
                  num_key_value_heads=8, head_dim=128, rope_theta=500000.0, max_position_embeddings=8192,
@@ -66,10 +67,10 @@ def _model(layers: int, dtype: torch.dtype, tiny: bool):
 
 
 def _patch(provider: str, model, backend: str | None) -> None:
-    if provider == "aiter_lite":
+    if provider in ("aiter_lite", "aiter_lite_same"):
         from aiter_lite.transformers import apply_aiter_lite
 
-        report = apply_aiter_lite(model, backend=backend)
+        report = apply_aiter_lite(model, backend=backend, fused_linear_cross_entropy=provider == "aiter_lite")
         if report.skipped:
             raise RuntimeError(f"aiter_lite left modules unpatched: {report}")
     elif provider in ("liger_same", "liger"):
@@ -264,11 +265,11 @@ def main(argv=None) -> list[dict]:
           f"{args.dtype}, {rows[0]['gpu']}")
     how = f"{args.rounds} interleaved rounds of {args.steps} steps" if "ms_alone" in rows[0] else f"{args.steps} steps"
     print(f"median of {how}; peak memory of each provider alone")
-    print(f"{'provider':<12}{'ms (median)':>12}{'ms (min)':>10}{'ms (p90)':>10}{'host ms':>9}{'x HF':>7}"
+    print(f"{'provider':<16}{'ms (median)':>12}{'ms (min)':>10}{'ms (p90)':>10}{'host ms':>9}{'x HF':>7}"
           f"{'peak GiB':>10}{'loss':>10}")
     nan = float("nan")
     for r in rows:
-        print(f"{r['provider']:<12}{r['ms']:>12.2f}{r['ms_min']:>10.2f}{r.get('ms_p90', nan):>10.2f}"
+        print(f"{r['provider']:<16}{r['ms']:>12.2f}{r['ms_min']:>10.2f}{r.get('ms_p90', nan):>10.2f}"
               f"{r.get('host_ms', nan):>9.2f}{r['speedup_vs_hf']:>7.3f}{r['peak_gib']:>10.2f}{r['loss']:>10.4f}")
     return rows
 

@@ -21,7 +21,15 @@ is the model, patching per instance throughout):
 * the rotary embedding: each attention module gets its own copy of its ``forward`` that
   calls aiter_lite's rotation (Q and K in one launch, ``rope_cached_thd_positions_2c_fwd``)
   with the ``(cos, sin)`` position embeddings the model computes, whatever batch and
-  position layout ``generate`` produces (left padding, a cache, one shared batch row).
+  position layout ``generate`` produces (left padding, a cache, one shared batch row);
+* the loss (``fused_linear_cross_entropy=True``): a ``*ForCausalLM`` model in training mode
+  given ``labels`` computes its loss by ``fused_linear_cross_entropy`` from the last hidden
+  states and ``lm_head``'s weight, as Hugging Face's causal-LM loss does (labels shifted,
+  or its ``shift_labels``; ``ignore_index``; mean over the targets, or the sum over
+  ``num_items_in_batch``; Gemma 2 / 3's final logit softcapping): the ``(tokens, vocab)``
+  logits are never held, and the output's ``logits`` is None (as Liger's). In eval mode,
+  without labels, or for a call it does not take (``logits_to_keep``, ``return_dict=False``,
+  an head of another dtype than the hidden states) the model runs its own code.
 
 A module is patched only where its own forward computes what the replacement computes:
 each one is checked once, on random values, against the replacement's fp32 reference
@@ -42,8 +50,8 @@ weight. ``casting_mode="llama"`` reproduces that for the bit-compatibility some 
 Llama-style norms, "gemma" for Gemma's. In fp32 the modes agree.
 
 ``backend``: "triton" or "native" (the plain-PyTorch references); default each family's
-(AITER_NORMALIZATION_BACKEND, AITER_ACTIVATION_BACKEND, AITER_ROPE_BACKEND, else
-AITER_BACKEND: Triton where a GPU is present).
+(AITER_NORMALIZATION_BACKEND, AITER_ACTIVATION_BACKEND, AITER_ROPE_BACKEND,
+AITER_CROSS_ENTROPY_BACKEND, else AITER_BACKEND: Triton where a GPU is present).
 
 ``transformers`` is an optional dependency (``pip install -e ".[hf]"``); this module
 imports nothing from it.
@@ -51,6 +59,7 @@ imports nothing from it.
 
 from __future__ import annotations
 
+import inspect
 import types
 from dataclasses import dataclass, field
 
@@ -59,9 +68,11 @@ from torch import nn
 
 from aiter_lite import envs
 from aiter_lite.ops.native import activation as native_activation
+from aiter_lite.ops.native import cross_entropy as native_ce
 from aiter_lite.ops.native.normalization import rmsnorm as native_rms
 from aiter_lite.ops.native.rope import rope as native_rope
 from aiter_lite.ops.triton import activation as triton_activation
+from aiter_lite.ops.triton import cross_entropy as triton_ce
 from aiter_lite.ops.triton.normalization import rmsnorm as triton_rms
 from aiter_lite.ops.triton.rope import rope as triton_rope
 from aiter_lite.spec.rope import RotateStyle
@@ -90,11 +101,12 @@ class PatchReport:
     rms_norm: list[str] = field(default_factory=list)
     mlp: list[str] = field(default_factory=list)
     rope: list[str] = field(default_factory=list)
+    loss: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
-        lines = [f"aiter_lite patched {len(self.rms_norm)} RMSNorm, {len(self.mlp)} gated MLP and "
-                 f"{len(self.rope)} attention (rotary) modules"]
+        lines = [f"aiter_lite patched {len(self.rms_norm)} RMSNorm, {len(self.mlp)} gated MLP, "
+                 f"{len(self.rope)} attention (rotary) and {len(self.loss)} causal-LM loss modules"]
         lines += [f"  left alone: {name}: {why}" for name, why in self.skipped.items()]
         return "\n".join(lines)
 
@@ -174,6 +186,65 @@ def _rotary_fits(q, k, cos, sin) -> bool:
     return not (torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad))
 
 
+@dataclass(frozen=True)
+class _LossPatch:
+    softcap: float | None  # Gemma 2 / 3's final logit softcapping
+    backend: str
+
+
+def _causal_lm_forward(self, *args, **kwargs):
+    """The causal-LM forward with its loss by ``fused_linear_cross_entropy`` (training mode,
+    labels given); every other call runs the class's own forward."""
+    forward = type(self).forward
+    if args:  # positional arguments: by the forward's own names
+        bound = inspect.signature(forward).bind(self, *args, **kwargs)
+        extra = bound.arguments.pop("kwargs", {})
+        bound.arguments.pop("self", None)
+        kwargs = {**bound.arguments, **extra}
+    if not self.training or kwargs.get("labels") is None or kwargs.get("return_dict") is False \
+            or not _keeps_every_position(kwargs.get("logits_to_keep", 0)):
+        return forward(self, **kwargs)
+    p: _LossPatch = self._aiter_lite
+    labels = kwargs.pop("labels")
+    kwargs.pop("logits_to_keep", None)
+    outputs = self.model(**kwargs)
+    hidden = outputs.last_hidden_state
+    head = self.lm_head
+    if hidden.dtype != head.weight.dtype:  # (autocast) the model's own head and loss
+        logits = head(hidden)
+        if p.softcap is not None:
+            logits = torch.tanh(logits / p.softcap) * p.softcap
+        loss = self.loss_function(logits, labels, self.config.vocab_size, **kwargs)
+    else:
+        logits = None
+        loss = _causal_lm_loss(hidden, head, labels, p, **kwargs)
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    rest = {k: v for k, v in outputs.items() if k != "last_hidden_state"}
+    return CausalLMOutputWithPast(loss=loss, logits=logits, **rest)
+
+
+def _keeps_every_position(logits_to_keep) -> bool:
+    return isinstance(logits_to_keep, int) and not isinstance(logits_to_keep, bool) and logits_to_keep == 0
+
+
+def _causal_lm_loss(hidden, head, labels, p: _LossPatch, num_items_in_batch=None, ignore_index: int = -100,
+                    shift_labels=None, **_):
+    """Hugging Face's ``ForCausalLMLoss`` of ``head(hidden)``, without the logits."""
+    if shift_labels is None:  # tokens < n predict n
+        shift_labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+    ops = triton_ce if p.backend == "triton" else native_ce
+    reduction = "mean" if num_items_in_batch is None else "sum"
+    loss = ops.fused_linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), head.weight,
+                                          shift_labels.reshape(-1).to(hidden.device), head.bias, ignore_index,
+                                          reduction, 0.0, p.softcap)
+    if num_items_in_batch is not None:
+        if torch.is_tensor(num_items_in_batch):
+            num_items_in_batch = num_items_in_batch.to(loss.device)
+        loss = loss / num_items_in_batch
+    return loss
+
+
 # ---------------------------------------------------------------------------
 # which modules compute what the replacements compute: checked on random values
 
@@ -232,6 +303,22 @@ def _as_mlp(module: nn.Module, backend: str) -> _MlpPatch | str:
             if _close(parts[2](native_activation.act_mul(gate, up, activation)), want):
                 return _MlpPatch(activation, backend)
     return f"its activation {type(module.act_fn).__name__} is none of {_ACTIVATIONS}"
+
+
+def _as_loss(model: nn.Module, backend: str) -> _LossPatch | str:
+    """The loss patch for a causal LM ``model``, or why it has none."""
+    head, config = getattr(model, "lm_head", None), getattr(model, "config", None)
+    if not isinstance(head, nn.Linear) or not isinstance(getattr(model, "model", None), nn.Module):
+        return "no lm_head Linear and decoder model"
+    if head.out_features != getattr(config, "vocab_size", None):
+        return f"lm_head has {head.out_features} outputs for a vocab_size of {getattr(config, 'vocab_size', None)}"
+    loss_function = getattr(model, "loss_function", None)
+    if getattr(loss_function, "__name__", None) != "ForCausalLMLoss":
+        return f"its loss is {getattr(loss_function, '__name__', loss_function)!r}, not Hugging Face's ForCausalLMLoss"
+    softcap = getattr(config, "final_logit_softcapping", None)
+    if softcap is not None and not (isinstance(softcap, (int, float)) and softcap > 0):
+        return f"final_logit_softcapping {softcap!r}"
+    return _LossPatch(None if softcap is None else float(softcap), backend)
 
 
 def _rotary_function_checked(fn) -> str | None:
@@ -312,22 +399,27 @@ def _reads_global(fn, name: str, depth: int = 0):
 
 
 def apply_aiter_lite(model: nn.Module, *, rope: bool = True, rms_norm: bool = True, swiglu: bool = True,
-                     casting_mode: str = "gemma", backend: str | None = None) -> PatchReport:
+                     fused_linear_cross_entropy: bool = True, casting_mode: str = "gemma",
+                     backend: str | None = None) -> PatchReport:
     """Patch a loaded Hugging Face model in place (see the module doc); returns what was
     patched. Calling it again on the same model changes nothing already patched."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"{_OP}: model must be a torch.nn.Module, got {type(model).__name__}")
-    rope, rms_norm, swiglu = (check_bool(_OP, n, v) for n, v in (("rope", rope), ("rms_norm", rms_norm),
-                                                                   ("swiglu", swiglu)))
+    rope, rms_norm, swiglu, flce = (check_bool(_OP, n, v) for n, v in (
+        ("rope", rope), ("rms_norm", rms_norm), ("swiglu", swiglu),
+        ("fused_linear_cross_entropy", fused_linear_cross_entropy)))
     casting_mode = check_choice(_OP, "casting_mode", casting_mode, CASTING_MODES)
     backends = {f: envs.layer_backend(_OP, f, backend) for f in ("normalization", "activation", "rope")}
+    backends["loss"] = envs.layer_backend(_OP, "cross_entropy", backend)
     report = PatchReport()
     checked: dict[int, str | None] = {}
     for name, module in model.named_modules():
         if getattr(module, "_aiter_lite", None) is not None:
             continue
         cls = type(module).__name__
-        if rms_norm and cls.endswith("RMSNorm"):
+        if flce and cls.endswith("ForCausalLM"):
+            _patch(module, name or cls, _as_loss(module, backends["loss"]), _causal_lm_forward, report.loss, report)
+        elif rms_norm and cls.endswith("RMSNorm"):
             _patch(module, name, _as_norm(module, casting_mode, backends["normalization"]), _rms_norm_forward,
                    report.rms_norm, report)
         elif swiglu and hasattr(module, "gate_proj") and hasattr(module, "up_proj"):
@@ -357,13 +449,15 @@ def _family(family: str):
     types_ = sorted(t for t, f in FAMILIES.items() if f == family)
 
     def apply(model: nn.Module, *, rope: bool = True, rms_norm: bool = True, swiglu: bool = True,
-              casting_mode: str = "gemma", backend: str | None = None) -> PatchReport:
+              fused_linear_cross_entropy: bool = True, casting_mode: str = "gemma",
+              backend: str | None = None) -> PatchReport:
         op = f"apply_aiter_lite_to_{family}"
         model_type = getattr(getattr(model, "config", None), "model_type", None)
         if model_type not in types_:
             raise ValueError(f"{op}: model must be a {' / '.join(types_)} model (config.model_type), "
                              f"got {model_type!r}; apply_aiter_lite(model) takes any")
-        return apply_aiter_lite(model, rope=rope, rms_norm=rms_norm, swiglu=swiglu, casting_mode=casting_mode,
+        return apply_aiter_lite(model, rope=rope, rms_norm=rms_norm, swiglu=swiglu,
+                                fused_linear_cross_entropy=fused_linear_cross_entropy, casting_mode=casting_mode,
                                 backend=backend)
 
     apply.__name__ = apply.__qualname__ = f"apply_aiter_lite_to_{family}"

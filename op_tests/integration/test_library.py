@@ -17,8 +17,8 @@ from op_tests.utils.registry import clone_args, tensors
 
 # Python-side names that are not ops: classes, launch configurations, the autograd functions.
 NOT_OPS = {"RotateStyle", "RoPE", "RoPETHD", "RoPECached", "RoPE2D"}
-MODULES = ("activation", "normalization.rmsnorm", "normalization.layernorm", "softmax", "topk", "moe_routing",
-           "quant.quant", "quant.norm_quant", "quant.act_quant", "rope.rope", "fusions")
+MODULES = ("activation", "normalization.rmsnorm", "normalization.layernorm", "softmax", "cross_entropy", "topk",
+           "moe_routing", "quant.quant", "quant.norm_quant", "quant.act_quant", "rope.rope", "fusions")
 
 
 def sample(name: str) -> tuple:
@@ -42,7 +42,7 @@ def test_every_public_op_is_registered():
 
 # opcheck's AOT-dispatch check traces each op twice through aot_autograd: most of this
 # file's time on the CPU, where one op of each family carries it; a GPU checks every op.
-_CPU_AOT = {"silu_and_mul", "rms_norm", "fused_add_rms_norm", "log_softmax", "topk", "biased_grouped_topk",
+_CPU_AOT = {"silu_and_mul", "rms_norm", "fused_add_rms_norm", "log_softmax", "cross_entropy", "topk", "biased_grouped_topk",
             "dynamic_per_token_quant_fp8_i8", "rmsnorm2d_fwd_with_add_dynamicquant", "act_mul_and_fp8_group_quant",
             "rope_cached_positions_fwd_inplace", "rope_thd_fwd", "fused_qkv_split_qk_rope",
             "fused_qk_rope_reshape_and_cache", "cat_and_cache_mla"}

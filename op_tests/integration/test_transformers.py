@@ -17,6 +17,7 @@ transformers = pytest.importorskip("transformers", reason="the Hugging Face inte
 
 import aiter_lite.transformers as alt  # noqa: E402
 from aiter_lite.ops.triton import activation as t_act  # noqa: E402
+from aiter_lite.ops.triton import cross_entropy as t_ce  # noqa: E402
 from aiter_lite.ops.triton.normalization import rmsnorm as t_rms  # noqa: E402
 from aiter_lite.ops.triton.rope import rope as t_rope  # noqa: E402
 from op_tests.utils import DEVICE, ON_GPU  # noqa: E402
@@ -144,6 +145,66 @@ def test_patched_bf16_within_hf_noise(family):
     for name, g in grads.items():
         hf_err, our_err = _rel(hf_grads[name], g), _rel(p_grads[name], g)
         assert our_err <= 1.5 * hf_err + 1e-2, f"{family} {name}: patched {our_err:.2e}, HF bf16 {hf_err:.2e}"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_training_loss_by_fused_linear_cross_entropy(family, dtype, monkeypatch):
+    """Training mode with labels: the loss by fused_linear_cross_entropy from the hidden
+    states (no logits returned; Gemma 2 / 3 softcapped), the loss and every gradient as the
+    unpatched model's (fp32: tight; bf16: within HF's own bf16 error against fp32)."""
+    calls = []
+    flce = t_ce.fused_linear_cross_entropy
+    monkeypatch.setattr(t_ce, "fused_linear_cross_entropy", lambda *a, **k: calls.append(1) or flce(*a, **k))
+    ref, _, _ = _models(family, torch.float32)
+    model, patched, report = _models(family, dtype)
+    assert report.loss == [type(patched).__name__], report
+    for m in (ref, model, patched):
+        m.train()
+    ids, mask = _batch()
+    labels = ids.masked_fill(mask == 0, -100)
+    outs = {}
+    for key, m in (("ref", ref), ("hf", model), ("ours", patched)):
+        m.zero_grad(set_to_none=True)
+        out = m(input_ids=ids, attention_mask=mask, labels=labels)
+        out.loss.backward()
+        outs[key] = out.loss.detach().float(), out.logits, {n: p.grad.float() for n, p in m.named_parameters()}
+    assert len(calls) == 1 and outs["ours"][1] is None and outs["hf"][1] is not None
+    (loss, _, grads), (hf_loss, _, hf_grads), (our_loss, _, our_grads) = outs["ref"], outs["hf"], outs["ours"]
+    for name, g in grads.items():
+        if dtype == torch.float32:
+            err = _rel(our_grads[name], g)
+            assert err < 2e-4, f"{family} {name}: gradient rel. error {err:.2e}"
+        else:
+            hf_err, our_err = _rel(hf_grads[name], g), _rel(our_grads[name], g)
+            assert our_err <= 1.5 * hf_err + 1e-2, f"{family} {name}: patched {our_err:.2e}, HF bf16 {hf_err:.2e}"
+    tol = 1e-5 if dtype == torch.float32 else 1.5 * (hf_loss - loss).abs().item() + 1e-2
+    assert (our_loss - loss).abs().item() <= tol * max(1.0, loss.abs().item()), (family, our_loss, loss)
+
+
+def test_training_loss_takes_hf_loss_arguments():
+    """num_items_in_batch (a sum over that many targets), shift_labels, ignore_index and
+    positional arguments, as Hugging Face's forward takes them; eval mode and
+    fused_linear_cross_entropy=False keep the model's own loss (and logits)."""
+    model, patched, _ = _models("llama", torch.float32)
+    _, plain, report = _models("llama", torch.float32, fused_linear_cross_entropy=False)
+    assert report.loss == []
+    for m in (model, patched, plain):
+        m.train()
+    ids, mask = _batch()
+    shift = torch.roll(ids, -1, 1)
+    shift[:, -1] = 7
+    for kwargs in (dict(num_items_in_batch=torch.tensor(9, device=DEVICE)), dict(shift_labels=shift),
+                   dict(ignore_index=5, num_items_in_batch=4)):
+        want = model(input_ids=ids, labels=ids, **kwargs).loss
+        got = patched(input_ids=ids, labels=ids, **kwargs)
+        assert got.logits is None and torch.allclose(got.loss, want, rtol=1e-5, atol=1e-6), kwargs
+    assert torch.allclose(patched(ids, mask, labels=ids).loss, model(ids, mask, labels=ids).loss, rtol=1e-5)
+    assert plain(input_ids=ids, labels=ids).logits is not None
+    patched.eval()
+    out = patched(input_ids=ids, labels=ids)
+    want = model.eval()(input_ids=ids, labels=ids).loss
+    assert out.logits is not None and torch.allclose(out.loss, want, rtol=1e-5)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma"])

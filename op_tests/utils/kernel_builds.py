@@ -144,6 +144,15 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
           for regime, shape in (("rows in registers", (4096, 100)), ("one row in registers", (256, 1000)),
                                 ("widest row in registers", (8, 16384)), ("split", (4, 1 << 17)),
                                 ("split, wide segments", (4, 1 << 18)), ("looped", (4, 1 << 22)))],
+        *[(f"cross_entropy backward, {what}",
+           _backward(lambda kw=kw: op["cross_entropy"](_meta(8, 128256, grad=True), _meta(8, dtype=torch.int64),
+                                                        **kw)))
+          for what, kw in (("plain", {}), ("smoothed, softcapped", dict(label_smoothing=0.1, softcap=30.0)))],
+        *[(f"fused_linear_cross_entropy backward, {reduction}",
+           _backward(lambda reduction=reduction: op["fused_linear_cross_entropy"](
+               _meta(16, 256, grad=True), _meta(1000, 256, grad=True), _meta(16, dtype=torch.int64),
+               reduction=reduction, softcap=30.0)))
+          for reduction in ("mean", "none")],
         ("topk filter", lambda: op["topk"](_meta(4, 128256), 50, -1, True, True)),
         ("topk filter, k = 1", lambda: op["topk"](_meta(4, 128256), 1, -1, True, True)),
         ("topk sorted rows", lambda: op["topk"](_meta(4, 1 << 17), 4096, -1, True, True)),

@@ -3,6 +3,7 @@ as ``aiter_lite.ops.triton``, file for file; the rules both share are ``aiter_li
 
 from aiter_lite.ops.native import (  # noqa: F401
     activation,
+    cross_entropy,
     fusions,
     moe_routing,
     normalization,

@@ -1,3 +1,13 @@
 """Public Triton-backed ops: validate, allocate, choose a launch config, launch."""
 
-from aiter_lite.ops.triton import activation, fusions, moe_routing, normalization, quant, rope, softmax, topk  # noqa: F401
+from aiter_lite.ops.triton import (  # noqa: F401
+    activation,
+    cross_entropy,
+    fusions,
+    moe_routing,
+    normalization,
+    quant,
+    rope,
+    softmax,
+    topk,
+)

@@ -1,0 +1,360 @@
+"""Cross entropy of logits, and of a linear layer's output without its logits (a language
+model's loss), on the Triton backend.
+
+``cross_entropy(logits, target)`` is ``torch.nn.functional.cross_entropy`` over rows of
+logits (the class dim last: ``(..., V)`` logits, ``(...)`` targets), with torch's
+``ignore_index``, ``reduction`` and ``label_smoothing`` and Gemma 2's ``softcap``. One
+kernel pass reads each row for its log-sum-exp (fp32) and loss; the backward kernel reads
+the logits again with the saved log-sum-exp and writes their gradient (the logits are
+never upcast to a copy, nor is a log-softmax stored). The loss has the logits' dtype, as
+torch's.
+
+``fused_linear_cross_entropy(input, weight, target, bias)`` is
+``cross_entropy(input @ weight.T + bias, target)`` computed ``chunk_size`` rows at a time:
+a language model's ``(tokens, vocab)`` logits (1 GB in bf16 for 4096 tokens of Llama 3's
+128256, 2 GB more where the loss upcasts them) never exist at once. Where autograd records
+the call, each chunk's logits are turned into their gradient in place by the kernel and
+multiplied out at once into the gradients of ``input``, ``weight`` and ``bias``; the
+backward only scales them by the loss's gradient (nothing at all for a gradient of 1).
+The weight's gradient is accumulated over the chunks in the weight's dtype (bf16 rounds it
+once per chunk: chunks of 1024 rows or more keep that to a few roundings). With
+``reduction="none"`` the per-row gradient weights are known only in the backward, which
+recomputes each chunk's logits (one more matmul) instead. The loss is fp32 (the dtype
+Hugging Face's loss has, which upcasts the logits).
+
+Both follow torch where a row is odd: a target equal to ``ignore_index`` adds nothing (and
+"mean" divides by the targets that are not ignored; none: NaN, as torch); a row holding
+NaN or +inf has a NaN loss. A target outside ``[0, V)`` that is not ``ignore_index`` gives a
+NaN loss (and NaN gradients) where torch raises: the kernel finds it, and the host never
+waits for the GPU to check.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from aiter_lite.ops.triton._triton_kernels.cross_entropy import _cross_entropy_kernel, _scale_kernel
+from aiter_lite.spec.device import device_profile
+from aiter_lite.utils.checks import (
+    check_choice,
+    check_float_tensor,
+    check_int,
+    check_real,
+    check_same_device,
+    check_triton_device,
+    check_unit_last_stride,
+)
+from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
+from aiter_lite.utils.launcher import launcher
+from aiter_lite.utils.registry import public_op
+
+__all__ = ["cross_entropy", "fused_linear_cross_entropy"]
+
+REDUCTIONS = ("mean", "sum", "none")
+# Columns per chunk of a row (one program a row: a row of 128256 bf16 logits is 16 chunks),
+# and the logits one chunk of fused_linear_cross_entropy may hold: 2^27 elements (256 MiB
+# in bf16, 1024 rows of 128256), rounded down to a multiple of 256 rows.
+_BLOCK_N = 8192
+_CE_WARPS = 16
+_CHUNK_ELEMENTS = 1 << 27
+_CHUNK_ALIGN = 256
+
+
+def _run(x, target, loss, lse, grad, scale, ignore_index, label_smoothing, softcap, forward, write_grad) -> None:
+    n_rows, n_cols = x.shape
+    if n_rows == 0:
+        return
+    block = min(_BLOCK_N, next_power_of_2(n_cols))
+    launch(_cross_entropy_kernel, (n_rows,), x, target, loss, lse, grad, scale, x.stride(0), grad.stride(0),
+           scale.stride(0) if scale.numel() > 1 else 0, n_cols, ignore_index, label_smoothing, softcap,
+           FORWARD=forward, GRAD=write_grad, SOFTCAP=softcap > 0, SMOOTHING=label_smoothing > 0, BLOCK_N=block,
+           num_warps=min(_CE_WARPS, max(block // 512, 1)))
+
+
+@launcher(mutates=("loss", "lse"))
+def _launch_cross_entropy(x: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, lse: torch.Tensor,
+                          ignore_index: int, label_smoothing: float, softcap: float) -> None:
+    """Each row of 2-D logits x: its fp32 loss and log-sum-exp."""
+    _run(x, target, loss, lse, lse.view(-1, 1), lse, ignore_index, label_smoothing, softcap, True, False)
+
+
+@launcher(mutates=("grad",))
+def _launch_cross_entropy_bwd(x: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, scale: torch.Tensor,
+                              grad: torch.Tensor, ignore_index: int, label_smoothing: float, softcap: float) -> None:
+    """The gradient of 2-D logits x into grad from the rows' log-sum-exp, each row's weighted
+    by scale (one fp32 value, or one a row)."""
+    _run(x, target, lse, lse, grad, scale, ignore_index, label_smoothing, softcap, False, True)
+
+
+@launcher(mutates=("logits", "loss", "lse"))
+def _launch_cross_entropy_inplace(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, lse: torch.Tensor,
+                                  scale: torch.Tensor, ignore_index: int, label_smoothing: float, softcap: float,
+                                  forward: bool) -> None:
+    """2-D logits turned into their gradient (weighted by scale) in place: after computing
+    the rows' loss and log-sum-exp (``forward``), or from a log-sum-exp already in lse."""
+    _run(logits, target, loss, lse, logits, scale, ignore_index, label_smoothing, softcap, forward, True)
+
+
+@launcher(mutates=("x",))
+def _launch_scale(x: torch.Tensor, scale: torch.Tensor) -> None:
+    """x *= scale (one fp32 value on x's device; 1: no pass over x)."""
+    n = x.numel()
+    if n == 0:
+        return
+    block = 4096
+    grid = min(cdiv(n, block), 4 * grid_sms(device_profile(x.device)))
+    launch(_scale_kernel, (grid,), x, scale, n, BLOCK=block, num_warps=4)
+
+
+# ---------------------------------------------------------------------------
+# checks shared by both ops
+
+
+def _check_options(op: str, ignore_index, reduction, label_smoothing, softcap) -> tuple[int, str, float, float]:
+    ignore_index = check_int(op, "ignore_index", ignore_index, -(2**31), 2**31 - 1)
+    reduction = check_choice(op, "reduction", reduction, REDUCTIONS)
+    label_smoothing = check_real(op, "label_smoothing", label_smoothing)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
+    cap = 0.0 if softcap is None else check_real(op, "softcap", softcap, positive=True)
+    return ignore_index, reduction, label_smoothing, cap
+
+
+def _check_target(op: str, target, rows_name: str, rows: torch.Tensor) -> None:
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(f"{op}: target must be a torch.Tensor, got {type(target).__name__}")
+    if target.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{op}: target must be int64 or int32 (class indices), got {target.dtype}")
+    if target.shape != rows.shape[:-1]:
+        raise ValueError(f"{op}: target must have the shape of {rows_name} without its last dim, "
+                         f"{tuple(rows.shape[:-1])}, got {tuple(target.shape)}")
+    check_same_device(op, "target", target, rows_name, rows)
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1, t.shape[-1]) if t.shape[-1] > 0 else t.reshape(-1, 0)
+
+
+def _scale_of(reduction: str, grad_loss: torch.Tensor, n_valid: torch.Tensor) -> torch.Tensor:
+    """The rows' weight in the loss's gradient (fp32, one value or one a row)."""
+    g = grad_loss.float()
+    return (g / n_valid if reduction == "mean" else g).reshape(-1)
+
+
+def _reduce(loss_rows: torch.Tensor, reduction: str, n_valid: torch.Tensor | None) -> torch.Tensor:
+    if reduction == "none":
+        return loss_rows
+    total = loss_rows.sum()
+    return total / n_valid if reduction == "mean" else total
+
+
+# ---------------------------------------------------------------------------
+# cross_entropy
+
+
+class _CrossEntropyFunction(torch.autograd.Function):
+    """The loss; the logits' gradient by the backward kernel from the saved logits and
+    log-sum-exp."""
+
+    @staticmethod
+    def forward(ctx, logits, target, ignore_index, reduction, label_smoothing, softcap):
+        loss, lse, n_valid = _cross_entropy_forward(logits, target, ignore_index, reduction, label_smoothing, softcap)
+        ctx.save_for_backward(logits, target, lse, n_valid)
+        ctx.options = (ignore_index, reduction, label_smoothing, softcap)
+        return loss
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_loss):
+        logits, target, lse, n_valid = ctx.saved_tensors
+        ignore_index, reduction, label_smoothing, softcap = ctx.options
+        x = _rows(logits)
+        if x.stride(-1) != 1 and x.shape[-1] > 1:
+            x = x.contiguous()
+        grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+        scale = _scale_of(reduction, grad_loss, n_valid)
+        _launch_cross_entropy_bwd(x, target.reshape(-1).contiguous(), lse, scale, grad.view(-1, x.shape[1]),
+                                  ignore_index, label_smoothing, softcap)
+        return grad, None, None, None, None, None
+
+
+def _cross_entropy_forward(logits, target, ignore_index, reduction, label_smoothing, softcap):
+    """(loss in logits' dtype, the rows' fp32 log-sum-exp, the count of targets not ignored)."""
+    x = _rows(logits)
+    t = target.reshape(-1).contiguous()
+    loss_rows = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+    lse = torch.empty_like(loss_rows)
+    n_valid = (t != ignore_index).sum().float() if reduction == "mean" else None
+    if x.shape[1] == 0:  # no classes: every row's log-sum-exp is -inf and no target is valid
+        loss_rows.copy_(torch.where(t == ignore_index, 0.0, float("nan")))
+        lse.fill_(float("-inf"))
+    else:
+        _launch_cross_entropy(x, t, loss_rows, lse, ignore_index, label_smoothing, softcap)
+    loss = _reduce(loss_rows.view(target.shape), reduction, n_valid)
+    return loss.to(logits.dtype), lse, n_valid if n_valid is not None else lse.new_ones(())
+
+
+@public_op
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100, reduction: str = "mean",
+                  label_smoothing: float = 0.0, softcap: float | None = None) -> torch.Tensor:
+    """``torch.nn.functional.cross_entropy(logits, target, ...)`` with the class dim last
+    (logits ``(..., V)``, target ``(...)`` int64 / int32; torch's class dim is 1 for more than
+    2 dims); ``softcap``: the loss of ``softcap * tanh(logits / softcap)``. Differentiable in
+    logits. Returns the loss in logits' dtype: a 0-d tensor, or target's shape for "none"."""
+    op = "cross_entropy"
+    check_float_tensor(op, "logits", logits)
+    if logits.dim() == 0:
+        raise ValueError(f"{op}: logits must have at least 1 dim (..., V), got a 0-d tensor")
+    check_unit_last_stride(op, "logits", logits)
+    check_triton_device(op, "logits", logits)
+    _check_target(op, target, "logits", logits)
+    ignore_index, reduction, label_smoothing, cap = _check_options(op, ignore_index, reduction, label_smoothing,
+                                                                   softcap)
+    if logits.requires_grad and torch.is_grad_enabled():
+        return _CrossEntropyFunction.apply(logits, target, ignore_index, reduction, label_smoothing, cap)
+    return _cross_entropy_forward(logits, target, ignore_index, reduction, label_smoothing, cap)[0]
+
+
+# ---------------------------------------------------------------------------
+# fused_linear_cross_entropy
+
+
+def _chunk_rows(n_rows: int, vocab: int, chunk_size: int | None) -> int:
+    if chunk_size is not None:
+        return max(min(chunk_size, n_rows), 1)
+    rows = max(_CHUNK_ELEMENTS // max(vocab, 1) // _CHUNK_ALIGN * _CHUNK_ALIGN, _CHUNK_ALIGN)
+    return max(min(rows, n_rows), 1)
+
+
+def _linear_chunks(x, weight, bias, target, lse, loss_rows, scale, options, chunk: int, forward: bool,
+                   grads: tuple[bool, bool, bool]):
+    """Over ``chunk`` rows at a time: logits = x @ weight.T + bias; the kernel's loss and lse
+    (``forward``) and / or, where any of ``grads`` (x, weight, bias) is wanted, the logits'
+    gradient in place and its products into those gradients. Returns them (None where not
+    wanted)."""
+    ignore_index, label_smoothing, softcap = options
+    n_rows, vocab = x.shape[0], weight.shape[0]
+    want_grad = any(grads)
+    grad_x = torch.empty_like(x) if grads[0] else None
+    grad_w = (torch.empty_like(weight) if n_rows else torch.zeros_like(weight)) if grads[1] else None
+    grad_b = torch.zeros(vocab, dtype=torch.float32, device=x.device) if grads[2] else None
+    buf = torch.empty(min(chunk, n_rows), vocab, dtype=x.dtype, device=x.device)
+    w_t = weight.t()
+    for i, start in enumerate(range(0, n_rows, chunk)):
+        stop = min(start + chunk, n_rows)
+        x_c, logits = x[start:stop], buf[:stop - start]
+        if bias is None:
+            torch.mm(x_c, w_t, out=logits)
+        else:
+            torch.addmm(bias, x_c, w_t, out=logits)
+        rows = slice(start, stop)
+        s = scale[rows] if scale.numel() > 1 else scale
+        if want_grad:
+            _launch_cross_entropy_inplace(logits, target[rows], loss_rows[rows], lse[rows], s, ignore_index,
+                                          label_smoothing, softcap, forward)
+        else:
+            _launch_cross_entropy(logits, target[rows], loss_rows[rows], lse[rows], ignore_index, label_smoothing,
+                                  softcap)
+        if grads[0]:
+            torch.mm(logits, weight, out=grad_x[rows])
+        if grads[1]:
+            if i == 0:
+                torch.mm(logits.t(), x_c, out=grad_w)
+            else:
+                grad_w.addmm_(logits.t(), x_c)
+        if grads[2]:
+            grad_b += logits.sum(0, dtype=torch.float32)
+    return grad_x, grad_w, None if grad_b is None else grad_b.to(weight.dtype)
+
+
+class _FusedLinearCrossEntropyFunction(torch.autograd.Function):
+    """mean / sum: the gradients computed in the forward, scaled in the backward; none:
+    the backward recomputes each chunk's logits with the rows' gradient weights."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, target, ignore_index, reduction, label_smoothing, softcap, chunk):
+        shape = target.shape
+        x2, t = x.reshape(-1, x.shape[-1]), target.reshape(-1).contiguous()
+        n = x2.shape[0]
+        loss_rows = torch.empty(n, dtype=torch.float32, device=x.device)
+        lse = torch.empty_like(loss_rows)
+        n_valid = (t != ignore_index).sum().float()
+        options = (ignore_index, label_smoothing, softcap)
+        grads = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2])
+        ctx.reduction, ctx.shape = reduction, x.shape
+        if reduction == "none":
+            _linear_chunks(x2, weight, bias, t, lse, loss_rows, lse, options, chunk, True, (False, False, False))
+            ctx.save_for_backward(x2, weight, bias, t, lse)
+            ctx.options, ctx.chunk, ctx.grads = options, chunk, grads
+            return loss_rows.view(shape)
+        scale = (1.0 / n_valid if reduction == "mean" else torch.ones((), device=x.device)).reshape(1)
+        ctx.grad_tensors = _linear_chunks(x2, weight, bias, t, lse, loss_rows, scale, options, chunk, True, grads)
+        return _reduce(loss_rows, reduction, n_valid)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_loss):
+        if ctx.reduction == "none":
+            x2, weight, bias, t, lse = ctx.saved_tensors
+            scale = grad_loss.reshape(-1).float().contiguous()
+            grad_x, grad_w, grad_b = _linear_chunks(x2, weight, bias, t, lse, lse, scale, ctx.options, ctx.chunk,
+                                                    False, ctx.grads)
+        else:
+            grad_x, grad_w, grad_b = ctx.grad_tensors
+            del ctx.grad_tensors  # handed to autograd, which keeps the weight's as its .grad (no copy)
+            g = grad_loss.float().reshape(1)
+            for grad in (grad_x, grad_w, grad_b):
+                if grad is not None:
+                    _launch_scale(grad, g)
+        if grad_x is not None:
+            grad_x = grad_x.view(ctx.shape)
+        return grad_x, grad_w, grad_b, None, None, None, None, None, None
+
+
+@public_op
+def fused_linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
+                               bias: torch.Tensor | None = None, ignore_index: int = -100, reduction: str = "mean",
+                               label_smoothing: float = 0.0, softcap: float | None = None,
+                               chunk_size: int | None = None) -> torch.Tensor:
+    """``cross_entropy(input @ weight.T + bias, target, ...)`` without the logits (see the
+    module doc): input ``(..., H)``, weight ``(V, H)`` (a language model head's), bias ``(V,)``
+    or None, target ``input.shape[:-1]`` int64 / int32. ``chunk_size``: rows of logits at a
+    time (default: 2^27 logits' worth, a multiple of 256 rows). Differentiable in input,
+    weight and bias. Returns the fp32 loss: a 0-d tensor, or target's shape for "none"."""
+    op = "fused_linear_cross_entropy"
+    for name, t in (("input", input), ("weight", weight)):
+        check_float_tensor(op, name, t)
+        check_triton_device(op, name, t)
+    if input.dim() == 0:
+        raise ValueError(f"{op}: input must have at least 1 dim (..., H), got a 0-d tensor")
+    if weight.dim() != 2 or weight.shape[1] != input.shape[-1]:
+        raise ValueError(f"{op}: weight must be (V, {input.shape[-1]}) for input of shape {tuple(input.shape)}, "
+                         f"got {tuple(weight.shape)}")
+    if weight.dtype != input.dtype:
+        raise TypeError(f"{op}: weight must have input's dtype {input.dtype}, got {weight.dtype}")
+    check_same_device(op, "weight", weight, "input", input)
+    if bias is not None:
+        check_float_tensor(op, "bias", bias)
+        if bias.shape != (weight.shape[0],) or bias.dtype != input.dtype:
+            raise ValueError(f"{op}: bias must be ({weight.shape[0]},) of input's dtype {input.dtype}, got "
+                             f"{tuple(bias.shape)} {bias.dtype}")
+        check_same_device(op, "bias", bias, "input", input)
+    _check_target(op, target, "input", input)
+    ignore_index, reduction, label_smoothing, cap = _check_options(op, ignore_index, reduction, label_smoothing,
+                                                                   softcap)
+    if chunk_size is not None:
+        chunk_size = check_int(op, "chunk_size", chunk_size, 1)
+    if weight.shape[0] == 0:
+        raise ValueError(f"{op}: weight must have at least one row (class), got {tuple(weight.shape)}")
+    chunk = _chunk_rows(target.numel(), weight.shape[0], chunk_size)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (input, weight, bias)):
+        return _FusedLinearCrossEntropyFunction.apply(input, weight, bias, target, ignore_index, reduction,
+                                                      label_smoothing, cap, chunk)
+    x2, t = input.reshape(-1, input.shape[-1]), target.reshape(-1).contiguous()
+    loss_rows = torch.empty(x2.shape[0], dtype=torch.float32, device=input.device)
+    lse = torch.empty_like(loss_rows)
+    _linear_chunks(x2, weight, bias, t, lse, loss_rows, lse, (ignore_index, label_smoothing, cap), chunk, True,
+                   (False, False, False))
+    n_valid = (t != ignore_index).sum().float() if reduction == "mean" else None
+    return _reduce(loss_rows.view(target.shape), reduction, n_valid)

@@ -1,0 +1,246 @@
+"""cross_entropy and fused_linear_cross_entropy (aiter_lite.ops.triton.cross_entropy) against
+autograd through the fp32 native reference: the loss and every gradient, each dtype and
+reduction, ignore_index, label smoothing and softcapping, odd widths (one and several
+column chunks), M = 0 and 1, strided rows, more than 2 dims, int32 targets, logits chunks of
+every size, gradient weights other than 1; edge rows (NaN, -inf, a target out of range, every
+target ignored); nothing the caller passed is modified; bad arguments raise."""
+
+import pytest
+import torch
+
+from aiter_lite.ops.native import cross_entropy as native
+from aiter_lite.ops.triton import cross_entropy as tri
+from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device, make_rows
+from op_tests.utils.inputs import poison_allocations
+
+REDUCTIONS = ["mean", "sum", "none"]
+OPTIONS = {"plain": {}, "ignore 3": dict(ignore_index=3), "smoothed": dict(label_smoothing=0.2),
+           "softcapped": dict(softcap=4.0), "smoothed, softcapped": dict(label_smoothing=0.1, softcap=2.5)}
+# (rows, vocab): one column chunk, several (8192-wide chunks), a single row, none
+SHAPES = by_device(cpu=[(0, 37), (1, 1), (5, 37), (3, 1000), (2, 9000)],
+                   gpu=[(0, 37), (1, 1), (5, 37), (3, 1000), (2, 9000), (64, 32000), (16, 128256), (4, 262147)])
+
+
+@pytest.fixture(autouse=True)
+def _poisoned_empty(monkeypatch):
+    """Every allocation (the gradients included) starts NaN: an element left unwritten fails."""
+    poison_allocations(monkeypatch)
+
+
+def _targets(rows: int, vocab: int, ignore_index: int = -100, lead: tuple = ()) -> torch.Tensor:
+    g = torch.Generator().manual_seed(rows * 7919 + vocab)
+    t = torch.randint(0, max(vocab, 1), (*lead, rows), generator=g).to(DEVICE)
+    if t.numel() > 2:
+        t.view(-1)[1] = ignore_index  # one ignored row
+    return t
+
+
+def _tol(dtype: torch.dtype, grad: torch.Tensor | None = None) -> dict:
+    """fp32: a few ulps; fp16 / bf16: two units of the dtype against the largest element
+    (a loss or a gradient is one rounding of fp32 math; the interpreter truncates bf16)."""
+    if dtype == torch.float32:
+        return dict(atol=1e-5 if grad is None else 1e-6, rtol=1e-5)
+    scale = 1.0 if grad is None else max(grad.abs().max().item(), 1e-3)
+    return dict(atol=2 * torch.finfo(dtype).eps * scale, rtol=2 * torch.finfo(dtype).eps)
+
+
+def _grad_weights(loss: torch.Tensor) -> torch.Tensor:
+    """dL/dloss: random (not 1: the backward's scaling is checked) of loss's shape."""
+    return (torch.rand(loss.shape, device=loss.device) + 0.5).to(loss.dtype)
+
+
+# ---------------------------------------------------------------------------
+# cross_entropy
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("option", list(OPTIONS))
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_cross_entropy_matches_native(shape, option, reduction, dtype):
+    rows, vocab = shape
+    kw = dict(OPTIONS[option], reduction=reduction)
+    x = make_rows(rows, vocab, dtype, scale=3.0, strided=rows % 2 == 1)
+    t = _targets(rows, vocab, kw.get("ignore_index", -100))
+    saved = x.clone()
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, want = tri.cross_entropy(a, t, **kw), native.cross_entropy(b, t, **kw)
+    assert got.dtype == dtype and got.shape == want.shape
+    assert_close(got, want, **_tol(dtype), name="loss")
+    if rows == 0:
+        return
+    w = _grad_weights(want)
+    (got.float() * w.float()).sum().backward()
+    (want.float() * w.float()).sum().backward()
+    assert_close(a.grad, b.grad, **_tol(dtype, b.grad), name="logits' gradient")
+    assert torch.equal(x, saved), "the logits were modified"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cross_entropy_leading_dims_and_int32_targets(dtype):
+    x = make_rows(5, 300, dtype, lead=(2,)).requires_grad_()
+    t = _targets(5, 300, lead=(2,)).int()
+    ref = x.detach().clone().requires_grad_()
+    got, want = tri.cross_entropy(x, t, reduction="none"), native.cross_entropy(ref, t, reduction="none")
+    assert got.shape == (2, 5)
+    assert_close(got, want, **_tol(dtype))
+    got.float().sum().backward()
+    want.float().sum().backward()
+    assert_close(x.grad, ref.grad, **_tol(dtype, ref.grad))
+
+
+def test_cross_entropy_edge_rows():
+    """NaN and +inf rows are NaN, -inf logits (a masked vocabulary) are fine, a target out of
+    range gives NaN in its row only (torch raises), every target ignored is NaN for "mean"."""
+    x = torch.randn(6, 50, device=DEVICE)
+    x[0, 7] = float("nan")
+    x[1, 3] = float("inf")
+    x[2, 10:] = float("-inf")
+    t = torch.tensor([1, 2, 4, 50, -1, 5], device=DEVICE)
+    loss = tri.cross_entropy(x.requires_grad_(), t, reduction="none")
+    assert loss[:2].isnan().all() and loss[3:5].isnan().all()
+    ref = native.cross_entropy(x[[2, 5]], t[[2, 5]], reduction="none")
+    assert_close(loss[[2, 5]], ref)
+    loss[[2, 5]].sum().backward()
+    assert (x.grad[2, 10:] == 0).all() and x.grad[2].isfinite().all()
+    assert x.grad[3:5].isnan().all() and x.grad[0].isnan().all()  # NaN * a weight of 0, as torch's
+    ignored = torch.full((6,), -100, device=DEVICE)
+    assert tri.cross_entropy(x.detach(), ignored).isnan().item()
+    assert tri.cross_entropy(x.detach(), ignored, reduction="sum").item() == 0
+
+
+# ---------------------------------------------------------------------------
+# fused_linear_cross_entropy
+
+
+def _linear_inputs(rows: int, hidden: int, vocab: int, dtype, bias: bool, lead: tuple = ()):
+    g = torch.Generator().manual_seed(rows + hidden + vocab)
+    x = torch.randn(*lead, rows, hidden, generator=g).to(DEVICE, dtype)
+    w = (torch.randn(vocab, hidden, generator=g) * hidden ** -0.5 * 4).to(DEVICE, dtype)
+    b = torch.randn(vocab, generator=g).to(DEVICE, dtype) if bias else None
+    return x, w, b
+
+
+def _flce_both(x, w, b, t, which=(True, True, True), **kw):
+    """(loss, grads) of the Triton op and of the native reference, each from its own leaf copies."""
+    out = []
+    for fn in (tri.fused_linear_cross_entropy, native.fused_linear_cross_entropy):
+        leaves = [None if v is None else v.clone().requires_grad_(need) for v, need in zip((x, w, b), which)]
+        loss = fn(leaves[0], leaves[1], t, leaves[2], **kw)
+        out.append((loss, leaves))
+    (got, lg), (want, lw) = out
+    if got.requires_grad:
+        weights = _grad_weights(want)
+        (got * weights).sum().backward()
+        (want * weights).sum().backward()
+    return got, want, lg, lw
+
+
+def _grad_tol(dtype, ref: torch.Tensor, chunks: int = 1) -> dict:
+    """Gradients are products of the rounded logits' gradient with x or w (fp32 accumulate);
+    the weight's is summed over chunks in its dtype (a rounding a chunk)."""
+    if dtype == torch.float32:
+        return dict(atol=1e-5 * max(ref.abs().max().item(), 1.0), rtol=1e-4)
+    eps = torch.finfo(dtype).eps
+    return dict(atol=4 * eps * chunks * max(ref.abs().max().item(), 1e-6), rtol=4 * eps * chunks)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("option", ["plain", "ignore 3", "smoothed, softcapped"])
+@pytest.mark.parametrize("bias", [False, True], ids=["no bias", "bias"])
+@pytest.mark.parametrize("chunk_size", [None, 1, 3])
+def test_fused_linear_cross_entropy_matches_native(chunk_size, bias, option, reduction, dtype):
+    rows, hidden, vocab = 7, 24, 45
+    x, w, b = _linear_inputs(rows, hidden, vocab, dtype, bias, lead=(2,))
+    t = _targets(rows, vocab, OPTIONS[option].get("ignore_index", -100), lead=(2,))
+    saved = [v.clone() for v in (x, w, b) if v is not None]
+    kw = dict(OPTIONS[option], reduction=reduction, chunk_size=chunk_size)
+    got, want, lg, lw = _flce_both(x, w, b, t, **kw)
+    assert got.dtype == torch.float32 and got.shape == want.shape == ((2, rows) if reduction == "none" else ())
+    loss_tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    assert_close(got, want, **loss_tol, name="loss")
+    chunks = 1 if chunk_size is None else -(-2 * rows // chunk_size)
+    for name, a, r in zip(("input", "weight", "bias"), lg, lw):
+        if r is not None:
+            assert a.grad.dtype == dtype
+            assert_close(a.grad, r.grad, **_grad_tol(dtype, r.grad, chunks if name != "input" else 1),
+                         name=f"{name}'s gradient")
+    assert all(torch.equal(v, s) for v, s in zip((v for v in (x, w, b) if v is not None), saved))
+
+
+@pytest.mark.parametrize("which", [(True, False, False), (False, True, True), (False, False, False)],
+                         ids=["input only", "weight and bias only", "none"])
+def test_fused_linear_cross_entropy_gradients_wanted(which):
+    """Only the gradients autograd asks for (a frozen head, a frozen trunk); none: no graph."""
+    x, w, b = _linear_inputs(9, 16, 70, torch.float32, True)
+    t = _targets(9, 70)
+    got, want, lg, lw = _flce_both(x, w, b, t, which=which, chunk_size=4)
+    assert got.requires_grad == any(which)
+    assert_close(got, want)
+    for a, r, need in zip(lg, lw, which):
+        assert (a.grad is None) == (not need)
+        if need:
+            assert_close(a.grad, r.grad, **_grad_tol(torch.float32, r.grad))
+
+
+def test_fused_linear_cross_entropy_wide_vocab_and_no_rows():
+    """Several column chunks a row; zero rows: the weight's gradient is 0, the mean NaN."""
+    x, w, _ = _linear_inputs(3, 8, 9000 if not ON_GPU else 128256, torch.float32, False)
+    t = _targets(3, w.shape[0])
+    got, want, lg, lw = _flce_both(x, w, None, t, chunk_size=2)
+    assert_close(got, want)
+    assert_close(lg[1].grad, lw[1].grad, **_grad_tol(torch.float32, lw[1].grad))
+    w0 = w.clone().requires_grad_()
+    loss = tri.fused_linear_cross_entropy(x[:0], w0, t[:0], reduction="sum")
+    loss.backward()
+    assert loss.item() == 0 and (w0.grad == 0).all()
+
+
+def test_fused_linear_cross_entropy_gradient_weight_one_and_three():
+    """The loss's gradient of exactly 1 (no pass over the gradients) and of 3 (scaled)."""
+    x, w, _ = _linear_inputs(6, 16, 50, torch.float32, False)
+    t = _targets(6, 50)
+    grads = []
+    for factor in (1.0, 3.0):
+        xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+        (tri.fused_linear_cross_entropy(xs, ws, t, chunk_size=4) * factor).backward()
+        grads.append((xs.grad, ws.grad))
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    native.fused_linear_cross_entropy(xr, wr, t).backward()
+    assert_close(grads[0][0], xr.grad, **_grad_tol(torch.float32, xr.grad))
+    assert_close(grads[1][0], 3 * xr.grad, **_grad_tol(torch.float32, xr.grad))
+    assert_close(grads[1][1], 3 * wr.grad, **_grad_tol(torch.float32, wr.grad))
+
+
+# ---------------------------------------------------------------------------
+# arguments
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda x, t, w: tri.cross_entropy(x.int(), t), TypeError, "cross_entropy: logits must be"),
+    (lambda x, t, w: tri.cross_entropy(x, t.float()), TypeError, "cross_entropy: target must be int64 or int32"),
+    (lambda x, t, w: tri.cross_entropy(x, t[:3]), ValueError, "cross_entropy: target must have the shape of logits without"),
+    (lambda x, t, w: tri.cross_entropy(x.t(), t), ValueError, "cross_entropy: logits must have unit stride"),
+    (lambda x, t, w: tri.cross_entropy(x, t, reduction="avg"), ValueError, "cross_entropy: reduction must be"),
+    (lambda x, t, w: tri.cross_entropy(x, t, label_smoothing=1.5), ValueError, r"label_smoothing must be in \[0, 1\]"),
+    (lambda x, t, w: tri.cross_entropy(x, t, softcap=0.0), ValueError, "cross_entropy: softcap must be positive"),
+    (lambda x, t, w: tri.cross_entropy(x, t, ignore_index=1.5), TypeError, "cross_entropy: ignore_index must be"),
+    (lambda x, t, w: tri.cross_entropy(x[0, 0], t), ValueError, "cross_entropy: logits must have at least 1 dim"),
+    (lambda x, t, w: tri.fused_linear_cross_entropy(x, w.t(), t), ValueError,
+     r"fused_linear_cross_entropy: weight must be \(V, 8\)"),
+    (lambda x, t, w: tri.fused_linear_cross_entropy(x, w.half(), t), TypeError,
+     "fused_linear_cross_entropy: weight must have input's dtype"),
+    (lambda x, t, w: tri.fused_linear_cross_entropy(x, w, t, torch.zeros(3, device=DEVICE)), ValueError,
+     r"fused_linear_cross_entropy: bias must be \(20,\)"),
+    (lambda x, t, w: tri.fused_linear_cross_entropy(x, w, t, chunk_size=0), ValueError,
+     "fused_linear_cross_entropy: chunk_size must be >= 1"),
+    (lambda x, t, w: tri.fused_linear_cross_entropy(x, w[:0], t), ValueError,
+     "fused_linear_cross_entropy: weight must have at least one row"),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_bad_arguments_raise(call, error, match):
+    x = torch.randn(5, 8, device=DEVICE)
+    t = _targets(5, 8)
+    w = torch.randn(20, 8, device=DEVICE)
+    with pytest.raises(error, match=match):
+        call(x, t, w)
