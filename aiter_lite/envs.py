@@ -105,6 +105,13 @@ def kv_cache_check_slots() -> bool:
     return _read_flag("AITER_KV_CACHE_CHECK_SLOTS")
 
 
+def cross_entropy_check_targets() -> bool:
+    """AITER_CROSS_ENTROPY_CHECK_TARGETS=1: cross_entropy and fused_linear_cross_entropy check
+    GPU targets against the vocabulary before launching (a ValueError instead of a NaN loss
+    row; the check waits for the GPU). Targets on the CPU are always checked."""
+    return _read_flag("AITER_CROSS_ENTROPY_CHECK_TARGETS")
+
+
 def fast_launch() -> bool:
     """AITER_FAST_LAUNCH (default 1): eager calls that repeat an earlier call's argument
     shapes launch from a cached plan (``aiter_lite.utils.fast_launch``); 0 turns it off.
@@ -151,6 +158,7 @@ def validate() -> None:
     rope_backend_flags()
     rope_check_positions()
     kv_cache_check_slots()
+    cross_entropy_check_targets()
     fast_launch()
     test_compile()
     for family in OP_FAMILIES:

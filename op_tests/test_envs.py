@@ -15,8 +15,8 @@ import subprocess
 import sys
 
 ALL_VARS = ["AITER_LOG_LEVEL", "AITER_BACKEND", "AITER_ROPE_TRITON_BACKEND", "AITER_ROPE_NATIVE_BACKEND",
-            "AITER_ROPE_CHECK_POSITIONS", "AITER_KV_CACHE_CHECK_SLOTS", "AITER_FAST_LAUNCH",
-            "AITER_TEST_COMPILE"] + [
+            "AITER_ROPE_CHECK_POSITIONS", "AITER_KV_CACHE_CHECK_SLOTS", "AITER_CROSS_ENTROPY_CHECK_TARGETS",
+            "AITER_FAST_LAUNCH", "AITER_TEST_COMPILE"] + [
     f"AITER_{f.upper()}_BACKEND" for f in envs.OP_FAMILIES
 ]
 
@@ -94,7 +94,7 @@ def test_unknown_value_names_variable_and_choices(monkeypatch, name, value, call
 # path's flag on a CPU run): validate() and the import read them all.
 BAD = {"AITER_LOG_LEVEL": "verbose", "AITER_BACKEND": "cuda", "AITER_ROPE_TRITON_BACKEND": "yes",
        "AITER_ROPE_NATIVE_BACKEND": "2", "AITER_ROPE_CHECK_POSITIONS": "2", "AITER_KV_CACHE_CHECK_SLOTS": "maybe",
-       "AITER_FAST_LAUNCH": "2", "AITER_TEST_COMPILE": "true",
+       "AITER_CROSS_ENTROPY_CHECK_TARGETS": "on", "AITER_FAST_LAUNCH": "2", "AITER_TEST_COMPILE": "true",
        **{f"AITER_{f.upper()}_BACKEND": "tritonn" for f in envs.OP_FAMILIES}}
 
 
@@ -109,7 +109,8 @@ def test_validate_reads_every_variable(monkeypatch, name):
         envs.validate()
 
 
-@pytest.mark.parametrize("name", ["AITER_FAST_LAUNCH", "AITER_KV_CACHE_CHECK_SLOTS", "AITER_ROPE_CHECK_POSITIONS"])
+@pytest.mark.parametrize("name", ["AITER_FAST_LAUNCH", "AITER_KV_CACHE_CHECK_SLOTS", "AITER_ROPE_CHECK_POSITIONS",
+                                  "AITER_CROSS_ENTROPY_CHECK_TARGETS"])
 def test_import_refuses_a_bad_value(name):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AITER_")} | {name: BAD[name]}
     run = subprocess.run([sys.executable, "-c", "import aiter_lite"], env=env, capture_output=True, text=True)

@@ -40,7 +40,7 @@ from op_tests.utils.checks import TOLERANCES
 OUTCOMES = ("error", "correct", "silent_wrong", "leaked", "wrong_name", "accepted", "modified")
 FAILURES = OUTCOMES[2:]
 INDEX_DTYPES = (torch.int32, torch.int64)
-_INDEX_SWITCHES = ("AITER_ROPE_CHECK_POSITIONS", "AITER_KV_CACHE_CHECK_SLOTS")
+_INDEX_SWITCHES = ("AITER_ROPE_CHECK_POSITIONS", "AITER_KV_CACHE_CHECK_SLOTS", "AITER_CROSS_ENTROPY_CHECK_TARGETS")
 # op_args' tiny sizes with fewer rows and heads: every code path, a few programs a launch
 # (the interpreter runs each program in Python)
 DIMS = replace(TINY, tokens=3, heads=2, kv_heads=1, batch=1)

@@ -12,7 +12,7 @@ import importlib
 import pytest
 import torch
 
-from aiter_lite.ops.triton import activation, moe_routing, softmax, topk
+from aiter_lite.ops.triton import activation, cross_entropy, moe_routing, softmax, topk
 from aiter_lite.ops.triton._triton_kernels.rope.rope import RowMode
 from aiter_lite.ops.triton.fusions import fused_kv_cache, fused_qk_concat
 from aiter_lite.ops.triton.normalization import norm
@@ -29,7 +29,8 @@ qkv_split = importlib.import_module("aiter_lite.ops.triton.fusions.fused_qkv_spl
 BACKEND = "inductor" if ON_GPU else "aot_eager"
 FAMILIES = ["activation", "activation backward", "activation, gate and up apart",
             "activation backward, gate and up apart", "normalization", "normalization backward", "softmax",
-            "softmax backward", "topk", "moe routing", "quant", "quant static", "quant dynamic per tensor",
+            "softmax backward", "cross entropy", "cross entropy backward", "cross entropy in place",
+            "cross entropy scale", "topk", "moe routing", "quant", "quant static", "quant dynamic per tensor",
             "quant group", "act + quant", "norm + quant", "rope", "rope in place", "fusions", "fusions q/k concat",
             "fusions MLA cache", "fusions KV cache"]
 F8 = torch.float8_e4m3fn if ON_GPU else torch.int8
@@ -47,6 +48,12 @@ def _e(*shape, dtype=torch.float32):
 def _tables(rows: int, f: int):
     a = torch.rand(rows, f, device=DEVICE) * 6
     return torch.cos(a), torch.sin(a)
+
+
+def _ce_targets(rows: int, n: int) -> torch.Tensor:
+    t = torch.randint(0, n, (rows,), device=DEVICE)
+    t[1] = -100
+    return t
 
 
 def _cases():
@@ -75,6 +82,18 @@ def _cases():
         "softmax": (softmax._launch_softmax, (x2, _e(t, n), True), softmax.SoftmaxLaunchConfig(1, 32, 1, True)),
         "softmax backward": (softmax._launch_softmax_bwd, (x2, _r(t, n), _e(t, n), True),
                              softmax.SoftmaxLaunchConfig(1, 32, 1, True)),
+        "cross entropy": (cross_entropy._launch_cross_entropy, (x2, _ce_targets(t, n), _e(t), _e(t), -100, 0.1, 5.0),
+                          cross_entropy.CrossEntropyLaunchConfig(32, 1)),
+        "cross entropy backward": (cross_entropy._launch_cross_entropy_bwd,
+                                   (x2, _ce_targets(t, n), torch.logsumexp(x2, 1), torch.rand(t, device=DEVICE),
+                                    _e(t, n), -100, 0.0, 0.0),
+                                   cross_entropy.CrossEntropyLaunchConfig(32, 1)),
+        "cross entropy in place": (cross_entropy._launch_cross_entropy_inplace,
+                                   (_r(t, n), _ce_targets(t, n), _e(t), _e(t), torch.rand(1, device=DEVICE), -100,
+                                    0.0, 0.0, True),
+                                   cross_entropy.CrossEntropyLaunchConfig(32, 1)),
+        "cross entropy scale": (cross_entropy._launch_scale, (_r(t, n), torch.rand(1, device=DEVICE) + 2),
+                                cross_entropy.CrossEntropyLaunchConfig(64, 1)),
         "topk": (topk._launch_topk, (x2, _e(t, 3), _e(t, 3, dtype=torch.int64), 3, 1, True),
                  topk.TopkLaunchConfig(2, 128, 4, True, 2)),
         "moe routing": (moe_routing._launch_moe_routing,

@@ -90,23 +90,41 @@ def test_cross_entropy_leading_dims_and_int32_targets(dtype):
 
 
 def test_cross_entropy_edge_rows():
-    """NaN and +inf rows are NaN, -inf logits (a masked vocabulary) are fine, a target out of
-    range gives NaN in its row only (torch raises), every target ignored is NaN for "mean"."""
-    x = torch.randn(6, 50, device=DEVICE)
+    """NaN and +inf rows are NaN, -inf logits (a masked vocabulary) are fine, every target
+    ignored is NaN for "mean" (0 / 0, as torch) and 0 for "sum"."""
+    x = torch.randn(5, 50, device=DEVICE)
     x[0, 7] = float("nan")
     x[1, 3] = float("inf")
     x[2, 10:] = float("-inf")
-    t = torch.tensor([1, 2, 4, 50, -1, 5], device=DEVICE)
+    t = torch.tensor([1, 2, 4, 49, 5], device=DEVICE)
     loss = tri.cross_entropy(x.requires_grad_(), t, reduction="none")
-    assert loss[:2].isnan().all() and loss[3:5].isnan().all()
-    ref = native.cross_entropy(x[[2, 5]], t[[2, 5]], reduction="none")
-    assert_close(loss[[2, 5]], ref)
-    loss[[2, 5]].sum().backward()
-    assert (x.grad[2, 10:] == 0).all() and x.grad[2].isfinite().all()
-    assert x.grad[3:5].isnan().all() and x.grad[0].isnan().all()  # NaN * a weight of 0, as torch's
-    ignored = torch.full((6,), -100, device=DEVICE)
+    assert loss[:2].isnan().all() and loss[2:].isfinite().all()
+    assert_close(loss[2:], native.cross_entropy(x[2:], t[2:], reduction="none"))
+    loss[2:].sum().backward()
+    assert (x.grad[2, 10:] == 0).all() and x.grad[2:].isfinite().all()
+    assert x.grad[:2].isnan().all()  # NaN * a weight of 0, as torch's
+    ignored = torch.full((5,), -100, device=DEVICE)
     assert tri.cross_entropy(x.detach(), ignored).isnan().item()
     assert tri.cross_entropy(x.detach(), ignored, reduction="sum").item() == 0
+
+
+@pytest.mark.parametrize("op", ["cross_entropy", "fused_linear_cross_entropy"])
+def test_target_out_of_range(op, monkeypatch):
+    """A target outside [0, V) that is not ignore_index: a ValueError where targets are checked
+    on the host (on the CPU, or AITER_CROSS_ENTROPY_CHECK_TARGETS=1), else a NaN loss in its
+    row only (a GPU never waits for the host to check)."""
+    x, w = torch.randn(4, 16, device=DEVICE), torch.randn(50, 16, device=DEVICE)
+    t = torch.tensor([1, 50, -1, 3], device=DEVICE)
+    call = (lambda: tri.cross_entropy(x @ w.t(), t, reduction="none")) if op == "cross_entropy" else \
+        (lambda: tri.fused_linear_cross_entropy(x, w, t, reduction="none"))
+    monkeypatch.delenv("AITER_CROSS_ENTROPY_CHECK_TARGETS", raising=False)
+    if ON_GPU:
+        loss = call()
+        assert loss[1:3].isnan().all() and loss[[0, 3]].isfinite().all()
+        monkeypatch.setenv("AITER_CROSS_ENTROPY_CHECK_TARGETS", "1")
+    match = rf"{op}: target must hold class indices in \[0, 50\).* got 50 at flat index 1"
+    with pytest.raises(ValueError, match=match):
+        call()
 
 
 # ---------------------------------------------------------------------------
@@ -220,7 +238,7 @@ def test_fused_linear_cross_entropy_gradient_weight_one_and_three():
 @pytest.mark.parametrize("call, error, match", [
     (lambda x, t, w: tri.cross_entropy(x.int(), t), TypeError, "cross_entropy: logits must be"),
     (lambda x, t, w: tri.cross_entropy(x, t.float()), TypeError, "cross_entropy: target must be int64 or int32"),
-    (lambda x, t, w: tri.cross_entropy(x, t[:3]), ValueError, "cross_entropy: target must have the shape of logits without"),
+    (lambda x, t, w: tri.cross_entropy(x, t[:3]), ValueError, "cross_entropy: target must have the shape of logits"),
     (lambda x, t, w: tri.cross_entropy(x.t(), t), ValueError, "cross_entropy: logits must have unit stride"),
     (lambda x, t, w: tri.cross_entropy(x, t, reduction="avg"), ValueError, "cross_entropy: reduction must be"),
     (lambda x, t, w: tri.cross_entropy(x, t, label_smoothing=1.5), ValueError, r"label_smoothing must be in \[0, 1\]"),

@@ -26,13 +26,17 @@ Both follow torch where a row is odd: a target equal to ``ignore_index`` adds no
 "mean" divides by the targets that are not ignored; none: NaN, as torch); a row holding
 NaN or +inf has a NaN loss. A target outside ``[0, V)`` that is not ``ignore_index`` gives a
 NaN loss (and NaN gradients) where torch raises: the kernel finds it, and the host never
-waits for the GPU to check.
+waits for the GPU to check; targets on the CPU, and GPU targets under
+``AITER_CROSS_ENTROPY_CHECK_TARGETS=1``, are checked on the host first (a ValueError).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from aiter_lite import envs
 from aiter_lite.ops.triton._triton_kernels.cross_entropy import _cross_entropy_kernel, _scale_kernel
 from aiter_lite.spec.device import device_profile
 from aiter_lite.utils.checks import (
@@ -49,62 +53,81 @@ from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
 from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.registry import public_op
 
-__all__ = ["cross_entropy", "fused_linear_cross_entropy"]
+__all__ = ["cross_entropy", "fused_linear_cross_entropy", "CrossEntropyLaunchConfig", "cross_entropy_launch_config"]
 
 REDUCTIONS = ("mean", "sum", "none")
-# Columns per chunk of a row (one program a row: a row of 128256 bf16 logits is 16 chunks),
-# and the logits one chunk of fused_linear_cross_entropy may hold: 2^27 elements (256 MiB
-# in bf16, 1024 rows of 128256), rounded down to a multiple of 256 rows.
+
+
+@dataclass(frozen=True)
+class CrossEntropyLaunchConfig:
+    BLOCK_N: int  # columns per chunk of a row (one program a row); the scaling kernel's block
+    num_warps: int
+
+
+# A row of logits in 8192-wide chunks of 16 warps (a row of 128256 bf16 logits is 16 chunks);
+# narrower rows in one chunk, 512 columns a warp.
 _BLOCK_N = 8192
 _CE_WARPS = 16
+_SCALE = CrossEntropyLaunchConfig(4096, 4)
+# the logits one chunk of fused_linear_cross_entropy may hold: 2^27 elements (256 MiB in
+# bf16, 1024 rows of 128256), rounded down to a multiple of 256 rows
 _CHUNK_ELEMENTS = 1 << 27
 _CHUNK_ALIGN = 256
 
 
-def _run(x, target, loss, lse, grad, scale, ignore_index, label_smoothing, softcap, forward, write_grad) -> None:
+def cross_entropy_launch_config(n_cols: int) -> CrossEntropyLaunchConfig:
+    """The loss kernel's chunk and warps for rows of ``n_cols`` logits."""
+    block = min(_BLOCK_N, next_power_of_2(n_cols))
+    return CrossEntropyLaunchConfig(block, min(_CE_WARPS, max(block // 512, 1)))
+
+
+def _run(x, target, loss, lse, grad, scale, ignore_index, label_smoothing, softcap, forward, write_grad,
+         cfg: CrossEntropyLaunchConfig | None) -> None:
     n_rows, n_cols = x.shape
     if n_rows == 0:
         return
-    block = min(_BLOCK_N, next_power_of_2(n_cols))
+    cfg = cfg or cross_entropy_launch_config(n_cols)
     launch(_cross_entropy_kernel, (n_rows,), x, target, loss, lse, grad, scale, x.stride(0), grad.stride(0),
            scale.stride(0) if scale.numel() > 1 else 0, n_cols, ignore_index, label_smoothing, softcap,
-           FORWARD=forward, GRAD=write_grad, SOFTCAP=softcap > 0, SMOOTHING=label_smoothing > 0, BLOCK_N=block,
-           num_warps=min(_CE_WARPS, max(block // 512, 1)))
+           FORWARD=forward, GRAD=write_grad, SOFTCAP=softcap > 0, SMOOTHING=label_smoothing > 0,
+           BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
 
 
 @launcher(mutates=("loss", "lse"))
 def _launch_cross_entropy(x: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, lse: torch.Tensor,
-                          ignore_index: int, label_smoothing: float, softcap: float) -> None:
+                          ignore_index: int, label_smoothing: float, softcap: float,
+                          config: CrossEntropyLaunchConfig | None = None) -> None:
     """Each row of 2-D logits x: its fp32 loss and log-sum-exp."""
-    _run(x, target, loss, lse, lse.view(-1, 1), lse, ignore_index, label_smoothing, softcap, True, False)
+    _run(x, target, loss, lse, lse.view(-1, 1), lse, ignore_index, label_smoothing, softcap, True, False, config)
 
 
 @launcher(mutates=("grad",))
 def _launch_cross_entropy_bwd(x: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, scale: torch.Tensor,
-                              grad: torch.Tensor, ignore_index: int, label_smoothing: float, softcap: float) -> None:
+                              grad: torch.Tensor, ignore_index: int, label_smoothing: float, softcap: float,
+                              config: CrossEntropyLaunchConfig | None = None) -> None:
     """The gradient of 2-D logits x into grad from the rows' log-sum-exp, each row's weighted
     by scale (one fp32 value, or one a row)."""
-    _run(x, target, lse, lse, grad, scale, ignore_index, label_smoothing, softcap, False, True)
+    _run(x, target, lse, lse, grad, scale, ignore_index, label_smoothing, softcap, False, True, config)
 
 
 @launcher(mutates=("logits", "loss", "lse"))
 def _launch_cross_entropy_inplace(logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, lse: torch.Tensor,
                                   scale: torch.Tensor, ignore_index: int, label_smoothing: float, softcap: float,
-                                  forward: bool) -> None:
+                                  forward: bool, config: CrossEntropyLaunchConfig | None = None) -> None:
     """2-D logits turned into their gradient (weighted by scale) in place: after computing
     the rows' loss and log-sum-exp (``forward``), or from a log-sum-exp already in lse."""
-    _run(logits, target, loss, lse, logits, scale, ignore_index, label_smoothing, softcap, forward, True)
+    _run(logits, target, loss, lse, logits, scale, ignore_index, label_smoothing, softcap, forward, True, config)
 
 
 @launcher(mutates=("x",))
-def _launch_scale(x: torch.Tensor, scale: torch.Tensor) -> None:
-    """x *= scale (one fp32 value on x's device; 1: no pass over x)."""
+def _launch_scale(x: torch.Tensor, scale: torch.Tensor, config: CrossEntropyLaunchConfig | None = None) -> None:
+    """x *= scale (one fp32 value on x's device; 1: no pass over x), 4 programs an SM."""
     n = x.numel()
     if n == 0:
         return
-    block = 4096
-    grid = min(cdiv(n, block), 4 * grid_sms(device_profile(x.device)))
-    launch(_scale_kernel, (grid,), x, scale, n, BLOCK=block, num_warps=4)
+    cfg = config or _SCALE
+    grid = min(cdiv(n, cfg.BLOCK_N), 4 * grid_sms(device_profile(x.device)))
+    launch(_scale_kernel, (grid,), x, scale, n, BLOCK=cfg.BLOCK_N, num_warps=cfg.num_warps)
 
 
 # ---------------------------------------------------------------------------
@@ -121,7 +144,7 @@ def _check_options(op: str, ignore_index, reduction, label_smoothing, softcap) -
     return ignore_index, reduction, label_smoothing, cap
 
 
-def _check_target(op: str, target, rows_name: str, rows: torch.Tensor) -> None:
+def _check_target(op: str, target, rows_name: str, rows: torch.Tensor, n_classes: int, ignore_index: int) -> None:
     if not isinstance(target, torch.Tensor):
         raise TypeError(f"{op}: target must be a torch.Tensor, got {type(target).__name__}")
     if target.dtype not in (torch.int64, torch.int32):
@@ -130,6 +153,16 @@ def _check_target(op: str, target, rows_name: str, rows: torch.Tensor) -> None:
         raise ValueError(f"{op}: target must have the shape of {rows_name} without its last dim, "
                          f"{tuple(rows.shape[:-1])}, got {tuple(target.shape)}")
     check_same_device(op, "target", target, rows_name, rows)
+    # values read on the host only where they are (the CPU) or where asked: not while
+    # torch.compile traces (a host read breaks the graph)
+    if torch.compiler.is_compiling() or target.numel() == 0:
+        return
+    if target.device.type == "cpu" or envs.cross_entropy_check_targets():
+        bad = (target != ignore_index) & ((target < 0) | (target >= n_classes))
+        if bool(bad.any()):
+            i = int(bad.reshape(-1).nonzero()[0])
+            raise ValueError(f"{op}: target must hold class indices in [0, {n_classes}) or ignore_index "
+                             f"{ignore_index}, got {int(target.reshape(-1)[i])} at flat index {i}")
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
@@ -195,7 +228,7 @@ def _cross_entropy_forward(logits, target, ignore_index, reduction, label_smooth
     return loss.to(logits.dtype), lse, n_valid if n_valid is not None else lse.new_ones(())
 
 
-@public_op
+@public_op(unless=envs.cross_entropy_check_targets)
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100, reduction: str = "mean",
                   label_smoothing: float = 0.0, softcap: float | None = None) -> torch.Tensor:
     """``torch.nn.functional.cross_entropy(logits, target, ...)`` with the class dim last
@@ -208,9 +241,9 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
         raise ValueError(f"{op}: logits must have at least 1 dim (..., V), got a 0-d tensor")
     check_unit_last_stride(op, "logits", logits)
     check_triton_device(op, "logits", logits)
-    _check_target(op, target, "logits", logits)
     ignore_index, reduction, label_smoothing, cap = _check_options(op, ignore_index, reduction, label_smoothing,
                                                                    softcap)
+    _check_target(op, target, "logits", logits, logits.shape[-1], ignore_index)
     if logits.requires_grad and torch.is_grad_enabled():
         return _CrossEntropyFunction.apply(logits, target, ignore_index, reduction, label_smoothing, cap)
     return _cross_entropy_forward(logits, target, ignore_index, reduction, label_smoothing, cap)[0]
@@ -312,7 +345,7 @@ class _FusedLinearCrossEntropyFunction(torch.autograd.Function):
         return grad_x, grad_w, grad_b, None, None, None, None, None, None
 
 
-@public_op
+@public_op(unless=envs.cross_entropy_check_targets)
 def fused_linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
                                bias: torch.Tensor | None = None, ignore_index: int = -100, reduction: str = "mean",
                                label_smoothing: float = 0.0, softcap: float | None = None,
@@ -340,13 +373,13 @@ def fused_linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor, target
             raise ValueError(f"{op}: bias must be ({weight.shape[0]},) of input's dtype {input.dtype}, got "
                              f"{tuple(bias.shape)} {bias.dtype}")
         check_same_device(op, "bias", bias, "input", input)
-    _check_target(op, target, "input", input)
     ignore_index, reduction, label_smoothing, cap = _check_options(op, ignore_index, reduction, label_smoothing,
                                                                    softcap)
-    if chunk_size is not None:
-        chunk_size = check_int(op, "chunk_size", chunk_size, 1)
     if weight.shape[0] == 0:
         raise ValueError(f"{op}: weight must have at least one row (class), got {tuple(weight.shape)}")
+    _check_target(op, target, "input", input, weight.shape[0], ignore_index)
+    if chunk_size is not None:
+        chunk_size = check_int(op, "chunk_size", chunk_size, 1)
     chunk = _chunk_rows(target.numel(), weight.shape[0], chunk_size)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (input, weight, bias)):
         return _FusedLinearCrossEntropyFunction.apply(input, weight, bias, target, ignore_index, reduction,
