@@ -53,9 +53,13 @@ def _grad_weights(loss: torch.Tensor) -> torch.Tensor:
 # cross_entropy
 
 
+# every option with "mean"; "sum" and "none" with the plainest and the fullest
+OPTION_REDUCTIONS = [(o, "mean") for o in OPTIONS] + [(o, r) for o in ("plain", "smoothed, softcapped")
+                                                      for r in ("sum", "none")]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("reduction", REDUCTIONS)
-@pytest.mark.parametrize("option", list(OPTIONS))
+@pytest.mark.parametrize("option, reduction", OPTION_REDUCTIONS)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_cross_entropy_matches_native(shape, option, reduction, dtype):
     rows, vocab = shape
@@ -167,7 +171,7 @@ def _grad_tol(dtype, ref: torch.Tensor, chunks: int = 1) -> dict:
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("option", ["plain", "ignore 3", "smoothed, softcapped"])
 @pytest.mark.parametrize("bias", [False, True], ids=["no bias", "bias"])
-@pytest.mark.parametrize("chunk_size", [None, 1, 3])
+@pytest.mark.parametrize("chunk_size", [None, 3])
 def test_fused_linear_cross_entropy_matches_native(chunk_size, bias, option, reduction, dtype):
     rows, hidden, vocab = 7, 24, 45
     x, w, b = _linear_inputs(rows, hidden, vocab, dtype, bias, lead=(2,))
@@ -193,7 +197,7 @@ def test_fused_linear_cross_entropy_gradients_wanted(which):
     """Only the gradients autograd asks for (a frozen head, a frozen trunk); none: no graph."""
     x, w, b = _linear_inputs(9, 16, 70, torch.float32, True)
     t = _targets(9, 70)
-    got, want, lg, lw = _flce_both(x, w, b, t, which=which, chunk_size=4)
+    got, want, lg, lw = _flce_both(x, w, b, t, which=which, chunk_size=1)
     assert got.requires_grad == any(which)
     assert_close(got, want)
     for a, r, need in zip(lg, lw, which):
