@@ -266,3 +266,51 @@ def test_bad_arguments_raise(call, error, match):
     w = torch.randn(20, 8, device=DEVICE)
     with pytest.raises(error, match=match):
         call(x, t, w)
+
+
+def test_fused_linear_cross_entropy_gradients_handed_over(monkeypatch):
+    """The gradients computed in the forward become the parameters' .grad without a copy
+    (a head's weight gradient is as large as the weight); a second backward of them
+    (retain_graph) raises, "none" recomputes and gives the same gradients again."""
+    made = []  # the data pointers of the gradients each call computed (a reference would be a second owner)
+    chunks = tri._linear_chunks
+
+    def spy(*args, **kwargs):
+        grads = chunks(*args, **kwargs)
+        made.append([None if g is None else g.data_ptr() for g in grads])
+        return grads
+
+    monkeypatch.setattr(tri, "_linear_chunks", spy)
+    x, w, _ = _linear_inputs(6, 8, 30, torch.float32, False)
+    t = _targets(6, 30)
+    x.requires_grad_()
+    w.requires_grad_()
+    tri.fused_linear_cross_entropy(x, w, t, chunk_size=4).backward()
+    assert (x.grad.data_ptr(), w.grad.data_ptr()) == tuple(made[0][:2])
+    loss = tri.fused_linear_cross_entropy(x, w, t, chunk_size=4)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="fused_linear_cross_entropy: its backward .* runs once"):
+        loss.backward()
+    w.grad = x.grad = None
+    rows = tri.fused_linear_cross_entropy(x, w, t, reduction="none", chunk_size=4)
+    grads = [torch.autograd.grad(rows.sum(), (x, w), retain_graph=True) for _ in range(2)]
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+@pytest.mark.parametrize("op", ["cross_entropy", "fused_linear_cross_entropy"])
+def test_compiles_whole_with_gradients(op):
+    """torch.compile(fullgraph=True) of the loss and its backward: the eager gradients."""
+    x, w, _ = _linear_inputs(6, 8, 30, torch.float32, False)
+    t = _targets(6, 30)
+    fn = (lambda x, w: tri.cross_entropy(x @ w.t(), t)) if op == "cross_entropy" else \
+        (lambda x, w: tri.fused_linear_cross_entropy(x, w, t, chunk_size=4))
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="inductor" if ON_GPU else "aot_eager", fullgraph=True)
+    results = []
+    for f in (fn, compiled):
+        a, b = x.clone().requires_grad_(), w.clone().requires_grad_()
+        loss = f(a, b)
+        loss.backward()
+        results.append((loss.detach(), a.grad, b.grad))
+    for got, want in zip(results[1], results[0]):
+        assert_close(got, want, atol=1e-6, rtol=1e-5)

@@ -15,7 +15,9 @@ a language model's ``(tokens, vocab)`` logits (1 GB in bf16 for 4096 tokens of L
 128256, 2 GB more where the loss upcasts them) never exist at once. Where autograd records
 the call, each chunk's logits are turned into their gradient in place by the kernel and
 multiplied out at once into the gradients of ``input``, ``weight`` and ``bias``; the
-backward only scales them by the loss's gradient (nothing at all for a gradient of 1).
+backward only scales them by the loss's gradient (nothing at all for a gradient of 1) and
+hands them over (the weight's becomes its ``.grad`` without a copy), so it runs once: a
+second backward through the same graph (``retain_graph=True``) raises.
 The weight's gradient is accumulated over the chunks in the weight's dtype (bf16 rounds it
 once per chunk: chunks of 1024 rows or more keep that to a few roundings). With
 ``reduction="none"`` the per-row gradient weights are known only in the backward, which
@@ -322,7 +324,11 @@ class _FusedLinearCrossEntropyFunction(torch.autograd.Function):
             ctx.options, ctx.chunk, ctx.grads = options, chunk, grads
             return loss_rows.view(shape)
         scale = (1.0 / n_valid if reduction == "mean" else torch.ones((), device=x.device)).reshape(1)
-        ctx.grad_tensors = _linear_chunks(x2, weight, bias, t, lse, loss_rows, scale, options, chunk, True, grads)
+        # saved, not kept on ctx: autograd releases them once the backward returns, and the
+        # weight's gradient becomes its .grad without a copy
+        ctx.save_for_backward(*_linear_chunks(x2, weight, bias, t, lse, loss_rows, scale, options, chunk, True,
+                                              grads))
+        ctx.spent = False
         return _reduce(loss_rows, reduction, n_valid)
 
     @staticmethod
@@ -334,8 +340,12 @@ class _FusedLinearCrossEntropyFunction(torch.autograd.Function):
             grad_x, grad_w, grad_b = _linear_chunks(x2, weight, bias, t, lse, lse, scale, ctx.options, ctx.chunk,
                                                     False, ctx.grads)
         else:
-            grad_x, grad_w, grad_b = ctx.grad_tensors
-            del ctx.grad_tensors  # handed to autograd, which keeps the weight's as its .grad (no copy)
+            if ctx.spent:  # the gradients were scaled in place and handed over
+                raise RuntimeError("fused_linear_cross_entropy: its backward (reduction 'mean' / 'sum') runs once: "
+                                   "the gradients are computed in the forward; backward with retain_graph=True "
+                                   "a second time is not supported (reduction='none' recomputes them)")
+            ctx.spent = True
+            grad_x, grad_w, grad_b = ctx.saved_tensors
             g = grad_loss.float().reshape(1)
             for grad in (grad_x, grad_w, grad_b):
                 if grad is not None:
