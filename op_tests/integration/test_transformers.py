@@ -208,6 +208,25 @@ def test_training_loss_takes_hf_loss_arguments():
     assert out.logits is not None and torch.allclose(out.loss, want, rtol=1e-5)
 
 
+def test_training_loss_with_tied_embeddings():
+    """A head that shares the embedding's weight: its gradient from the fused loss and the
+    embedding's add up in the one parameter, as unpatched."""
+    torch.manual_seed(0)
+    config, cls = _config("llama")
+    config.tie_word_embeddings = True
+    model = cls(config).to(DEVICE).train()
+    patched = copy.deepcopy(model)
+    assert patched.lm_head.weight is patched.model.embed_tokens.weight
+    alt.apply_aiter_lite(patched, backend="triton", rope=False, rms_norm=False, swiglu=False)
+    ids, mask = _batch()
+    grads = []
+    for m in (model, patched):
+        m(input_ids=ids, attention_mask=mask, labels=ids).loss.backward()
+        grads.append({n: p.grad for n, p in m.named_parameters()})
+    for name, g in grads[0].items():
+        assert _rel(grads[1][name], g) < 2e-4, name
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma"])
 def test_greedy_generate_identical(family):
     """Greedy decoding with a KV cache and a left-padded batch: the same tokens."""
