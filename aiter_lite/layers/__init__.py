@@ -7,6 +7,7 @@ aiter_lite.envs for its op family), named by the layer's ``backend`` attribute.
 
 from aiter_lite.layers.activation import GeluAndMul, SiluAndMul
 from aiter_lite.layers.base import BackendLayer
+from aiter_lite.layers.loss import CrossEntropyLoss, FusedLinearCrossEntropyLoss
 from aiter_lite.layers.normalization import GemmaRMSNorm, LayerNorm, RMSNorm
 from aiter_lite.layers.quant import GroupShape, QuantFP8
 from aiter_lite.layers.rotary_embedding import (
@@ -21,8 +22,10 @@ from aiter_lite.layers.rotary_embedding import (
 
 __all__ = [
     "BackendLayer",
+    "CrossEntropyLoss",
     "DeepseekScalingRotaryEmbedding",
     "DynamicNTKScalingRotaryEmbedding",
+    "FusedLinearCrossEntropyLoss",
     "GeluAndMul",
     "GemmaRMSNorm",
     "GroupShape",

@@ -13,6 +13,8 @@ import torch
 from aiter_lite import layers
 from aiter_lite.layers import (
     BackendLayer,
+    CrossEntropyLoss,
+    FusedLinearCrossEntropyLoss,
     GeluAndMul,
     GemmaRMSNorm,
     GroupShape,
@@ -44,6 +46,11 @@ CASES = {
                      lambda: (make_rows(3, 64), torch.full((1,), 0.01, device=DEVICE))),
     "quant_per_token": (lambda b: QuantFP8(False, GroupShape.PER_TOKEN, backend=b), lambda: (make_rows(3, 64),)),
     "quant_group": (lambda b: QuantFP8(False, GroupShape(1, 32), backend=b), lambda: (make_rows(3, 64),)),
+    "cross_entropy": (lambda b: CrossEntropyLoss(label_smoothing=0.1, backend=b),
+                      lambda: (make_rows(3, 64), torch.tensor([5, -100, 63], device=DEVICE))),
+    "fused_linear_cross_entropy": (lambda b: FusedLinearCrossEntropyLoss(softcap=20.0, chunk_size=2, backend=b),
+                                   lambda: (make_rows(40, 16), make_rows(3, 16), torch.tensor([5, 39, 0],
+                                                                                              device=DEVICE))),
 }
 LAYER_CLASSES = [getattr(layers, name) for name in layers.__all__
                  if inspect.isclass(getattr(layers, name)) and issubclass(getattr(layers, name), BackendLayer)
@@ -98,7 +105,8 @@ def test_pickle_and_deepcopy(case):
 @pytest.mark.filterwarnings("ignore:Dynamo detected a call to a `functools.lru_cache`")
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", ["rms_norm_residual", "layer_norm_residual", "silu_and_mul", "rope",
-                                  "quant_static", "quant_per_token", "quant_group"])
+                                  "quant_static", "quant_per_token", "quant_group", "cross_entropy",
+                                  "fused_linear_cross_entropy"])
 def test_compiles_fullgraph(case, backend):
     if case == "rope" and backend == "triton" and not ON_GPU:
         pytest.skip("the Triton RoPE ops read CPU positions on the host to check them (a GPU keeps them on device)")

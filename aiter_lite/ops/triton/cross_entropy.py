@@ -136,7 +136,9 @@ def _launch_scale(x: torch.Tensor, scale: torch.Tensor, config: CrossEntropyLaun
 # checks shared by both ops
 
 
-def _check_options(op: str, ignore_index, reduction, label_smoothing, softcap) -> tuple[int, str, float, float]:
+def check_options(op: str, ignore_index, reduction, label_smoothing, softcap) -> tuple[int, str, float, float]:
+    """(ignore_index, reduction, label_smoothing, softcap as a float, 0 for None), checked;
+    ``op`` names the caller (an op or a loss module)."""
     ignore_index = check_int(op, "ignore_index", ignore_index, -(2**31), 2**31 - 1)
     reduction = check_choice(op, "reduction", reduction, REDUCTIONS)
     label_smoothing = check_real(op, "label_smoothing", label_smoothing)
@@ -243,7 +245,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
         raise ValueError(f"{op}: logits must have at least 1 dim (..., V), got a 0-d tensor")
     check_unit_last_stride(op, "logits", logits)
     check_triton_device(op, "logits", logits)
-    ignore_index, reduction, label_smoothing, cap = _check_options(op, ignore_index, reduction, label_smoothing,
+    ignore_index, reduction, label_smoothing, cap = check_options(op, ignore_index, reduction, label_smoothing,
                                                                    softcap)
     _check_target(op, target, "logits", logits, logits.shape[-1], ignore_index)
     if logits.requires_grad and torch.is_grad_enabled():
@@ -383,7 +385,7 @@ def fused_linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor, target
             raise ValueError(f"{op}: bias must be ({weight.shape[0]},) of input's dtype {input.dtype}, got "
                              f"{tuple(bias.shape)} {bias.dtype}")
         check_same_device(op, "bias", bias, "input", input)
-    ignore_index, reduction, label_smoothing, cap = _check_options(op, ignore_index, reduction, label_smoothing,
+    ignore_index, reduction, label_smoothing, cap = check_options(op, ignore_index, reduction, label_smoothing,
                                                                    softcap)
     if weight.shape[0] == 0:
         raise ValueError(f"{op}: weight must have at least one row (class), got {tuple(weight.shape)}")
