@@ -174,6 +174,7 @@ def op_args(name: str, dims: Dims = TINY, device="cpu", dtype=torch.float32, qdt
         "act_mul": lambda: (m.r(t, d.inter), m.r(t, d.inter), "gelu_tanh"),
         "silu": lambda: (x,), "relu": lambda: (x,), "gelu": lambda: (x, "tanh"),
         "rms_norm": lambda: (x, m.w(n), 1e-6, 0.0),
+        "rmsnorm_forward_inference": lambda: (x, m.w(n), 1e-6),
         "rmsnorm2d_fwd_with_add": lambda: (m.e(t, n), x, m.r(t, n), m.e(t, n), m.w(n), 1e-6, 0.0),
         "fused_add_rms_norm": lambda: (x, m.r(t, n), m.w(n), 1e-6, 0.0),
         "layer_norm": lambda: (x, m.w(n), m.w(n), 1e-5, None, 0.0),

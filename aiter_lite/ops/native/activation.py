@@ -11,6 +11,8 @@ import functools
 import torch
 import torch.nn.functional as F
 
+from aiter_lite.utils.aliases import lazy_aliases
+
 
 ACTIVATIONS = {
     "silu": F.silu,
@@ -66,3 +68,9 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
 
 def relu(x: torch.Tensor) -> torch.Tensor:
     return F.relu(x.float()).to(x.dtype)
+
+
+# aiter's name at this path (aiter_lite defines it with the other activation + quant ops)
+__getattr__ = lazy_aliases(globals(), {
+    "act_mul_and_fp8_group_quant": "aiter_lite.ops.native.quant.act_quant",
+})

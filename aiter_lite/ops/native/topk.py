@@ -12,7 +12,7 @@ import torch
 
 
 def topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True,
-         sorted: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+         sorted: bool = True, *, tiny_row_thresh: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     if x.dim() == 0:  # as torch.topk: a 0-dim x gives 0-dim outputs holding its element
         return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
     values, indices = torch.sort(x, dim=dim, descending=largest, stable=True)

@@ -16,6 +16,7 @@ import torch
 
 from aiter_lite.ops.triton._triton_kernels.activation import _act_and_mul_kernel
 from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
+from aiter_lite.utils.aliases import lazy_aliases
 from aiter_lite.utils.checks import (
     check_choice,
     check_float_tensor,
@@ -393,3 +394,9 @@ def gelu(x: torch.Tensor, approximate: Literal["none", "tanh"] = "none") -> torc
 def relu(x: torch.Tensor) -> torch.Tensor:
     """``max(x, 0)``, NaN propagating."""
     return _elementwise("relu", x, "relu")
+
+
+# aiter's name at this path (aiter_lite defines it with the other activation + quant ops)
+__getattr__ = lazy_aliases(globals(), {
+    "act_mul_and_fp8_group_quant": "aiter_lite.ops.triton.quant.act_quant",
+})

@@ -306,14 +306,20 @@ def _new_out(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
 
 @public_op(no_grad="no backward yet")
 def topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True, *,
+         tiny_row_thresh: int | None = None,
          config: TopkLaunchConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` largest (``largest=False``: smallest) elements of ``x`` along ``dim``:
     ``(values, indices)`` as torch.topk's named tuple, values in x's dtype, indices
     int64, both of x's shape with ``dim`` of size k. Sorted, ties to the lower index,
     NaN above +inf (module doc).
 
-    ``config`` pins a launch (tests, tuning)."""
+    ``tiny_row_thresh``: aiter's choice between its one- and two-stage kernels, taken for
+    aiter's callers (an int >= 0, or None) and not needed: the launch config
+    (:func:`topk_launch_config`) picks the regime by row length and k. ``config`` pins a
+    launch (tests, tuning)."""
     check_float_tensor("topk", "x", x)
+    if tiny_row_thresh is not None:
+        check_int("topk", "tiny_row_thresh", tiny_row_thresh, 0)
     k = check_int("topk", "k", k)
     rank = max(x.dim(), 1)
     dim = check_int("topk", "dim", dim, -rank, rank - 1, f"for x of shape {tuple(x.shape)}") % rank

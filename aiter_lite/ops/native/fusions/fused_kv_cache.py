@@ -40,7 +40,7 @@ def _slots(slot_mapping: torch.Tensor, n_tokens: int):
 
 def fused_qk_rope_reshape_and_cache(q, k, v, key_cache, value_cache, slot_mapping, pos, cos, sin, k_scale, v_scale,
                                     is_neox, flash_layout, apply_scale=True, offs=None, q_out=None, k_out=None,
-                                    output_zeros=True, zeros_out=None):
+                                    output_zeros=True, zeros_out=None, upcast_operand=False):
     """q and k rotated (into ``q_out`` / ``k_out``, new if None), k (rotated) and v written
     into the caches at their slots; returns (q_out, k_out, key_cache, value_cache) and,
     with ``output_zeros`` or a ``zeros_out``, a zeroed ``zeros_out`` (q's shape) last."""
@@ -72,7 +72,7 @@ def fused_qk_rope_reshape_and_cache(q, k, v, key_cache, value_cache, slot_mappin
     return out
 
 
-def cat_and_cache_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale, apply_scale=True):
+def cat_and_cache_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale, apply_scale=True, shuffled_kv_cache=False):
     """cat(k_nope, k_pe) of each token (scaled, saturated for fp8) written at its slot of
     ``kv_cache`` ([slots, kv_heads, d] or [num_blocks, block_size, kv_heads, d]); inputs
     [B, kv_heads, d] or [B, d] (one head), k_pe of one head shared by every head."""

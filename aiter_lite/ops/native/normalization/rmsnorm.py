@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from aiter_lite.spec.normalization import check_casting_mode
+from aiter_lite.utils.aliases import lazy_aliases
 
 
 def _rms(x: torch.Tensor, weight, epsilon: float, weight_offset: float, round_to=None) -> torch.Tensor:
@@ -25,6 +26,10 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor | None, epsilon: float,
              weight_offset: float = 0.0, *, casting_mode="gemma") -> torch.Tensor:
     llama = check_casting_mode("rms_norm", casting_mode) == "llama"
     return _rms(input.float(), weight, epsilon, weight_offset, input.dtype if llama else None).to(input.dtype)
+
+
+def rmsnorm_forward_inference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return rms_norm(x, weight, eps)
 
 
 def _add_rms(op, out, input, residual_in, residual_out, weight, epsilon, weight_offset, casting_mode):
@@ -45,3 +50,12 @@ def rmsnorm2d_fwd_with_add(out, input, residual_in, residual_out, weight, epsilo
 
 def fused_add_rms_norm(input, residual, weight, epsilon, weight_offset=0.0, *, casting_mode="gemma") -> None:
     _add_rms("fused_add_rms_norm", input, input, residual, residual, weight, epsilon, weight_offset, casting_mode)
+
+
+# aiter's names at this path (aiter_lite defines them with the other norm + quant ops)
+__getattr__ = lazy_aliases(globals(), {
+    "rmsnorm2d_fwd_with_smoothquant": "aiter_lite.ops.native.quant.norm_quant",
+    "rmsnorm2d_fwd_with_dynamicquant": "aiter_lite.ops.native.quant.norm_quant",
+    "rmsnorm2d_fwd_with_add_smoothquant": "aiter_lite.ops.native.quant.norm_quant",
+    "rmsnorm2d_fwd_with_add_dynamicquant": "aiter_lite.ops.native.quant.norm_quant",
+})

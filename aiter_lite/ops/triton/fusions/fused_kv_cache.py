@@ -156,12 +156,16 @@ def fused_qk_rope_reshape_and_cache(q: torch.Tensor, k: torch.Tensor, v: torch.T
                                     v_scale: torch.Tensor | None, is_neox: bool, flash_layout: bool,
                                     apply_scale: bool = True, offs: torch.Tensor | None = None,
                                     q_out: torch.Tensor | None = None, k_out: torch.Tensor | None = None,
-                                    output_zeros: bool = True, zeros_out: torch.Tensor | None = None) -> tuple:
+                                    output_zeros: bool = True, zeros_out: torch.Tensor | None = None,
+                                    upcast_operand: bool = False) -> tuple:
     """Rotate q and k (q [T, QH, d], k and v [T, KH, d]) and write k and v into the paged
     caches at ``slot_mapping``, in one launch. Returns (q_out, k_out, key_cache,
     value_cache), and ``zeros_out`` (q's shape and dtype, zeroed) last with
-    ``output_zeros`` or a ``zeros_out`` given. ``q_out=q`` / ``k_out=k`` rotate in place."""
+    ``output_zeros`` or a ``zeros_out`` given. ``q_out=q`` / ``k_out=k`` rotate in place.
+    ``upcast_operand`` (aiter's: rotate in fp32 rather than in q's dtype) changes nothing:
+    the rotation is always fp32 math, rounded once."""
     op = "fused_qk_rope_reshape_and_cache"
+    check_bool(op, "upcast_operand", upcast_operand)
     check_heads(op, "q", q)
     check_heads(op, "k", k, "q", q)
     check_heads(op, "v", v, "q", q)
@@ -255,12 +259,18 @@ def _launch_cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache
 
 @public_op(mutates=("kv_cache",), unless=envs.kv_cache_check_slots, no_grad=_NO_GRAD)
 def cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
-                      k_scale: torch.Tensor | None, apply_scale: bool = True) -> None:
+                      k_scale: torch.Tensor | None, apply_scale: bool = True,
+                      shuffled_kv_cache: bool = False) -> None:
     """Write cat(k_nope, k_pe) of each token (k_nope [B, KH, D1] or [B, D1]; k_pe of KH
     heads or one, shared) into ``kv_cache`` ([slots, KH, D1 + D2] or [num_blocks,
     block_size, KH, D1 + D2]) at ``slot_mapping``; scaled by ``1 / k_scale`` when given and
-    ``apply_scale``, saturated for an fp8 cache. Returns None (kv_cache is written)."""
+    ``apply_scale``, saturated for an fp8 cache. Returns None (kv_cache is written).
+    ``shuffled_kv_cache`` (aiter's preshuffled gfx950 cache layout): False; True raises
+    ValueError, the layout not being written yet."""
     op = "cat_and_cache_mla"
+    if check_bool(op, "shuffled_kv_cache", shuffled_kv_cache):
+        raise ValueError(f"{op}: shuffled_kv_cache=True (aiter's preshuffled cache layout) is not supported; "
+                         "pass a cache in the plain layout with shuffled_kv_cache=False")
     k_nope = _mla_part(op, "k_nope", k_nope, None)
     k_pe = _mla_part(op, "k_pe", k_pe, k_nope)
     n_tokens, n_heads, d1 = k_nope.shape

@@ -30,6 +30,7 @@ from aiter_lite.ops.triton._triton_kernels.normalization.norm import (
 )
 from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.spec.normalization import check_casting_mode
+from aiter_lite.utils.aliases import lazy_aliases
 from aiter_lite.utils.checks import (
     check_float_tensor,
     check_real,
@@ -297,17 +298,18 @@ def _norm_bwd_config(n_rows: int, n_cols: int, profile: DeviceProfile, is_rms: b
 # argument checks
 
 
-def check_vector(op: str, name: str, v, n: int, ref: torch.Tensor) -> None:
-    """An optional (n,) parameter (weight, bias, x_bias) on ref's device, unit stride."""
+def check_vector(op: str, name: str, v, n: int, ref: torch.Tensor, ref_name: str = "input") -> None:
+    """An optional (n,) parameter (weight, bias, x_bias) on ref's device, unit stride;
+    ``ref_name``: the caller's name of ref."""
     if v is None:
         return
     check_float_tensor(op, name, v)
     if v.dim() != 1 or v.shape[0] != n:
-        raise ValueError(f"{op}: {name} must have shape ({n},) for input of shape {tuple(ref.shape)}, "
+        raise ValueError(f"{op}: {name} must have shape ({n},) for {ref_name} of shape {tuple(ref.shape)}, "
                          f"got {tuple(v.shape)}")
     if n > 1 and v.stride(0) != 1:
         raise ValueError(f"{op}: {name} must be contiguous, got stride {v.stride(0)}")
-    check_same_device(op, name, v, "input", ref)
+    check_same_device(op, name, v, ref_name, ref)
 
 
 def check_like(op: str, name: str, t, ref: torch.Tensor) -> None:
@@ -611,3 +613,14 @@ def norm_with_add(op: str, out, input, residual_in, residual_out, weight, bias, 
                      weight, bias, eps, is_rms, rows_view(op, r_name, residual_in, writable=False),
                      rows_view(op, r_out_name, residual_out, writable=True), x_bias, weight_offset, None, None,
                      casting_mode=casting_mode)
+
+
+# aiter's names at this path (aiter's normalization.norm is its LayerNorm module; aiter_lite's layernorm)
+__getattr__ = lazy_aliases(globals(), {
+    "layer_norm": "aiter_lite.ops.triton.normalization.layernorm",
+    "layernorm2d_fwd_with_add": "aiter_lite.ops.triton.normalization.layernorm",
+    "layernorm2d_fwd_with_dynamicquant": "aiter_lite.ops.triton.quant.norm_quant",
+    "layernorm2d_fwd_with_smoothquant": "aiter_lite.ops.triton.quant.norm_quant",
+    "layernorm2d_fwd_with_add_dynamicquant": "aiter_lite.ops.triton.quant.norm_quant",
+    "layernorm2d_fwd_with_add_smoothquant": "aiter_lite.ops.triton.quant.norm_quant",
+})

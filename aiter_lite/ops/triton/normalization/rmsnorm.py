@@ -19,10 +19,12 @@ from typing import Literal
 
 import torch
 
-from aiter_lite.ops.triton.normalization.norm import norm, norm_with_add
+from aiter_lite.ops.triton.normalization.norm import check_vector, norm, norm_with_add
+from aiter_lite.utils.aliases import lazy_aliases
+from aiter_lite.utils.checks import check_row_input
 from aiter_lite.utils.registry import public_op
 
-__all__ = ["rms_norm", "rmsnorm2d_fwd_with_add", "fused_add_rms_norm"]
+__all__ = ["rms_norm", "rmsnorm_forward_inference", "rmsnorm2d_fwd_with_add", "fused_add_rms_norm"]
 
 CastingMode = Literal["gemma", "llama"]
 
@@ -33,6 +35,16 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor | None, epsilon: float,
     """RMSNorm of ``input`` as a new tensor; differentiable in input and weight."""
     return norm("rms_norm", input, weight, None, epsilon, is_rms=True, weight_offset=weight_offset,
                 casting_mode=casting_mode)
+
+
+@public_op
+def rmsnorm_forward_inference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """aiter's inference RMSNorm: ``rms_norm(x, weight, eps)`` (aiter's skips autograd; this one
+    is differentiable where autograd records, as every op here is)."""
+    op = "rmsnorm_forward_inference"
+    check_row_input(op, "x", x, " (normalized over the last)")  # named as the caller names them
+    check_vector(op, "weight", weight, x.shape[-1], x, "x")
+    return norm(op, x, weight, None, eps, is_rms=True, eps_name="eps")
 
 
 @public_op(mutates=("out", "residual_out"),
@@ -56,3 +68,12 @@ def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torc
     norm_with_add("fused_add_rms_norm", input, input, residual, residual, weight, None, epsilon,
                   is_rms=True, weight_offset=weight_offset, names=("input", "residual", "residual"),
                   casting_mode=casting_mode)
+
+
+# aiter's names at this path (aiter_lite defines them with the other norm + quant ops)
+__getattr__ = lazy_aliases(globals(), {
+    "rmsnorm2d_fwd_with_smoothquant": "aiter_lite.ops.triton.quant.norm_quant",
+    "rmsnorm2d_fwd_with_dynamicquant": "aiter_lite.ops.triton.quant.norm_quant",
+    "rmsnorm2d_fwd_with_add_smoothquant": "aiter_lite.ops.triton.quant.norm_quant",
+    "rmsnorm2d_fwd_with_add_dynamicquant": "aiter_lite.ops.triton.quant.norm_quant",
+})

@@ -1,0 +1,307 @@
+"""Code written against aiter switches by changing the import prefix: every aiter Triton
+function aiter_lite provides is importable at aiter's module path (``aiter.ops.triton.X`` ->
+``aiter_lite.ops.triton.X``, and the older flat paths serving stacks import) with a
+signature aiter's callers can use: aiter's positional parameters in aiter's order and names,
+its keyword-only ones by name, a default wherever aiter has one (the same value where both
+are literals), and nothing more that a call must pass. The signatures are aiter's own (its
+source's AST at e4048607a535ace3a2b51ded31b1c8c2d45c0879)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+
+import pytest
+
+# (aiter module, aiter signature) of every aiter function aiter_lite provides at aiter's path
+AITER = [
+    ("aiter.ops.triton.activation",
+     "act_mul_and_fp8_group_quant(x: torch.Tensor, activation: Literal['silu', 'gelu', 'gelu_tanh'], "
+     "group_size, dtype_quant = fp8_dtype) -> tuple[torch.Tensor, torch.Tensor]"),
+    ("aiter.ops.triton.activation", "fused_silu_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor"),
+    ("aiter.ops.triton.softmax", "softmax(x)"),
+    ("aiter.ops.triton.topk",
+     "topk(x: torch.Tensor, k: int, *, dim: int = -1, largest: bool = True, sorted: bool = True, "
+     "tiny_row_thresh: int = MAX_TINY_ROW)"),
+    ("aiter.ops.triton.kv_cache",
+     "cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, "
+     "slot_mapping: torch.Tensor, k_scale: torch.Tensor, apply_scale: bool = True, "
+     "shuffled_kv_cache: bool = False) -> None"),
+    ("aiter.ops.triton.normalization.norm",
+     "layer_norm(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-05, "
+     "x_bias: torch.Tensor | None = None) -> torch.Tensor"),
+    ("aiter.ops.triton.normalization.norm",
+     "layernorm2d_fwd_with_add(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor, "
+     "residual_out: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, epsilon: float, "
+     "x_bias: torch.Tensor | None = None) -> torch.Tensor"),
+    ("aiter.ops.triton.normalization.norm",
+     "layernorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, yscale: torch.Tensor, "
+     "weight: torch.Tensor, bias: torch.Tensor, epsilon: float = 1e-05, "
+     "x_bias: torch.Tensor | None = None) -> torch.Tensor"),
+    ("aiter.ops.triton.normalization.norm",
+     "layernorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xscale: torch.Tensor, "
+     "yscale: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, epsilon: float = 1e-05, "
+     "x_bias: torch.Tensor | None = None) -> torch.Tensor"),
+    ("aiter.ops.triton.normalization.norm",
+     "layernorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor, "
+     "residual_in: torch.Tensor, residual_out: torch.Tensor, yscale: torch.Tensor, weight: torch.Tensor, "
+     "bias: torch.Tensor, epsilon: float = 1e-05, x_bias: torch.Tensor | None = None) -> torch.Tensor"),
+    ("aiter.ops.triton.normalization.norm",
+     "layernorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor, "
+     "residual_in: torch.Tensor, residual_out: torch.Tensor, xscale: torch.Tensor, yscale: torch.Tensor, "
+     "weight: torch.Tensor, bias: torch.Tensor, epsilon: float = 1e-05, "
+     "x_bias: torch.Tensor | None = None) -> torch.Tensor"),
+    ("aiter.ops.triton.normalization.rmsnorm", "rms_norm(input: torch.Tensor, weight: torch.Tensor, epsilon: float)"),
+    ("aiter.ops.triton.normalization.rmsnorm",
+     "rmsnorm2d_fwd_with_add(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor, "
+     "residual_out: torch.Tensor, weight: torch.Tensor, epsilon: float)"),
+    ("aiter.ops.triton.normalization.rmsnorm",
+     "rmsnorm2d_fwd_with_smoothquant(out: torch.Tensor, input: torch.Tensor, xscale: torch.Tensor, "
+     "yscale: torch.Tensor, weight: torch.Tensor, epsilon: float)"),
+    ("aiter.ops.triton.normalization.rmsnorm",
+     "rmsnorm2d_fwd_with_dynamicquant(out: torch.Tensor, input: torch.Tensor, yscale: torch.Tensor, "
+     "weight: torch.Tensor, epsilon: float, scale_ub: torch.Tensor | None = None, clamp_out: bool = False, "
+     "dump_rms_norm: bool = False)"),
+    ("aiter.ops.triton.normalization.rmsnorm",
+     "rmsnorm2d_fwd_with_add_smoothquant(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor, "
+     "residual_out: torch.Tensor, xscale: torch.Tensor, yscale: torch.Tensor, weight: torch.Tensor, "
+     "epsilon: float)"),
+    ("aiter.ops.triton.normalization.rmsnorm",
+     "rmsnorm2d_fwd_with_add_dynamicquant(out: torch.Tensor, input: torch.Tensor, "
+     "residual_in: torch.Tensor, residual_out: torch.Tensor, yscale: torch.Tensor, weight: torch.Tensor, "
+     "epsilon: float)"),
+    ("aiter.ops.triton.rope.fused_qkv_split_qk_rope",
+     "fused_qkv_split_qk_rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, "
+     "positions: torch.Tensor, qh: int, kvh: int, head_dim: int, is_neox: bool = True, "
+     "offsets: torch.Tensor = None, reuse_freqs_front_part: bool = True, nope_first: bool = False)"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_fwd(x: torch.Tensor, freqs: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool, "
+     "nope_first: bool, transpose_output: bool = False) -> torch.Tensor"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_fwd_inplace(x: torch.Tensor, freqs: torch.Tensor, rotate_style: int, "
+     "reuse_freqs_front_part: bool, nope_first: bool, transpose_output: bool = False) -> torch.Tensor"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_bwd(x: torch.Tensor, freqs: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool, "
+     "nope_first: bool, transpose_output: bool = False) -> torch.Tensor"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_thd_fwd(x: torch.Tensor, cu_seqlens: torch.Tensor, freqs: torch.Tensor, rotate_style: int, "
+     "reuse_freqs_front_part: bool, nope_first: bool, transpose_output: bool = False) -> torch.Tensor"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_thd_fwd_inplace(x: torch.Tensor, cu_seqlens: torch.Tensor, freqs: torch.Tensor, "
+     "rotate_style: int, reuse_freqs_front_part: bool, nope_first: bool, "
+     "transpose_output: bool = False) -> torch.Tensor"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_thd_bwd(x: torch.Tensor, cu_seqlens: torch.Tensor, freqs: torch.Tensor, rotate_style: int, "
+     "reuse_freqs_front_part: bool, nope_first: bool, transpose_output: bool = False) -> torch.Tensor"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_cached_fwd(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotate_style: int, "
+     "reuse_freqs_front_part: bool, nope_first: bool, transpose_output: bool = False)"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_cached_fwd_inplace(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotate_style: int, "
+     "reuse_freqs_front_part: bool, nope_first: bool, transpose_output: bool = False)"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_cached_positions_fwd(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, "
+     "positions: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool, nope_first: bool, "
+     "transpose_output: bool = False) -> torch.Tensor"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_cached_positions_fwd_inplace(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, "
+     "positions: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool, nope_first: bool, "
+     "transpose_output: bool = False) -> torch.Tensor"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_cached_positions_offsets_fwd(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, "
+     "positions: torch.Tensor, offsets: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool, "
+     "nope_first: bool, transpose_output: bool = False) -> torch.Tensor"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_cached_positions_offsets_fwd_inplace(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, "
+     "positions: torch.Tensor, offsets: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool, "
+     "nope_first: bool, transpose_output: bool = False) -> torch.Tensor"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_cached_bwd(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotate_style: int, "
+     "reuse_freqs_front_part: bool, nope_first: bool, transpose_output: bool = False)"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_cached_positions_bwd(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, "
+     "positions: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool, nope_first: bool, "
+     "transpose_output: bool = False) -> torch.Tensor"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_cached_positions_offsets_bwd(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, "
+     "positions: torch.Tensor, offsets: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool, "
+     "nope_first: bool, transpose_output: bool = False) -> torch.Tensor"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_cached_thd_positions_2c_fwd(x: torch.Tensor, y: torch.Tensor, cos: torch.Tensor, "
+     "sin: torch.Tensor, positions: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool, "
+     "nope_first: bool, transpose_output: bool = False)"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_cached_thd_positions_2c_fwd_inplace(x: torch.Tensor, y: torch.Tensor, cos: torch.Tensor, "
+     "sin: torch.Tensor, positions: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool, "
+     "nope_first: bool, transpose_output: bool = False)"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_cached_thd_positions_offsets_2c_fwd(x: torch.Tensor, y: torch.Tensor, cos: torch.Tensor, "
+     "sin: torch.Tensor, positions: torch.Tensor, offsets: torch.Tensor, rotate_style: int, "
+     "reuse_freqs_front_part: bool, nope_first: bool, transpose_output: bool = False)"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_cached_thd_positions_offsets_2c_fwd_inplace(x: torch.Tensor, y: torch.Tensor, cos: torch.Tensor, "
+     "sin: torch.Tensor, positions: torch.Tensor, offsets: torch.Tensor, rotate_style: int, "
+     "reuse_freqs_front_part: bool, nope_first: bool, transpose_output: bool = False)"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_cached_thd_positions_2c_bwd(x: torch.Tensor, y: torch.Tensor, cos: torch.Tensor, "
+     "sin: torch.Tensor, positions: torch.Tensor, rotate_style: int, reuse_freqs_front_part: bool, "
+     "nope_first: bool, transpose_output: bool = False)"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_cached_thd_positions_offsets_2c_bwd(x: torch.Tensor, y: torch.Tensor, cos: torch.Tensor, "
+     "sin: torch.Tensor, positions: torch.Tensor, offsets: torch.Tensor, rotate_style: int, "
+     "reuse_freqs_front_part: bool, nope_first: bool, transpose_output: bool = False)"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_fwd_2d(x: torch.Tensor, cos_h: torch.Tensor, sin_h: torch.Tensor, cos_w: torch.Tensor, "
+     "sin_w: torch.Tensor, img_height: torch.Tensor, img_width: torch.Tensor, rotate_style: int, "
+     "reuse_freqs_front_part: bool, nope_first: bool, transpose_output: bool = False)"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_fwd_2d_inplace(x: torch.Tensor, cos_h: torch.Tensor, sin_h: torch.Tensor, cos_w: torch.Tensor, "
+     "sin_w: torch.Tensor, img_height: torch.Tensor, img_width: torch.Tensor, rotate_style: int, "
+     "reuse_freqs_front_part: bool, nope_first: bool, transpose_output: bool = False)"),
+    ("aiter.ops.triton.fusions.fused_kv_cache",
+     "fused_qk_rope_reshape_and_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, "
+     "key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: torch.Tensor, pos: torch.Tensor, "
+     "cos: torch.Tensor, sin: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor, is_neox: bool, "
+     "flash_layout: bool, apply_scale: bool = True, offs: torch.Tensor = None, q_out: torch.Tensor = None, "
+     "k_out: torch.Tensor = None, output_zeros: bool = True, zeros_out: torch.Tensor = None, "
+     "upcast_operand: bool = False)"),
+    ("aiter.ops.triton.fusions.fused_qk_concat",
+     "fused_qk_cat(q1: torch.Tensor, q2: torch.Tensor, k1: torch.Tensor, k2: torch.Tensor)"),
+    ("aiter.ops.triton.fusions.fused_qk_concat",
+     "fused_qk_rope_cat(q_nope: torch.Tensor, q_pe: torch.Tensor, k_nope: torch.Tensor, k_pe: torch.Tensor, "
+     "pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool)"),
+    ("aiter.ops.triton.quant.quant",
+     "static_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_in: torch.Tensor)"),
+    ("aiter.ops.triton.quant.quant",
+     "dynamic_per_tensor_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor)"),
+    ("aiter.ops.triton.quant.quant",
+     "dynamic_per_token_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor)"),
+    ("aiter.ops.triton.normalization.rmsnorm",
+     "rmsnorm_forward_inference(x: torch.Tensor, weight: torch.Tensor, eps: float)"),
+]
+# older module paths vLLM and SGLang still import, and what each must hold
+FLAT_PATHS = {
+    "aiter.ops.triton.fused_kv_cache": ["fused_qk_rope_reshape_and_cache", "cat_and_cache_mla"],
+    "aiter.ops.triton.fused_qk_concat": ["fused_qk_cat", "fused_qk_rope_cat"],
+    "aiter.ops.triton.kv_cache": ["cat_and_cache_mla"],
+}
+
+
+def _aiter_params(signature: str) -> list[tuple[str, str, bool, object]]:
+    """(name, kind, has a default, the default if a literal else ...) of aiter's parameters."""
+    fn = ast.parse(f"def {signature}: pass").body[0]
+    a = fn.args
+    out = []
+    positional = a.posonlyargs + a.args
+    defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+    for p, d in zip(positional, defaults):
+        out.append((p.arg, "positional", d is not None, _literal(d)))
+    for p, d in zip(a.kwonlyargs, a.kw_defaults):
+        out.append((p.arg, "keyword", d is not None, _literal(d)))
+    return out
+
+
+def _literal(node):
+    try:
+        return ast.literal_eval(node) if node is not None else None
+    except ValueError:  # a module constant of aiter's (fp8_dtype, MAX_TINY_ROW): any default
+        return ...
+
+
+def _problems(fn, signature: str) -> list[str]:
+    ours = inspect.signature(fn).parameters
+    names = list(ours)
+    problems = []
+    theirs = _aiter_params(signature)
+    for i, (name, kind, has_default, default) in enumerate(theirs):
+        p = ours.get(name)
+        if p is None:
+            problems.append(f"no parameter {name}")
+            continue
+        if kind == "positional" and (names.index(name) != i or p.kind not in (p.POSITIONAL_ONLY,
+                                                                            p.POSITIONAL_OR_KEYWORD)):
+            problems.append(f"{name} is not aiter's positional parameter {i}")
+        if kind == "keyword" and p.kind not in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
+            problems.append(f"{name} cannot be passed by keyword")
+        if has_default and p.default is p.empty:
+            problems.append(f"{name} has no default (aiter's: {default!r})")
+        elif has_default and default is not ... and p.default != default:
+            problems.append(f"{name} defaults to {p.default!r}, aiter's to {default!r}")
+    for name, p in ours.items():  # ours alone: never required
+        if name not in {t[0] for t in theirs} and p.default is p.empty and p.kind not in (p.VAR_POSITIONAL,
+                                                                                         p.VAR_KEYWORD):
+            problems.append(f"{name} (not aiter's) has no default")
+    return problems
+
+
+def _ours(aiter_module: str):
+    return importlib.import_module("aiter_lite" + aiter_module.removeprefix("aiter"))
+
+
+@pytest.mark.parametrize("module, signature", AITER, ids=[s.split("(")[0] for _, s in AITER])
+def test_aiter_function_at_aiter_path(module, signature):
+    name = signature.split("(")[0]
+    fn = getattr(_ours(module), name, None)
+    assert fn is not None, f"{name} is not importable from aiter_lite{module.removeprefix('aiter')}"
+    problems = _problems(fn, signature)
+    assert not problems, f"{name}: " + "; ".join(problems)
+
+
+@pytest.mark.parametrize("module", sorted(FLAT_PATHS))
+def test_older_paths(module):
+    ours = _ours(module)
+    for name in FLAT_PATHS[module]:
+        assert callable(getattr(ours, name, None)), f"{module}.{name}"
+
+
+def test_the_same_function_at_every_path():
+    """An alias is the op itself (one registration, one set of launch plans)."""
+    from aiter_lite.ops.triton.fusions import fused_kv_cache
+    from aiter_lite.ops.triton.normalization import layernorm
+
+    assert _ours("aiter.ops.triton.normalization.norm").layer_norm is layernorm.layer_norm
+    assert _ours("aiter.ops.triton.fused_kv_cache").cat_and_cache_mla is fused_kv_cache.cat_and_cache_mla
+    with pytest.raises(AttributeError, match="has no attribute 'not_an_op'"):
+        _ours("aiter.ops.triton.normalization.norm").not_an_op
+
+
+def test_the_checker_finds_each_kind_of_difference():
+    def f(x, k, dim=-1, *, largest=True, extra):
+        pass
+
+    assert _problems(f, "f(x, k, dim: int = -1, *, largest: bool = True)") == ["extra (not aiter's) has no default"]
+    assert _problems(f, "f(k, x)") == ["k is not aiter's positional parameter 0", "x is not aiter's positional "
+                                       "parameter 1", "extra (not aiter's) has no default"]
+    assert "dim defaults to -1, aiter's to 0" in _problems(f, "f(x, k, dim=0)")
+    assert "missing has no default" not in _problems(f, "f(x, k, *, missing=1)")
+    assert "no parameter missing" in _problems(f, "f(x, k, *, missing=1)")
+
+
+def test_aiter_keywords_taken():
+    """aiter's keywords that tune or choose a layout: taken, checked, and where they change
+    nothing here (fp32 math always; the launch config picks topk's regime), the same result."""
+    import torch
+
+    from aiter_lite.ops.native.normalization import rmsnorm as native_rms
+    from aiter_lite.ops.triton import topk
+    from aiter_lite.ops.triton.fusions import fused_kv_cache
+    from aiter_lite.ops.triton.normalization import rmsnorm
+    from op_benchmarks.utils.op_args import op_args
+    from op_tests.utils import DEVICE, assert_close
+
+    x = torch.randn(4, 300, device=DEVICE)
+    assert all(torch.equal(a, b) for a, b in zip(topk.topk(x, 5, tiny_row_thresh=16), topk.topk(x, 5)))
+    with pytest.raises(ValueError, match="topk: tiny_row_thresh must be >= 0"):
+        topk.topk(x, 5, tiny_row_thresh=-1)
+    args = op_args("fused_qk_rope_reshape_and_cache", device=DEVICE)
+    outs = [fused_kv_cache.fused_qk_rope_reshape_and_cache(*[a.clone() if isinstance(a, torch.Tensor) else a
+                                                             for a in args], upcast_operand=up) for up in (False, True)]
+    assert all(torch.equal(a, b) for a, b in zip(*outs))
+    mla = op_args("cat_and_cache_mla", device=DEVICE)
+    with pytest.raises(ValueError, match="cat_and_cache_mla: shuffled_kv_cache=True .* not supported"):
+        fused_kv_cache.cat_and_cache_mla(*mla, shuffled_kv_cache=True)
+    w = torch.randn(300, device=DEVICE)
+    assert_close(rmsnorm.rmsnorm_forward_inference(x, w, 1e-6), native_rms.rms_norm(x, w, 1e-6))
+    with pytest.raises(ValueError, match="rmsnorm_forward_inference: weight must have shape .* for x of shape"):
+        rmsnorm.rmsnorm_forward_inference(x, w[:-1], 1e-6)
