@@ -305,3 +305,35 @@ def test_aiter_keywords_taken():
     assert_close(rmsnorm.rmsnorm_forward_inference(x, w, 1e-6), native_rms.rms_norm(x, w, 1e-6))
     with pytest.raises(ValueError, match="rmsnorm_forward_inference: weight must have shape .* for x of shape"):
         rmsnorm.rmsnorm_forward_inference(x, w[:-1], 1e-6)
+
+
+def test_fused_rmsnorm_add():
+    """aiter's dispatcher: the norm of x, or (norm of x + res1, x + res1); differentiable in
+    x, res1 and weight; x and res1 untouched; bad arguments named as the caller names them."""
+    import torch
+
+    from aiter_lite.ops.native.normalization.fused_rmsnorm_add import fused_rmsnorm_add as native
+    from aiter_lite.ops.triton.normalization.fused_rmsnorm_add import fused_rmsnorm_add
+    from op_tests.utils import DEVICE, assert_close
+
+    x, r, w = (torch.randn(5, 96, device=DEVICE) for _ in range(3))
+    w = w[0]
+    assert_close(fused_rmsnorm_add(x, w, 1e-6), native(x, w, 1e-6))
+    xs, rs = x.clone().requires_grad_(), r.clone().requires_grad_()
+    out, s = fused_rmsnorm_add(xs, w, 1e-6, rs)
+    want_out, want_s = native(x, w, 1e-6, r)
+    assert_close(out, want_out)
+    assert_close(s, want_s)
+    (out.sum() + 2 * s.sum()).backward()
+    xn, rn = x.clone().requires_grad_(), r.clone().requires_grad_()
+    a, b = native(xn, w, 1e-6, rn)
+    (a.sum() + 2 * b.sum()).backward()
+    assert_close(xs.grad, xn.grad, atol=1e-5, rtol=1e-4)
+    assert_close(rs.grad, rn.grad, atol=1e-5, rtol=1e-4)
+    assert torch.equal(xs.detach(), x) and torch.equal(rs.detach(), r)
+    with pytest.raises(ValueError, match="fused_rmsnorm_add: res1 must have x's shape"):
+        fused_rmsnorm_add(x, w, 1e-6, r[:2])
+    with pytest.raises(ValueError, match="fused_rmsnorm_add: weight must have shape .* for x of shape"):
+        fused_rmsnorm_add(x, w[:3], 1e-6)
+    with pytest.raises(TypeError, match="fused_rmsnorm_add: weight must be a torch.Tensor"):
+        fused_rmsnorm_add(x, None, 1e-6)
