@@ -1,18 +1,18 @@
-"""Benchmark top-k (topk) and the MoE routing ops built on it (topk_softmax, biased_grouped_topk).
+"""Benchmark top-k (topk) and the MoE routing it serves (moe_topk_softmax, moe_biased_grouped_topk).
 
     python op_benchmarks/bench_topk.py                             # sampling: M = 1..256 x 128256, k = 1, 50, 1024; 4 x 262144, k = 1024
     python op_benchmarks/bench_topk.py --model all -M 1 64 -k 50   # every model's vocabulary
     python op_benchmarks/bench_topk.py --shape 16x151936 -k 1 20 --dtype fp32
-    python op_benchmarks/bench_topk.py --op topk_softmax biased_grouped_topk
-    python op_benchmarks/bench_topk.py --op biased_grouped_topk -M 1 64 --cudagraph
+    python op_benchmarks/bench_topk.py --op moe_topk_softmax moe_biased_grouped_topk
+    python op_benchmarks/bench_topk.py --op moe_biased_grouped_topk -M 1 64 --cudagraph
 
 topk shapes are (M, N, K): M rows, N the row length (a vocabulary), K = k, the largest
 k of each row with their int64 indices. MoE shapes are (M, N, K): M tokens, N experts,
-K experts chosen per token; topk_softmax runs Mixtral (8 experts, top 2), Qwen3 (128,
-top 8), 256 and 512 experts (top 8); biased_grouped_topk runs DeepSeek-V3 (256
+K experts chosen per token; moe_topk_softmax runs Mixtral (8 experts, top 2), Qwen3 (128,
+top 8), 256 and 512 experts (top 8); moe_biased_grouped_topk runs DeepSeek-V3 (256
 experts, 8 groups, 4 kept, top 8, renormalized, scale 2.5). --shape MxN gives a
 vocabulary row for topk (-k values) and a token count x experts for the MoE ops (top 8;
-biased_grouped_topk in 8 groups, 4 kept).
+moe_biased_grouped_topk in 8 groups, 4 kept).
 
 Bytes moved (each input read once, each output written once; e = input element size):
     topk                  read M x N; write M x K values (e) and indices (8)   M * N * e + M * K * (e + 8)
@@ -42,7 +42,7 @@ from aiter_lite.ops.triton import moe_routing as tri_moe  # noqa: E402
 from aiter_lite.ops.triton import topk as tri  # noqa: E402
 from op_benchmarks.utils import topk as peers  # noqa: E402
 
-OPS = ("topk", "topk_softmax", "biased_grouped_topk")
+OPS = ("topk", "moe_topk_softmax", "moe_biased_grouped_topk")
 DEFAULT_MODELS = ["llama3-8B"]
 DEFAULT_M = [1, 16, 64, 256]
 DEFAULT_K = [1, 50, 1024]
@@ -67,11 +67,11 @@ def _topk_case(label, m, n, k, dtype):
 def _moe_case(op, label, tokens, experts, groups, kept, k, dtype):
     def make_inputs():
         x = peers.routing_logits(tokens, experts, groups, dtype, harness.DEVICE)
-        return (x, peers.small_bias(experts, harness.DEVICE)) if op == "biased_grouped_topk" else (x,)
+        return (x, peers.small_bias(experts, harness.DEVICE)) if op == "moe_biased_grouped_topk" else (x,)
 
     return harness.Case(
         op=op, label=label, dims={"M": tokens, "N": experts, "K": k}, dtype=dtype, rows=tokens,
-        nbytes=tokens * experts * dtype.itemsize + (4 * experts if op == "biased_grouped_topk" else 0)
+        nbytes=tokens * experts * dtype.itemsize + (4 * experts if op == "moe_biased_grouped_topk" else 0)
         + tokens * k * 8,
         make_inputs=make_inputs, extra={"groups": groups, "topk_group": kept},
     )
@@ -90,9 +90,9 @@ def _provider(topk_ops, moe_ops):
             (x,) = inputs
             return lambda: topk_ops.topk(x, case.dims["K"])
         k, groups, kept = _routing_args(case)
-        if case.op == "topk_softmax":
-            return lambda: moe_ops.topk_softmax(inputs[0], k, RENORMALIZE)
-        return lambda: moe_ops.biased_grouped_topk(*inputs, k, groups, kept, RENORMALIZE, SCALE)
+        if case.op == "moe_topk_softmax":
+            return lambda: moe_ops.moe_topk_softmax(inputs[0], k, RENORMALIZE)
+        return lambda: moe_ops.moe_biased_grouped_topk(*inputs, k, groups, kept, RENORMALIZE, SCALE)
 
     return make
 
@@ -112,13 +112,13 @@ def _peer(case, inputs, fns):
         (x,) = inputs
         return lambda: fns["topk"](x, case.dims["K"])[0]
     k, groups, kept = _routing_args(case)
-    if case.op == "topk_softmax":
-        return lambda: fns["topk_softmax"](inputs[0], k, RENORMALIZE)
-    return lambda: fns["biased_grouped_topk"](*inputs, k, groups, kept, RENORMALIZE, SCALE)
+    if case.op == "moe_topk_softmax":
+        return lambda: fns["moe_topk_softmax"](inputs[0], k, RENORMALIZE)
+    return lambda: fns["moe_biased_grouped_topk"](*inputs, k, groups, kept, RENORMALIZE, SCALE)
 
 
-_EAGER = {"topk": _torch_topk, "topk_softmax": peers.vllm_fused_topk,
-          "biased_grouped_topk": peers.vllm_biased_grouped_topk}
+_EAGER = {"topk": _torch_topk, "moe_topk_softmax": peers.vllm_fused_topk,
+          "moe_biased_grouped_topk": peers.vllm_biased_grouped_topk}
 _compiled = {}
 
 
@@ -153,10 +153,11 @@ def _topk_cases(args):
 def _moe_cases(args, op):
     if args.shape:
         geoms = [("custom", harness.parse_shape(s, ("M", "N"))) for s in args.shape]
-        geoms = [(label, d["N"], 8 if op == "biased_grouped_topk" else 1, 4 if op == "biased_grouped_topk" else 1,
+        biased = op == "moe_biased_grouped_topk"
+        geoms = [(label, d["N"], 8 if biased else 1, 4 if biased else 1,
                   min(8 if d["N"] >= 16 else 2, d["N"]), [d["M"]]) for label, d in geoms]
     else:
-        table = BIASED_ROUTING if op == "biased_grouped_topk" else SOFTMAX_ROUTING
+        table = BIASED_ROUTING if op == "moe_biased_grouped_topk" else SOFTMAX_ROUTING
         geoms = [(*g, args.M or DEFAULT_TOKENS) for g in table]
     return [_moe_case(op, label, t, e, g, kept, k, harness.DTYPES[dname])
             for dname in args.dtype for label, e, g, kept, k, tokens in geoms for t in tokens]
@@ -167,7 +168,7 @@ def _tiny(ops):
     for op in ops:
         if op == "topk":
             cases.append(_topk_case("tiny", 3, 200, 5, torch.bfloat16))
-        elif op == "topk_softmax":
+        elif op == "moe_topk_softmax":
             cases.append(_moe_case(op, "tiny", 5, 16, 1, 1, 4, torch.bfloat16))
         else:
             cases.append(_moe_case(op, "tiny", 5, 32, 4, 2, 4, torch.bfloat16))

@@ -23,7 +23,7 @@ from op_tests.utils.registry import OPS, assert_same_bits, clone_args, sample
 BACKEND = "inductor" if ON_GPU else "aot_eager"
 # One op of each family (and each kind: allocating, out-parameter, in place, host-checked indices).
 FAMILIES = ["silu_and_mul", "rms_norm", "fused_add_rms_norm", "layernorm2d_fwd_with_add", "log_softmax", "topk",
-            "biased_grouped_topk", "dynamic_per_token_quant_fp8_i8", "rmsnorm2d_fwd_with_add_dynamicquant",
+            "moe_biased_grouped_topk", "dynamic_per_token_quant_fp8_i8", "rmsnorm2d_fwd_with_add_dynamicquant",
             "act_mul_and_fp8_group_quant", "rope_cached_positions_fwd_inplace", "rope_thd_fwd",
             "fused_qkv_split_qk_rope", "fused_qk_rope_reshape_and_cache", "cat_and_cache_mla"]
 
@@ -68,7 +68,7 @@ def test_a_function_across_families_compiles_whole():
         attn = torch.cat([q.flatten(1), k.flatten(1), v.flatten(1)], 1)
         rmsnorm.fused_add_rms_norm(attn, residual, w, 1e-6)
         mlp_q, mlp_s = act_quant.act_mul_and_fp8_group_quant(attn, "silu", dims.group_size)
-        weights, ids = moe_routing.biased_grouped_topk(gate, bias, dims.topk, dims.groups, dims.topk_group, True)
+        weights, ids = moe_routing.moe_biased_grouped_topk(gate, bias, dims.topk, dims.groups, dims.topk_group, True)
         probs = softmax.softmax(logits.float())
         return attn, residual, mlp_q.float(), mlp_s, weights, ids, topk.topk(probs, dims.k)[1]
 

@@ -43,7 +43,7 @@ def test_every_public_op_is_registered():
 # opcheck's AOT-dispatch check traces each op twice through aot_autograd: most of this
 # file's time on the CPU, where one op of each family carries it; a GPU checks every op.
 _CPU_AOT = {"silu_and_mul", "rms_norm", "fused_add_rms_norm", "log_softmax", "cross_entropy", "topk",
-            "biased_grouped_topk",
+            "moe_biased_grouped_topk",
             "dynamic_per_token_quant_fp8_i8", "rmsnorm2d_fwd_with_add_dynamicquant", "act_mul_and_fp8_group_quant",
             "rope_cached_positions_fwd_inplace", "rope_thd_fwd", "fused_qkv_split_qk_rope",
             "fused_qk_rope_reshape_and_cache", "cat_and_cache_mla"}

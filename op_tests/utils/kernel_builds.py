@@ -153,6 +153,9 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
                _meta(16, 256, grad=True), _meta(1000, 256, grad=True), _meta(16, dtype=torch.int64),
                reduction=reduction, softcap=30.0)))
           for reduction in ("mean", "none")],
+        ("topk_softmax, 256 routed and 2 shared experts (sigmoid), source rows",
+         lambda: op["topk_softmax"](_meta(8, 10, dtype=f32), _meta(8, 8, dtype=torch.int32),
+                                    _meta(8, 8, dtype=torch.int32), _meta(8, 258), True, 2, "sigmoid")),
         ("topk filter", lambda: op["topk"](_meta(4, 128256), 50, -1, True, True)),
         ("topk filter, k = 1", lambda: op["topk"](_meta(4, 128256), 1, -1, True, True)),
         ("topk sorted rows", lambda: op["topk"](_meta(4, 1 << 17), 4096, -1, True, True)),

@@ -43,20 +43,58 @@ def moe_routing(gating_output: torch.Tensor, topk: int, scoring_func: str = "sof
     return weights * routed_scaling_factor, ids.to(torch.int32)
 
 
-def topk_softmax(gating_output: torch.Tensor, topk: int, renormalize: bool):
+def moe_topk_softmax(gating_output: torch.Tensor, topk: int, renormalize: bool):
     return moe_routing(gating_output, topk, scoring_func="softmax", renormalize=renormalize)
 
 
-def grouped_topk(gating_output: torch.Tensor, topk: int, num_expert_group: int, topk_group: int,
+def moe_grouped_topk(gating_output: torch.Tensor, topk: int, num_expert_group: int, topk_group: int,
                  renormalize: bool, scoring_func: str = "softmax", routed_scaling_factor: float = 1.0):
     return moe_routing(gating_output, topk, scoring_func=scoring_func, renormalize=renormalize,
                        num_expert_group=num_expert_group, topk_group=topk_group,
                        routed_scaling_factor=routed_scaling_factor)
 
 
-def biased_grouped_topk(gating_output: torch.Tensor, correction_bias: torch.Tensor, topk: int,
+def moe_biased_grouped_topk(gating_output: torch.Tensor, correction_bias: torch.Tensor, topk: int,
                         num_expert_group: int, topk_group: int, renormalize: bool,
                         routed_scaling_factor: float = 1.0):
     return moe_routing(gating_output, topk, scoring_func="sigmoid", renormalize=renormalize,
                        num_expert_group=num_expert_group, topk_group=topk_group,
                        correction_bias=correction_bias, routed_scaling_factor=routed_scaling_factor)
+
+
+def _write(topk_weights, topk_ids, weights, ids) -> None:
+    topk_weights[:, :weights.shape[1]].copy_(weights)
+    topk_ids.copy_(ids)
+
+
+def topk_softmax(topk_weights: torch.Tensor, topk_indices: torch.Tensor, token_expert_indices: torch.Tensor,
+                 gating_output: torch.Tensor, need_renorm: bool, num_shared_experts: int = 0,
+                 shared_expert_scoring_func: str = "") -> None:
+    k, n_tokens = topk_indices.shape[1], gating_output.shape[0]
+    n_experts = gating_output.shape[1] - num_shared_experts
+    _write(topk_weights, topk_indices, *moe_topk_softmax(gating_output[:, :n_experts], k, need_renorm))
+    src = torch.arange(k, device=gating_output.device)[None, :] * n_tokens + \
+        torch.arange(n_tokens, device=gating_output.device)[:, None]
+    token_expert_indices.copy_(src.to(torch.int32))
+    if num_shared_experts:
+        topk_weights[:, k:k + num_shared_experts].copy_(torch.sigmoid(gating_output[:, n_experts:].float()))
+
+
+def topk_sigmoid(topk_weights: torch.Tensor, topk_indices: torch.Tensor, gating_output: torch.Tensor) -> None:
+    _write(topk_weights, topk_indices, *moe_routing(gating_output, topk_indices.shape[1], scoring_func="sigmoid"))
+
+
+def grouped_topk(gating_output: torch.Tensor, topk_weights: torch.Tensor, topk_ids: torch.Tensor,
+                 num_expert_group: int, topk_group: int, need_renorm: bool, is_softmax: bool = True,
+                 routed_scaling_factor: float = 1.0) -> None:
+    _write(topk_weights, topk_ids, *moe_grouped_topk(gating_output, topk_ids.shape[1], num_expert_group, topk_group,
+                                                     need_renorm, "softmax" if is_softmax else "sigmoid",
+                                                     routed_scaling_factor))
+
+
+def biased_grouped_topk(gating_output: torch.Tensor, correction_bias: torch.Tensor, topk_weights: torch.Tensor,
+                        topk_ids: torch.Tensor, num_expert_group: int, topk_group: int, need_renorm: bool,
+                        routed_scaling_factor: float = 1.0) -> None:
+    _write(topk_weights, topk_ids, *moe_biased_grouped_topk(gating_output, correction_bias, topk_ids.shape[1],
+                                                            num_expert_group, topk_group, need_renorm,
+                                                            routed_scaling_factor))

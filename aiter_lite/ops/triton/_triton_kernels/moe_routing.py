@@ -1,6 +1,7 @@
 """MoE routing kernel: scores, optional group limit, top-k experts and their weights per token.
 
-One kernel serves ``topk_softmax``, ``grouped_topk`` and ``biased_grouped_topk``. A
+One kernel serves every routing op (``moe_routing`` and its named forms, aiter's forms that
+write into preallocated outputs). A
 program holds BLOCK_T tokens' rows of experts in registers as a (BLOCK_T, BLOCK_G *
 BLOCK_S) tile: expert ``g * group_size + s`` sits at column ``g * BLOCK_S + s``, groups
 and group sizes padded to powers of two (ungrouped calls use one group of all the
@@ -16,7 +17,10 @@ experts), so the column order is the expert order. Per token:
    among equal keys: the lower expert index), the chosen expert's unbiased score
    gathered, its key retired;
 5. the k weights renormalized (``RENORMALIZE``), scaled, stored with the ids in
-   selection order.
+   selection order;
+6. ``HAS_SRC``: vLLM's source rows ``j * n_tokens + t`` stored for the k choices;
+   ``HAS_SHARED``: the ``n_shared`` shared experts' logits (after the routed ones) stored
+   as sigmoid weights after the k routed ones (aiter's fused shared experts).
 
 Token count, expert count, group geometry, ``topk``, ``topk_group`` and the scale are
 runtime values; the tile shape and the flags are compile-time.
@@ -31,12 +35,14 @@ def _moe_routing_kernel(
     x_ptr,                      # gating logits (n_tokens, n_groups * group_size), any float dtype
     bias_ptr,                   # correction bias (n_experts,) (HAS_BIAS)
     w_ptr, ids_ptr,             # outputs: fp32 weights, int32 expert ids, (n_tokens, topk)
+    src_ptr,                    # output (HAS_SRC): int32 (n_tokens, topk), j * n_tokens + t (vLLM's source rows)
     stride_x_t, stride_x_e,
     stride_bias,
     stride_w_t, stride_ids_t,
     n_tokens,
     n_groups, group_size,       # runtime: the expert count is n_groups * group_size
     topk, topk_group,
+    n_shared,                   # shared experts (HAS_SHARED): logits after the routed, weights after the topk
     scale,                      # runtime fp32: routed_scaling_factor
     SIGMOID: tl.constexpr,      # scores are sigmoid(logits), else softmax over the experts
     HAS_BIAS: tl.constexpr,     # selection keys are scores + bias; group score the sum of the best two
@@ -46,6 +52,9 @@ def _moe_routing_kernel(
     BLOCK_G: tl.constexpr,      # >= n_groups
     BLOCK_S: tl.constexpr,      # >= group_size
     BLOCK_K: tl.constexpr,      # >= topk
+    HAS_SRC: tl.constexpr = False,
+    HAS_SHARED: tl.constexpr = False,
+    BLOCK_SH: tl.constexpr = 1,  # >= n_shared
 ):
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     scale = tl.cast(scale, tl.float32)
@@ -115,3 +124,13 @@ def _moe_routing_kernel(
     out_ok = tok_ok[:, None] & (kcol[None, :] < topk)
     tl.store(w_ptr + tok[:, None] * stride_w_t + kcol[None, :], weights, mask=out_ok)
     tl.store(ids_ptr + tok[:, None] * stride_ids_t + kcol[None, :], ids, mask=out_ok)
+    if HAS_SRC:
+        src = kcol[None, :].to(tl.int64) * n_tokens + tok[:, None]
+        tl.store(src_ptr + tok[:, None] * topk + kcol[None, :], src.to(tl.int32), mask=out_ok)
+    if HAS_SHARED:
+        sh = tl.arange(0, BLOCK_SH)
+        sh_ok = tok_ok[:, None] & (sh[None, :] < n_shared)
+        n_routed = n_groups * group_size
+        logit = tl.load(x_ptr + tok[:, None] * stride_x_t + (n_routed + sh[None, :]).to(tl.int64) * stride_x_e,
+                        mask=sh_ok, other=0.0).to(tl.float32)
+        tl.store(w_ptr + tok[:, None] * stride_w_t + topk + sh[None, :], tl.sigmoid(logit), mask=sh_ok)
