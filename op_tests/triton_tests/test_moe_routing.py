@@ -528,7 +528,7 @@ def test_aiter_topk_sigmoid_and_grouped_forms():
 
 
 @pytest.mark.parametrize("call, error, match", [
-    (lambda x, w, i, s: tri.topk_softmax(w, i.long(), s, x, True), TypeError, "topk_softmax: topk_ids must be"),
+    (lambda x, w, i, s: tri.topk_softmax(w, i.long(), s, x, True), TypeError, "topk_softmax: topk_indices must be"),
     (lambda x, w, i, s: tri.topk_softmax(w.half(), i, s, x, True), TypeError, "topk_softmax: topk_weights must be"),
     (lambda x, w, i, s: tri.topk_softmax(w[:3], i, s, x, True), ValueError, r"topk_softmax: topk_weights must be \(5"),
     (lambda x, w, i, s: tri.topk_softmax(w, i, s, x, True, 2), ValueError,

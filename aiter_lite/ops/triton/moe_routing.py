@@ -280,7 +280,9 @@ def moe_biased_grouped_topk(gating_output: torch.Tensor, correction_bias: torch.
 
 
 def _check_out(op: str, name: str, t, dtype: torch.dtype, rows: int, min_cols: int, x: torch.Tensor,
-               exact: bool = False) -> None:
+               exact: bool = False, ids: str = "") -> None:
+    """An output of ``rows`` x ``min_cols`` (or more columns); ``ids``: the ids' argument
+    name and shape, which give topk."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype != dtype:
@@ -288,7 +290,7 @@ def _check_out(op: str, name: str, t, dtype: torch.dtype, rows: int, min_cols: i
     cols_ok = t.dim() == 2 and (t.shape[1] == min_cols if exact else t.shape[1] >= min_cols)
     if t.dim() != 2 or t.shape[0] != rows or not cols_ok:
         want = f"({rows}, {min_cols})" if exact else f"({rows}, >= {min_cols})"
-        raise ValueError(f"{op}: {name} must be {want} for gating_output of shape {tuple(x.shape)}, "
+        raise ValueError(f"{op}: {name} must be {want} for gating_output of shape {tuple(x.shape)}{ids}, "
                          f"got {tuple(t.shape)}")
     if t.shape[1] > 1 and t.stride(1) != 1:
         raise ValueError(f"{op}: {name} must have unit stride in its last dim, got strides {tuple(t.stride())}")
@@ -297,7 +299,7 @@ def _check_out(op: str, name: str, t, dtype: torch.dtype, rows: int, min_cols: i
 
 def _route_into(op: str, gating_output, topk_weights, topk_ids, token_expert_indices, scoring_func: str,
                 renormalize, num_expert_group, topk_group, correction_bias, routed_scaling_factor,
-                num_shared_experts: int = 0) -> None:
+                num_shared_experts: int = 0, ids_name: str = "topk_ids") -> None:
     """The checks of ``_route`` on the routed experts (``topk`` = topk_ids' columns), then
     one launch writing the caller's outputs (row strides of their own: ``[:M]`` views of
     larger buffers)."""
@@ -305,12 +307,15 @@ def _route_into(op: str, gating_output, topk_weights, topk_ids, token_expert_ind
     check_int(op, "num_shared_experts", num_shared_experts, 0, n_total - 1, "(at most the expert count - 1)")
     n_experts = n_total - num_shared_experts
     n_tokens = gating_output.shape[0]
-    if not isinstance(topk_ids, torch.Tensor) or topk_ids.dim() != 2:
-        raise ValueError(f"{op}: topk_ids must be a 2-D (tokens, topk) int32 tensor, got "
-                         f"{tuple(topk_ids.shape) if isinstance(topk_ids, torch.Tensor) else type(topk_ids).__name__}")
+    if not isinstance(topk_ids, torch.Tensor):
+        raise TypeError(f"{op}: {ids_name} must be a torch.Tensor, got {type(topk_ids).__name__}")
+    if topk_ids.dim() != 2:
+        raise ValueError(f"{op}: {ids_name} must be a 2-D (tokens, topk) int32 tensor, got shape "
+                         f"{tuple(topk_ids.shape)}")
     topk = topk_ids.shape[1]
-    _check_out(op, "topk_ids", topk_ids, torch.int32, n_tokens, topk, gating_output, exact=True)
-    _check_out(op, "topk_weights", topk_weights, torch.float32, n_tokens, topk + num_shared_experts, gating_output)
+    _check_out(op, ids_name, topk_ids, torch.int32, n_tokens, topk, gating_output, exact=True)
+    _check_out(op, "topk_weights", topk_weights, torch.float32, n_tokens, topk + num_shared_experts, gating_output,
+               ids=f" and {ids_name} of shape {tuple(topk_ids.shape)} (topk + num_shared_experts columns)")
     if token_expert_indices is not None:
         _check_out(op, "token_expert_indices", token_expert_indices, torch.int32, n_tokens, topk, gating_output,
                    exact=True)
@@ -324,7 +329,7 @@ def _route_into(op: str, gating_output, topk_weights, topk_ids, token_expert_ind
     check_int(op, "topk_group", topk_group, 1, num_expert_group, "(groups kept, at most num_expert_group)")
     kept_experts = topk_group * (n_experts // num_expert_group)
     if not 1 <= topk <= kept_experts:
-        raise ValueError(f"{op}: topk_ids must have 1 to {kept_experts} columns (topk, at most the experts of the "
+        raise ValueError(f"{op}: {ids_name} must have 1 to {kept_experts} columns (topk, at most the experts of the "
                          f"kept groups), got {topk}")
     renormalize = check_bool(op, "need_renorm", renormalize)
     scale = check_real(op, "routed_scaling_factor", routed_scaling_factor)
@@ -360,14 +365,15 @@ def topk_softmax(topk_weights: torch.Tensor, topk_indices: torch.Tensor, token_e
     if token_expert_indices is None:
         raise TypeError(f"{op}: token_expert_indices must be a torch.Tensor, got None")
     _route_into(op, gating_output, topk_weights, topk_indices, token_expert_indices, "softmax", need_renorm, 1, 1,
-                None, 1.0, shared)
+                None, 1.0, shared, ids_name="topk_indices")
 
 
 @public_op(mutates=("topk_weights", "topk_indices"), no_grad=_NO_GRAD)
 def topk_sigmoid(topk_weights: torch.Tensor, topk_indices: torch.Tensor, gating_output: torch.Tensor) -> None:
     """aiter's ``topk_sigmoid``: the ``topk_indices.shape[1]`` experts of largest logit,
     their ``sigmoid`` as weights (not renormalized), into the caller's outputs."""
-    _route_into("topk_sigmoid", gating_output, topk_weights, topk_indices, None, "sigmoid", False, 1, 1, None, 1.0)
+    _route_into("topk_sigmoid", gating_output, topk_weights, topk_indices, None, "sigmoid", False, 1, 1, None, 1.0,
+                ids_name="topk_indices")
 
 
 @public_op(mutates=("topk_weights", "topk_ids"), no_grad=_NO_GRAD)
