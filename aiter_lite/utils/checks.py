@@ -102,6 +102,15 @@ def check_triton_device(op: str, name: str, t: torch.Tensor) -> None:
                      f"(or a CPU one with TRITON_INTERPRET=1)")
 
 
+def host_check_wanted(*tensors, switch) -> bool:
+    """Index tensors (positions, slots, targets) are checked on the host when they are there
+    already or ``switch`` (an envs function) asks; not while torch.compile traces (a host
+    read breaks the graph)."""
+    if torch.compiler.is_compiling():
+        return False
+    return any(t is not None and t.device.type == "cpu" for t in tensors) or switch()
+
+
 def check_same_device(op: str, name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:
     if t.device != ref.device:
         raise ValueError(f"{op}: {name} must be on {ref_name}'s device {ref.device}, got {t.device}")

@@ -255,6 +255,26 @@ def test_older_paths(module):
         assert callable(getattr(ours, name, None)), f"{module}.{name}"
 
 
+# aiter's top-level (HIP) routing ops as vLLM and SGLang call them (serving_calls), at aiter_lite's top level
+TOP_LEVEL = [
+    "topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output, need_renorm, "
+    "num_shared_experts=0, shared_expert_scoring_func='')",
+    "topk_sigmoid(topk_weights, topk_indices, gating_output)",
+    "grouped_topk(gating_output, topk_weights, topk_ids, num_expert_group, topk_group, need_renorm, is_softmax=True, "
+    "routed_scaling_factor=1.0)",
+    "biased_grouped_topk(gating_output, correction_bias, topk_weights, topk_ids, num_expert_group, topk_group, "
+    "need_renorm, routed_scaling_factor=1.0)",
+]
+
+
+@pytest.mark.parametrize("signature", TOP_LEVEL, ids=[s.split("(")[0] for s in TOP_LEVEL])
+def test_aiter_top_level_routing(signature):
+    import aiter_lite
+
+    fn = getattr(aiter_lite, signature.split("(")[0], None)
+    assert fn is not None and not _problems(fn, signature), _problems(fn, signature) if fn else "missing"
+
+
 def test_the_same_function_at_every_path():
     """An alias is the op itself (one registration, one set of launch plans)."""
     from aiter_lite.ops.triton.fusions import fused_kv_cache

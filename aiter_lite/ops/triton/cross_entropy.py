@@ -49,6 +49,7 @@ from aiter_lite.utils.checks import (
     check_same_device,
     check_triton_device,
     check_unit_last_stride,
+    host_check_wanted,
 )
 from aiter_lite.utils.fast_launch import launch
 from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
@@ -157,11 +158,7 @@ def _check_target(op: str, target, rows_name: str, rows: torch.Tensor, n_classes
         raise ValueError(f"{op}: target must have the shape of {rows_name} without its last dim, "
                          f"{tuple(rows.shape[:-1])}, got {tuple(target.shape)}")
     check_same_device(op, "target", target, rows_name, rows)
-    # values read on the host only where they are (the CPU) or where asked: not while
-    # torch.compile traces (a host read breaks the graph)
-    if torch.compiler.is_compiling() or target.numel() == 0:
-        return
-    if target.device.type == "cpu" or envs.cross_entropy_check_targets():
+    if target.numel() and host_check_wanted(target, switch=envs.cross_entropy_check_targets):
         bad = (target != ignore_index) & ((target < 0) | (target >= n_classes))
         if bool(bad.any()):
             i = int(bad.reshape(-1).nonzero()[0])
@@ -177,6 +174,11 @@ def _scale_of(reduction: str, grad_loss: torch.Tensor, n_valid: torch.Tensor) ->
     """The rows' weight in the loss's gradient (fp32, one value or one a row)."""
     g = grad_loss.float()
     return (g / n_valid if reduction == "mean" else g).reshape(-1)
+
+
+def _n_valid(t: torch.Tensor, ignore_index: int, reduction: str) -> torch.Tensor | None:
+    """The count of targets not ignored, fp32 ("mean" divides by it), else None."""
+    return (t != ignore_index).sum().float() if reduction == "mean" else None
 
 
 def _reduce(loss_rows: torch.Tensor, reduction: str, n_valid: torch.Tensor | None) -> torch.Tensor:
@@ -196,40 +198,38 @@ class _CrossEntropyFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, target, ignore_index, reduction, label_smoothing, softcap):
-        loss, lse, n_valid = _cross_entropy_forward(logits, target, ignore_index, reduction, label_smoothing, softcap)
-        ctx.save_for_backward(logits, target, lse, n_valid)
-        ctx.options = (ignore_index, reduction, label_smoothing, softcap)
+        loss, x, t, lse, n_valid = _cross_entropy_forward(logits, target, ignore_index, reduction, label_smoothing,
+                                                          softcap)
+        ctx.save_for_backward(x, t, lse, n_valid)  # the rows the forward read: no second gather
+        ctx.options, ctx.shape = (ignore_index, reduction, label_smoothing, softcap), logits.shape
         return loss
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_loss):
-        logits, target, lse, n_valid = ctx.saved_tensors
+        x, t, lse, n_valid = ctx.saved_tensors
         ignore_index, reduction, label_smoothing, softcap = ctx.options
-        x = _rows(logits)
-        if x.stride(-1) != 1 and x.shape[-1] > 1:
-            x = x.contiguous()
-        grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+        grad = torch.empty(ctx.shape, dtype=x.dtype, device=x.device)
         scale = _scale_of(reduction, grad_loss, n_valid)
-        _launch_cross_entropy_bwd(x, target.reshape(-1).contiguous(), lse, scale, grad.view(-1, x.shape[1]),
-                                  ignore_index, label_smoothing, softcap)
+        _launch_cross_entropy_bwd(x, t, lse, scale, grad.view(-1, x.shape[1]), ignore_index, label_smoothing, softcap)
         return grad, None, None, None, None, None
 
 
 def _cross_entropy_forward(logits, target, ignore_index, reduction, label_smoothing, softcap):
-    """(loss in logits' dtype, the rows' fp32 log-sum-exp, the count of targets not ignored)."""
+    """(loss in logits' dtype, the 2-D rows and flat targets read, the rows' fp32
+    log-sum-exp, the count of targets not ignored (1 unless "mean"))."""
     x = _rows(logits)
     t = target.reshape(-1).contiguous()
     loss_rows = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
     lse = torch.empty_like(loss_rows)
-    n_valid = (t != ignore_index).sum().float() if reduction == "mean" else None
+    n_valid = _n_valid(t, ignore_index, reduction)
     if x.shape[1] == 0:  # no classes: every row's log-sum-exp is -inf and no target is valid
         loss_rows.copy_(torch.where(t == ignore_index, 0.0, float("nan")))
         lse.fill_(float("-inf"))
     else:
         _launch_cross_entropy(x, t, loss_rows, lse, ignore_index, label_smoothing, softcap)
     loss = _reduce(loss_rows.view(target.shape), reduction, n_valid)
-    return loss.to(logits.dtype), lse, n_valid if n_valid is not None else lse.new_ones(())
+    return loss.to(logits.dtype), x, t, lse, n_valid if n_valid is not None else lse.new_ones(())
 
 
 @public_op(unless=envs.cross_entropy_check_targets)
@@ -305,6 +305,14 @@ def _linear_chunks(x, weight, bias, target, lse, loss_rows, scale, options, chun
     return grad_x, grad_w, None if grad_b is None else grad_b.to(weight.dtype)
 
 
+def _linear_loss(x, weight, bias, target, options, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's fp32 loss and log-sum-exp, the logits chunk by chunk, no gradient."""
+    loss_rows = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+    lse = torch.empty_like(loss_rows)
+    _linear_chunks(x, weight, bias, target, lse, loss_rows, lse, options, chunk, True, (False, False, False))
+    return loss_rows, lse
+
+
 class _FusedLinearCrossEntropyFunction(torch.autograd.Function):
     """mean / sum: the gradients computed in the forward, scaled in the backward; none:
     the backward recomputes each chunk's logits with the rows' gradient weights."""
@@ -313,18 +321,17 @@ class _FusedLinearCrossEntropyFunction(torch.autograd.Function):
     def forward(ctx, x, weight, bias, target, ignore_index, reduction, label_smoothing, softcap, chunk):
         shape = target.shape
         x2, t = x.reshape(-1, x.shape[-1]), target.reshape(-1).contiguous()
-        n = x2.shape[0]
-        loss_rows = torch.empty(n, dtype=torch.float32, device=x.device)
-        lse = torch.empty_like(loss_rows)
-        n_valid = (t != ignore_index).sum().float()
         options = (ignore_index, label_smoothing, softcap)
         grads = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2])
         ctx.reduction, ctx.shape = reduction, x.shape
         if reduction == "none":
-            _linear_chunks(x2, weight, bias, t, lse, loss_rows, lse, options, chunk, True, (False, False, False))
+            loss_rows, lse = _linear_loss(x2, weight, bias, t, options, chunk)
             ctx.save_for_backward(x2, weight, bias, t, lse)
             ctx.options, ctx.chunk, ctx.grads = options, chunk, grads
             return loss_rows.view(shape)
+        loss_rows = torch.empty(x2.shape[0], dtype=torch.float32, device=x.device)
+        lse = torch.empty_like(loss_rows)
+        n_valid = _n_valid(t, ignore_index, reduction)
         scale = (1.0 / n_valid if reduction == "mean" else torch.ones((), device=x.device)).reshape(1)
         # saved, not kept on ctx: autograd releases them once the backward returns, and the
         # weight's gradient becomes its .grad without a copy
@@ -396,10 +403,7 @@ def fused_linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor, target
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (input, weight, bias)):
         return _FusedLinearCrossEntropyFunction.apply(input, weight, bias, target, ignore_index, reduction,
                                                       label_smoothing, cap, chunk)
-    x2, t = input.reshape(-1, input.shape[-1]), target.reshape(-1).contiguous()
-    loss_rows = torch.empty(x2.shape[0], dtype=torch.float32, device=input.device)
-    lse = torch.empty_like(loss_rows)
-    _linear_chunks(x2, weight, bias, t, lse, loss_rows, lse, (ignore_index, label_smoothing, cap), chunk, True,
-                   (False, False, False))
-    n_valid = (t != ignore_index).sum().float() if reduction == "mean" else None
-    return _reduce(loss_rows.view(target.shape), reduction, n_valid)
+    t = target.reshape(-1).contiguous()
+    loss_rows, _ = _linear_loss(input.reshape(-1, input.shape[-1]), weight, bias, t,
+                                (ignore_index, label_smoothing, cap), chunk)
+    return _reduce(loss_rows.view(target.shape), reduction, _n_valid(t, ignore_index, reduction))

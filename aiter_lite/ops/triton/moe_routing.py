@@ -207,17 +207,23 @@ def _launch_moe_routing(x: torch.Tensor, bias: torch.Tensor | None, weights: tor
     )
 
 
-def _route(op: str, gating_output, topk, scoring_func, renormalize, num_expert_group, topk_group,
-           correction_bias, routed_scaling_factor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Checks (errors name ``op``), output allocation, one launch."""
-    n_experts = _check_gating(op, gating_output)
-    check_choice(op, "scoring_func", scoring_func, SCORING_FUNCS)
+def _check_groups(op: str, gating_output, n_experts: int, num_expert_group, topk_group) -> int:
+    """The group geometry over ``n_experts`` routed experts; returns how many experts the kept
+    groups hold (topk's bound)."""
     check_int(op, "num_expert_group", num_expert_group, 1, n_experts, "(groups of experts)")
     if n_experts % num_expert_group:
         raise ValueError(f"{op}: num_expert_group ({num_expert_group}) must divide the expert count "
                          f"{n_experts} (gating_output shape {tuple(gating_output.shape)})")
     check_int(op, "topk_group", topk_group, 1, num_expert_group, "(groups kept, at most num_expert_group)")
-    kept_experts = topk_group * (n_experts // num_expert_group)
+    return topk_group * (n_experts // num_expert_group)
+
+
+def _route(op: str, gating_output, topk, scoring_func, renormalize, num_expert_group, topk_group,
+           correction_bias, routed_scaling_factor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Checks (errors name ``op``), output allocation, one launch."""
+    n_experts = _check_gating(op, gating_output)
+    check_choice(op, "scoring_func", scoring_func, SCORING_FUNCS)
+    kept_experts = _check_groups(op, gating_output, n_experts, num_expert_group, topk_group)
     check_int(op, "topk", topk, 1, kept_experts, "(at most the expert count)" if topk_group == num_expert_group
               else f"(at most the {kept_experts} experts of the {topk_group} kept groups)")
     renormalize = check_bool(op, "renormalize", renormalize)
@@ -322,12 +328,7 @@ def _route_into(op: str, gating_output, topk_weights, topk_ids, token_expert_ind
         if n_tokens > 1 and token_expert_indices.stride(0) != topk:
             raise ValueError(f"{op}: token_expert_indices must be contiguous, got strides "
                              f"{tuple(token_expert_indices.stride())}")
-    check_int(op, "num_expert_group", num_expert_group, 1, n_experts, "(groups of experts)")
-    if n_experts % num_expert_group:
-        raise ValueError(f"{op}: num_expert_group ({num_expert_group}) must divide the expert count "
-                         f"{n_experts} (gating_output shape {tuple(gating_output.shape)})")
-    check_int(op, "topk_group", topk_group, 1, num_expert_group, "(groups kept, at most num_expert_group)")
-    kept_experts = topk_group * (n_experts // num_expert_group)
+    kept_experts = _check_groups(op, gating_output, n_experts, num_expert_group, topk_group)
     if not 1 <= topk <= kept_experts:
         raise ValueError(f"{op}: {ids_name} must have 1 to {kept_experts} columns (topk, at most the experts of the "
                          f"kept groups), got {topk}")

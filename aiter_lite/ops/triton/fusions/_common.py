@@ -8,10 +8,16 @@ import torch
 
 from aiter_lite import envs
 from aiter_lite.ops.triton.quant.dtypes import check_quant_dtype_supported
-from aiter_lite.ops.triton.rope.rope import _check_indices, _table, _Table, host_check_wanted
+from aiter_lite.ops.triton.rope.rope import _check_indices, _table, _Table
 from aiter_lite.spec.quant import FP8_DTYPES, quant_range
 from aiter_lite.spec.rope import cache_rotary_reuse
-from aiter_lite.utils.checks import TRITON_INTERPRET, check_float_tensor, check_same_device, check_triton_device
+from aiter_lite.utils.checks import (
+    TRITON_INTERPRET,
+    check_float_tensor,
+    check_same_device,
+    check_triton_device,
+    host_check_wanted,
+)
 
 CACHE_DTYPES = (torch.bfloat16, torch.float16, torch.float32, *FP8_DTYPES)
 _NO_FP8 = (-1.0, 1.0)  # the fp8 range argument of an output that is not fp8 (unused)
@@ -110,7 +116,7 @@ def check_positions(op: str, name: str, pos, n_tokens: int, ref: torch.Tensor, n
     _check_indices(op, name, pos, (n_tokens,), ref, ref_name)
     if offsets is not None:
         _check_indices(op, offsets_name, offsets, (n_tokens,), ref, ref_name)
-    if host_check_wanted(pos, offsets) and n_tokens:
+    if host_check_wanted(pos, offsets, switch=envs.rope_check_positions) and n_tokens:
         rows = pos.long() + (0 if offsets is None else offsets.long())
         lo, hi = int(rows.min()), int(rows.max())
         if lo < 0 or hi >= n_rows:

@@ -34,7 +34,14 @@ from aiter_lite import envs
 from aiter_lite.ops.triton._triton_kernels.rope.rope import RowMode, _rope_kernel
 from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.spec.rope import RotateStyle, check_rotate_style, rotary_width
-from aiter_lite.utils.checks import check_bool, check_float_tensor, check_int, check_same_device, check_triton_device
+from aiter_lite.utils.checks import (
+    check_bool,
+    check_float_tensor,
+    check_int,
+    check_same_device,
+    check_triton_device,
+    host_check_wanted,
+)
 from aiter_lite.utils.fast_launch import launch
 from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
 from aiter_lite.utils.launcher import launcher
@@ -178,14 +185,6 @@ def _check_indices(op: str, name: str, t, shape: tuple, x: torch.Tensor, x_name:
     check_same_device(op, name, t, x_name, x)
 
 
-def host_check_wanted(*tensors, switch=envs.rope_check_positions) -> bool:
-    """Index tensors are checked on the host when they are there already or ``switch`` (an
-    envs function) asks; not while torch.compile traces (a host read breaks the graph)."""
-    if torch.compiler.is_compiling():
-        return False
-    return any(t is not None and t.device.type == "cpu" for t in tensors) or switch()
-
-
 def _check_positions(op: str, positions, offsets, shape: tuple, x: torch.Tensor, n_rows: int,
                      has_offsets: bool = False) -> None:
     """positions (and, ``has_offsets``, offsets: a tensor, never None) of ``shape`` on x's
@@ -194,7 +193,7 @@ def _check_positions(op: str, positions, offsets, shape: tuple, x: torch.Tensor,
     _check_indices(op, "positions", positions, shape, x)
     if has_offsets:
         _check_indices(op, "offsets", offsets, shape, x)
-    if not host_check_wanted(positions, offsets) or positions.numel() == 0:
+    if not host_check_wanted(positions, offsets, switch=envs.rope_check_positions) or positions.numel() == 0:
         return
     rows = positions.long() + (0 if offsets is None else offsets.long())
     lo, hi = int(rows.min()), int(rows.max())
@@ -426,7 +425,7 @@ def _thd(op, x, cu_seqlens, freqs, rotate_style, reuse, nope_first, transpose_ou
     check_same_device(op, "cu_seqlens", cu_seqlens, "x", x)
     tab = _table(op, ("freqs", None), freqs, None, x)
     _check_transpose(op, transpose_output, False)
-    if host_check_wanted(cu_seqlens):
+    if host_check_wanted(cu_seqlens, switch=envs.rope_check_positions):
         cu = cu_seqlens.long()
         lens = cu.diff()
         if int(cu[0]) < 0 or (lens.numel() and int(lens.min()) < 0) or int(cu[-1]) > x.shape[0]:
