@@ -288,7 +288,10 @@ def _norm_bwd_config(n_rows: int, n_cols: int, profile: DeviceProfile, is_rms: b
         cfg, programs = NormLaunchConfig(block_m, block_n, 4, False, PREFETCH=True), 8 * sms
     elif block_n <= 4096:  # two rows per step; 4096: 16 warps, one program per SM (4-25% ahead of 8 and two)
         warps, programs = (8, 2 * sms) if block_n == 2048 else (16, sms)
-        cfg = NormLaunchConfig(min(2, next_power_of_2(n_rows)), block_n, warps, False, PREFETCH=True)
+        # ptxas for sm_120 spills 8 bytes double-buffering LayerNorm's fused-add backward at
+        # 4096 (scripts/check_targets.py): that one builds without the prefetch
+        prefetch = not (block_n == 4096 and add_grad and not is_rms and profile.arch == "sm_120")
+        cfg = NormLaunchConfig(min(2, next_power_of_2(n_rows)), block_n, warps, False, PREFETCH=prefetch)
     else:  # double-buffering a 16384-wide row spills (10x slower)
         cfg, programs = NormLaunchConfig(1, block_n, 16, False, PREFETCH=block_n <= 8192), sms
     return NormBwdLaunchConfig(cfg, min(cdiv(n_rows, cfg.BLOCK_M), programs))
