@@ -297,20 +297,24 @@ def test_fused_linear_cross_entropy_gradients_handed_over(monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(*grads))
 
 
+@pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("op", ["cross_entropy", "fused_linear_cross_entropy"])
-def test_compiles_whole_with_gradients(op):
-    """torch.compile(fullgraph=True) of the loss and its backward: the eager gradients."""
+def test_compiles_whole_with_gradients(op, reduction, monkeypatch):
+    """torch.compile(fullgraph=True) of the loss and its backward: the eager gradients (fp32
+    logits: a loss returned as an alias of its own tensor got a zero gradient under inductor)."""
+    monkeypatch.undo()  # no NaN-filled allocations: AOTAutograd traces the backward (with its fills) into a graph
     x, w, _ = _linear_inputs(6, 8, 30, torch.float32, False)
     t = _targets(6, 30)
-    fn = (lambda x, w: tri.cross_entropy(x @ w.t(), t)) if op == "cross_entropy" else \
-        (lambda x, w: tri.fused_linear_cross_entropy(x, w, t, chunk_size=4))
+    g = torch.rand(6, device=DEVICE) + 0.5 if reduction == "none" else torch.tensor(1.5, device=DEVICE)
+    fn = (lambda x, w: tri.cross_entropy(x @ w.t(), t, reduction=reduction)) if op == "cross_entropy" else \
+        (lambda x, w: tri.fused_linear_cross_entropy(x, w, t, reduction=reduction, chunk_size=4))
     torch._dynamo.reset()
     compiled = torch.compile(fn, backend="inductor" if ON_GPU else "aot_eager", fullgraph=True)
     results = []
     for f in (fn, compiled):
         a, b = x.clone().requires_grad_(), w.clone().requires_grad_()
         loss = f(a, b)
-        loss.backward()
+        loss.backward(g)
         results.append((loss.detach(), a.grad, b.grad))
     for got, want in zip(results[1], results[0]):
         assert_close(got, want, atol=1e-6, rtol=1e-5)

@@ -220,7 +220,11 @@ def _cross_entropy_forward(logits, target, ignore_index, reduction, label_smooth
     log-sum-exp, the count of targets not ignored (1 unless "mean"))."""
     x = _rows(logits)
     t = target.reshape(-1).contiguous()
-    loss_rows = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+    # allocated in target's shape: "none" returns this very tensor, not a view of it (an
+    # autograd node whose output is a view or alias of a tensor it made gets a zero
+    # gradient under inductor, torch 2.11)
+    losses = torch.empty(target.shape, dtype=torch.float32, device=x.device)
+    loss_rows = losses.view(-1)
     lse = torch.empty_like(loss_rows)
     n_valid = _n_valid(t, ignore_index, reduction)
     if x.shape[1] == 0:  # no classes: every row's log-sum-exp is -inf and no target is valid
@@ -228,8 +232,10 @@ def _cross_entropy_forward(logits, target, ignore_index, reduction, label_smooth
         lse.fill_(float("-inf"))
     else:
         _launch_cross_entropy(x, t, loss_rows, lse, ignore_index, label_smoothing, softcap)
-    loss = _reduce(loss_rows.view(target.shape), reduction, n_valid)
-    return loss.to(logits.dtype), x, t, lse, n_valid if n_valid is not None else lse.new_ones(())
+    loss = _reduce(losses, reduction, n_valid)
+    if loss.dtype != logits.dtype:  # no .to() of the same dtype: it returns an alias
+        loss = loss.to(logits.dtype)
+    return loss, x, t, lse, n_valid if n_valid is not None else lse.new_ones(())
 
 
 @public_op(unless=envs.cross_entropy_check_targets)
@@ -305,12 +311,13 @@ def _linear_chunks(x, weight, bias, target, lse, loss_rows, scale, options, chun
     return grad_x, grad_w, None if grad_b is None else grad_b.to(weight.dtype)
 
 
-def _linear_loss(x, weight, bias, target, options, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's fp32 loss and log-sum-exp, the logits chunk by chunk, no gradient."""
-    loss_rows = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
-    lse = torch.empty_like(loss_rows)
-    _linear_chunks(x, weight, bias, target, lse, loss_rows, lse, options, chunk, True, (False, False, False))
-    return loss_rows, lse
+def _linear_loss(x, weight, bias, target, options, chunk: int, shape) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's fp32 loss (in ``shape``, the targets') and log-sum-exp, the logits chunk
+    by chunk, no gradient."""
+    losses = torch.empty(shape, dtype=torch.float32, device=x.device)
+    lse = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+    _linear_chunks(x, weight, bias, target, lse, losses.view(-1), lse, options, chunk, True, (False, False, False))
+    return losses, lse
 
 
 class _FusedLinearCrossEntropyFunction(torch.autograd.Function):
@@ -325,10 +332,10 @@ class _FusedLinearCrossEntropyFunction(torch.autograd.Function):
         grads = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2])
         ctx.reduction, ctx.shape = reduction, x.shape
         if reduction == "none":
-            loss_rows, lse = _linear_loss(x2, weight, bias, t, options, chunk)
+            losses, lse = _linear_loss(x2, weight, bias, t, options, chunk, shape)
             ctx.save_for_backward(x2, weight, bias, t, lse)
             ctx.options, ctx.chunk, ctx.grads = options, chunk, grads
-            return loss_rows.view(shape)
+            return losses  # not a view: see _cross_entropy_forward
         loss_rows = torch.empty(x2.shape[0], dtype=torch.float32, device=x.device)
         lse = torch.empty_like(loss_rows)
         n_valid = _n_valid(t, ignore_index, reduction)
@@ -404,6 +411,6 @@ def fused_linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor, target
         return _FusedLinearCrossEntropyFunction.apply(input, weight, bias, target, ignore_index, reduction,
                                                       label_smoothing, cap, chunk)
     t = target.reshape(-1).contiguous()
-    loss_rows, _ = _linear_loss(input.reshape(-1, input.shape[-1]), weight, bias, t,
-                                (ignore_index, label_smoothing, cap), chunk)
-    return _reduce(loss_rows.view(target.shape), reduction, _n_valid(t, ignore_index, reduction))
+    losses, _ = _linear_loss(input.reshape(-1, input.shape[-1]), weight, bias, t,
+                             (ignore_index, label_smoothing, cap), chunk, target.shape)
+    return _reduce(losses, reduction, _n_valid(t, ignore_index, reduction))
