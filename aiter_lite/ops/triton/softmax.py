@@ -89,7 +89,12 @@ def softmax_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INT
 # Split rows: 152 / 154 / 157 / 156 us at 32768 / 65536 / 131072 / 262144 columns (85-88%
 # of copy; log-softmax 145-150, 89-92%) against 195-231 for the best looped chunks and
 # warps (the second read of y and dy misses L2); 8192-wide segments within 1-3% of the
-# forward's picks, 16384-wide 20-25% slower. At 32768 torch.compile's backward takes 137 us.
+# forward's picks, 16384-wide 20-25% slower. At 32768 torch.compile's backward takes 137 us
+# (H100: split 152, log-softmax 147 against 137). Tried there: a looped kernel of its shape
+# (first pass evict_last, second evict_first, a lane-wide sum reduced once) 154 / 144 with
+# the row width compile-time, 202 / 155 with it at run time; persistent programs (1-4 an
+# SM, each looping over rows) 153 / 142. None reaches 137, and each is slower than the
+# split rows from 65536 columns on (168 / 156 against 154 / 149).
 def softmax_bwd_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPRETER) -> SoftmaxLaunchConfig:
     """The backward's launch: the forward's (the same tiles, warps and split segments,
     holding y and dy; looped where the forward loops). Its own name: what a test or a

@@ -4,7 +4,9 @@ in-place forms record their writes; a table that requires grad is refused (its g
 the RoPE / RoPECached / RoPETHD / RoPE2D classes'); RotaryEmbedding trains alike on both
 backends."""
 
+import gc
 import inspect
+import weakref
 
 import pytest
 import torch
@@ -47,6 +49,31 @@ def test_gradient_matches_native(name):
         assert_close(o, w, name=f"{name} output")
     for n in grads:
         assert_close(grads[n], want[n], name=f"{name} d{n}")
+
+
+@pytest.mark.parametrize("name", ["rope_cached_thd_positions_2c_fwd", "rope_thd_fwd"])
+def test_tables_and_positions_released_by_the_backward(name):
+    """What the backward reads besides the gradients (tables, positions, cu_seqlens) is held
+    until the backward has run, not as long as the graph: a model's whole backward would
+    otherwise keep every layer's tables."""
+    op = PUBLIC_OPS[name]
+    names = list(inspect.signature(op.python).parameters)
+    args = [a.clone() if isinstance(a, torch.Tensor) else a for a in op_args(name, TINY, DEVICE, torch.float32)]
+    held = {n: weakref.ref(a) for n, a in zip(names, args) if isinstance(a, torch.Tensor) and n not in ("x", "y")}
+    assert held
+    for i, n in enumerate(names[:len(args)]):
+        if n in ("x", "y"):
+            args[i] = args[i].requires_grad_()
+    out = op.fn(*args)
+    outs = out if isinstance(out, tuple) else (out,)
+    del args
+    gc.collect()
+    assert all(r() is not None for r in held.values()), "released before the backward"
+    torch.autograd.backward(list(outs), [torch.ones_like(o) for o in outs])
+    gc.collect()
+    alive = [n for n, r in held.items() if r() is not None]
+    assert not alive, f"{name}: {alive} still held by the graph after its backward"
+    assert all(o.grad_fn is not None for o in outs)  # the graph itself is still there
 
 
 def test_tables_that_require_grad_are_refused():

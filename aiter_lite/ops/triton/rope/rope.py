@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -333,6 +333,9 @@ def _rope(op: str, x, tab: _Table, rotate_style, reuse, nope_first, *, row_mode:
     return out if x2 is None else (out, out2)
 
 
+_SAVED = object()  # in _RopeFunction's ctx.kw: a tensor argument, saved for the backward
+
+
 class _RopeFunction(torch.autograd.Function):
     """Any rotation ``_rope`` makes (``kw``: its arguments but x, y and inplace),
     differentiable in x (and y): the backward is the inverse rotation of the gradients
@@ -340,7 +343,19 @@ class _RopeFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, x2, op, kw):
-        ctx.op, ctx.kw = op, kw
+        # kw's tensors (tables, positions, offsets, cu_seqlens) saved, not kept on ctx:
+        # autograd releases them when the backward has run (ctx lives until the graph does)
+        tensors, ctx.kw = [], {}
+        for k, v in kw.items():
+            if isinstance(v, _Table):
+                tensors += [v.cos, v.sin]
+                v = replace(v, cos=None, sin=None)
+            elif isinstance(v, torch.Tensor):
+                tensors.append(v)
+                v = _SAVED
+            ctx.kw[k] = v
+        ctx.save_for_backward(*tensors)
+        ctx.op = op
         ctx.shapes = (x.shape, x.dtype, None if x2 is None else x2.shape)
         return _rope(op, x, x2=x2, inplace=False, **kw)
 
@@ -351,7 +366,15 @@ class _RopeFunction(torch.autograd.Function):
             dy = torch.zeros(shape, dtype=dtype, device=dy2.device)
         if shape2 is not None and dy2 is None:
             dy2 = torch.zeros(shape2, dtype=dtype, device=dy.device)
-        kw = dict(ctx.kw, backward=not ctx.kw["backward"], transpose_output=False)
+        saved = iter(ctx.saved_tensors)
+        kw = {}
+        for k, v in ctx.kw.items():
+            if isinstance(v, _Table):
+                v = replace(v, cos=next(saved), sin=next(saved))
+            elif v is _SAVED:
+                v = next(saved)
+            kw[k] = v
+        kw.update(backward=not kw["backward"], transpose_output=False)
         dx = _rope(ctx.op, dy.contiguous(), x2=None if dy2 is None else dy2.contiguous(), inplace=False, **kw)
         dx, dx2 = dx if isinstance(dx, tuple) else (dx, None)
         return dx, dx2, None, None
