@@ -170,7 +170,7 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1, t.shape[-1]) if t.shape[-1] > 0 else t.reshape(-1, 0)
 
 
-def _scale_of(reduction: str, grad_loss: torch.Tensor, n_valid: torch.Tensor) -> torch.Tensor:
+def _scale_of(reduction: str, grad_loss: torch.Tensor, n_valid: torch.Tensor | None) -> torch.Tensor:
     """The rows' weight in the loss's gradient (fp32, one value or one a row)."""
     g = grad_loss.float()
     return (g / n_valid if reduction == "mean" else g).reshape(-1)
@@ -217,7 +217,7 @@ class _CrossEntropyFunction(torch.autograd.Function):
 
 def _cross_entropy_forward(logits, target, ignore_index, reduction, label_smoothing, softcap):
     """(loss in logits' dtype, the 2-D rows and flat targets read, the rows' fp32
-    log-sum-exp, the count of targets not ignored (1 unless "mean"))."""
+    log-sum-exp, the count of targets not ignored ("mean"; else None))."""
     x = _rows(logits)
     t = target.reshape(-1).contiguous()
     # allocated in target's shape: "none" returns this very tensor, not a view of it (an
@@ -235,7 +235,7 @@ def _cross_entropy_forward(logits, target, ignore_index, reduction, label_smooth
     loss = _reduce(losses, reduction, n_valid)
     if loss.dtype != logits.dtype:  # no .to() of the same dtype: it returns an alias
         loss = loss.to(logits.dtype)
-    return loss, x, t, lse, n_valid if n_valid is not None else lse.new_ones(())
+    return loss, x, t, lse, n_valid
 
 
 @public_op(unless=envs.cross_entropy_check_targets)

@@ -23,9 +23,9 @@ def fused_rmsnorm_add(x: torch.Tensor, weight: torch.Tensor, epsilon: float, res
     """``out`` = RMSNorm of x; with ``res1``: ``(out, out_res1)``, the norm of ``out_res1 = x + res1``."""
     op = "fused_rmsnorm_add"
     check_row_input(op, "x", x, " (normalized over the last)")
-    check_vector(op, "weight", weight, x.shape[-1], x, "x")
     if weight is None:
         raise TypeError(f"{op}: weight must be a torch.Tensor, got None")
+    check_vector(op, "weight", weight, x.shape[-1], x, "x")
     if res1 is None:
         return rms_norm(x, weight, epsilon)
     check_row_input(op, "res1", res1)
