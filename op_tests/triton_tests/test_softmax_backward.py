@@ -10,15 +10,18 @@ import aiter_lite.ops.triton.softmax as sm_mod
 from aiter_lite.ops.native import softmax as native
 from aiter_lite.ops.triton import softmax as tri
 from aiter_lite.spec.device import INTERPRETER, PROFILES
+from aiter_lite.utils.launch import grid_sms
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device, make_rows
 from op_tests.utils.inputs import poison_allocations
 
 OPS = ["softmax", "log_softmax"]
-# (rows, width): odd widths in registers; on the GPU also the widest row in registers and looped rows
+# (rows, width): odd widths in registers; 32768 columns in whole chunks (the backward's
+# looped rows where they fill the SMs: 4 do the interpreter's); on the GPU also the widest
+# row in registers, split and looped rows
 SHAPES = by_device(
-    cpu=[(0, 37), (1, 1), (1, 1000), (5, 3), (7, 37), (3, 1000), (4, 0)],
+    cpu=[(0, 37), (1, 1), (1, 1000), (5, 3), (7, 37), (3, 1000), (4, 0), (4, 32768)],
     gpu=[(0, 37), (1, 1), (1, 1000), (5, 3), (7, 37), (3, 1000), (4, 0), (300, 4097), (64, 16384), (8, 16385),
-         (4, 131073)],
+         (300, 32768), (4, 131073)],
 )
 INF, NAN = float("inf"), float("nan")
 COMPILE_BACKEND = "inductor" if ON_GPU else "aot_eager"
@@ -177,10 +180,16 @@ def test_opcheck_backward_launch():
 
 
 @pytest.mark.parametrize("profile", [INTERPRETER, *PROFILES.values()], ids=lambda p: p.name)
-@pytest.mark.parametrize("n_cols", [1, 100, 16384, 16385, 65536, 262144, 1 << 20])
-def test_launch_config(n_cols, profile):
-    """The forward's regime: tiles in registers up to _MAX_ROW_IN_REGS columns, wider rows
-    split over programs while a row's segments fit half the SMs, looped beyond."""
-    cfg = sm_mod.softmax_bwd_launch_config(300, n_cols, profile)
-    assert cfg == sm_mod.softmax_launch_config(300, n_cols, profile)
-    assert (cfg.SPLIT or cfg.LOOPED) == (n_cols > sm_mod._MAX_ROW_IN_REGS)
+@pytest.mark.parametrize("n_rows", [1, 300, 4096])
+@pytest.mark.parametrize("n_cols", [1, 100, 16384, 16385, 32767, 32768, 65536, 262144, 1 << 20])
+def test_launch_config(n_cols, n_rows, profile):
+    """The forward's regime (tiles in registers up to _MAX_ROW_IN_REGS columns, wider rows
+    split over programs while a row's segments fit half the SMs, looped beyond), but rows
+    of _BWD_LOOP_COLS columns looped in whole 16384-wide chunks where they are at least as
+    many as the SMs."""
+    cfg = sm_mod.softmax_bwd_launch_config(n_rows, n_cols, profile)
+    if n_cols == 32768 and n_rows >= grid_sms(profile):
+        assert cfg == sm_mod.SoftmaxLaunchConfig(1, 16384, min(32, profile.max_warps), True)
+    else:
+        assert cfg == sm_mod.softmax_launch_config(n_rows, n_cols, profile)
+        assert (cfg.SPLIT or cfg.LOOPED) == (n_cols > sm_mod._MAX_ROW_IN_REGS)

@@ -142,7 +142,8 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
            _backward(lambda name=name, shape=shape: op[name](_meta(*shape, grad=True), -1)))
           for name in ("softmax", "log_softmax")
           for regime, shape in (("rows in registers", (4096, 100)), ("one row in registers", (256, 1000)),
-                                ("widest row in registers", (8, 16384)), ("split", (4, 1 << 17)),
+                                ("widest row in registers", (8, 16384)),
+                                ("looped in whole chunks", (2048, 32768)), ("split", (4, 1 << 17)),
                                 ("split, wide segments", (4, 1 << 18)), ("looped", (4, 1 << 22)))],
         *[(f"cross_entropy backward, {what}",
            _backward(lambda kw=kw: op["cross_entropy"](_meta(8, 128256, grad=True), _meta(8, dtype=torch.int64),

@@ -85,20 +85,28 @@ def softmax_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INT
     return SoftmaxLaunchConfig(block_m, block_n, warps, False)
 
 
-# The backward (H100, bf16, M * N = 2^26, y and dy read, dx written): the forward's regimes.
-# Split rows: 152 / 154 / 157 / 156 us at 32768 / 65536 / 131072 / 262144 columns (85-88%
-# of copy; log-softmax 145-150, 89-92%) against 195-231 for the best looped chunks and
-# warps (the second read of y and dy misses L2); 8192-wide segments within 1-3% of the
-# forward's picks, 16384-wide 20-25% slower. At 32768 torch.compile's backward takes 137 us
-# (H100: split 152, log-softmax 147 against 137). Tried there: a looped kernel of its shape
-# (first pass evict_last, second evict_first, a lane-wide sum reduced once) 154 / 144 with
-# the row width compile-time, 202 / 155 with it at run time; persistent programs (1-4 an
-# SM, each looping over rows) 153 / 142. None reaches 137, and each is slower than the
-# split rows from 65536 columns on (168 / 156 against 154 / 149).
+# The backward (H100, bf16, M * N = 2^26, y and dy read, dx written): the forward's regimes,
+# but at 32768 columns. Split rows: 152 / 154 / 157 / 156 us at 32768 / 65536 / 131072 /
+# 262144 columns (85-88% of copy; log-softmax 145-150, 89-92%) against 195-231 for looped
+# chunks of 4-8 warps (the second read of y and dy misses L2: too many rows in flight).
+# torch.compile's backward at 32768 takes 137.5 us: one row a program, 16384-wide chunks
+# of 32 warps (two programs an SM), the first pass kept in L2 (evict_last), the second
+# evicted first, no masks. The same looped here: 138 / 137.5 us (softmax / log-softmax;
+# split 152 / 147), against 155-161 with masks, 150 with 8192-wide chunks, 145 with the
+# running sum one scalar (not held by every lane), 141 for a whole row in registers of 16
+# warps (which spills on NVIDIA). It holds where the rows fill the SMs and are whole
+# chunks; other rows take the forward's regime.
+_BWD_LOOP = SoftmaxLaunchConfig(1, 16384, 32, True)
+_BWD_LOOP_COLS = 32768
+
+
 def softmax_bwd_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPRETER) -> SoftmaxLaunchConfig:
     """The backward's launch: the forward's (the same tiles, warps and split segments,
-    holding y and dy; looped where the forward loops). Its own name: what a test or a
-    tuning run pins for the backward alone."""
+    holding y and dy; looped where the forward loops), but rows of ``_BWD_LOOP_COLS``
+    columns looped in whole chunks of ``_BWD_LOOP`` where the rows fill the SMs. Its own
+    name: what a test or a tuning run pins for the backward alone."""
+    if n_cols == _BWD_LOOP_COLS and n_rows >= grid_sms(profile):
+        return replace(_BWD_LOOP, num_warps=min(_BWD_LOOP.num_warps, profile.max_warps))
     return softmax_launch_config(n_rows, n_cols, profile)
 
 
@@ -120,7 +128,8 @@ def _launch_rows(src: torch.Tensor, dy: torch.Tensor | None, dst: torch.Tensor, 
     int64 = any(t.shape[0] * max(t.stride(0), t.shape[1]) + t.shape[1] >= 2**31 for t in tensors)
     if cfg.LOOPED:
         launch(_softmax_looped_kernel, (n_rows,), src, dy, dst, src.stride(0), stride_dy, dst.stride(0), n_cols,
-               LOG=log, BACKWARD=dy is not None, INT64=int64, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
+               LOG=log, BACKWARD=dy is not None, INT64=int64, BLOCK_N=cfg.BLOCK_N,
+               EVEN=dy is not None and n_cols % cfg.BLOCK_N == 0, num_warps=cfg.num_warps)
     else:
         launch(_softmax_kernel, (cdiv(n_rows, cfg.BLOCK_M),), src, dy, dst, src.stride(0), stride_dy,
                dst.stride(0), n_rows, n_cols, LOG=log, BACKWARD=dy is not None, INT64=int64, BLOCK_M=cfg.BLOCK_M,
