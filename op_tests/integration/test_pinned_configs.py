@@ -29,10 +29,10 @@ qkv_split = importlib.import_module("aiter_lite.ops.triton.fusions.fused_qkv_spl
 BACKEND = "inductor" if ON_GPU else "aot_eager"
 FAMILIES = ["activation", "activation backward", "activation, gate and up apart",
             "activation backward, gate and up apart", "normalization", "normalization backward", "softmax",
-            "softmax backward", "cross entropy", "cross entropy backward", "cross entropy in place",
-            "cross entropy scale", "topk", "moe routing", "quant", "quant static", "quant dynamic per tensor",
-            "quant group", "act + quant", "norm + quant", "rope", "rope in place", "fusions", "fusions q/k concat",
-            "fusions MLA cache", "fusions KV cache"]
+            "softmax backward", "cross entropy", "cross entropy reduced", "cross entropy backward",
+            "cross entropy in place", "cross entropy scale", "topk", "moe routing", "quant", "quant static",
+            "quant dynamic per tensor", "quant group", "act + quant", "norm + quant", "rope", "rope in place",
+            "fusions", "fusions q/k concat", "fusions MLA cache", "fusions KV cache"]
 F8 = torch.float8_e4m3fn if ON_GPU else torch.int8
 
 
@@ -84,9 +84,14 @@ def _cases():
                              softmax.SoftmaxLaunchConfig(1, 32, 1, True)),
         "cross entropy": (cross_entropy._launch_cross_entropy, (x2, _ce_targets(t, n), _e(t), _e(t), -100, 0.1, 5.0),
                           cross_entropy.CrossEntropyLaunchConfig(32, 1)),
+        "cross entropy reduced": (cross_entropy._launch_cross_entropy_reduced,
+                                  (x2, _ce_targets(t, n), _e(t), _e(t + 1), _e(dtype=torch.bfloat16), -100, 0.1, 5.0,
+                                   True),
+                                  cross_entropy.CrossEntropyLaunchConfig(32, 1)),
         "cross entropy backward": (cross_entropy._launch_cross_entropy_bwd,
-                                   (x2, _ce_targets(t, n), torch.logsumexp(x2, 1), torch.rand(t, device=DEVICE),
-                                    _e(t, n), -100, 0.0, 0.0),
+                                   (x2, _ce_targets(t, n), torch.cat([torch.logsumexp(x2, 1), torch.full(
+                                       (1,), 5.0, device=DEVICE)]), torch.rand(t, device=DEVICE), _e(t, n), -100, 0.0,
+                                    0.0, True),
                                    cross_entropy.CrossEntropyLaunchConfig(32, 1)),
         "cross entropy in place": (cross_entropy._launch_cross_entropy_inplace,
                                    (_r(t, n), _ce_targets(t, n), _e(t), _e(t), torch.rand(1, device=DEVICE), -100,

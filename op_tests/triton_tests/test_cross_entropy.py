@@ -112,6 +112,38 @@ def test_cross_entropy_edge_rows():
     assert tri.cross_entropy(x.detach(), ignored, reduction="sum").item() == 0
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_cross_entropy_reduced_in_the_launch(reduction):
+    """"mean" / "sum" are reduced by the launch's last program over more rows than one step
+    of its sum (1024): the same loss and gradient as the native reference, call after call
+    with fresh values (the ticket it draws is left zeroed), in the logits' dtype; the
+    gradient through a loss weight, "mean" dividing by the count the forward made."""
+    from aiter_lite.utils import launch as launch_mod
+
+    # the interpreter's rows are slow: more than one step of the sum for "mean" only
+    cpu_rows = ((1030, 0.3), (7, 1.0)) if reduction == "mean" else ((40, 0.3), (7, 1.0))
+    for rows, ignored in by_device(cpu=cpu_rows, gpu=((2500, 0.3), (1025, 0.0), (70000, 0.1), (7, 1.0))):
+        x = (torch.randn(rows, 13, device=DEVICE, dtype=torch.bfloat16) * 3).requires_grad_()
+        t = torch.randint(0, 13, (rows,), device=DEVICE)
+        t[torch.rand(rows, device=DEVICE) < ignored] = -100
+        loss = tri.cross_entropy(x, t, reduction=reduction)
+        x_ref = x.detach().float().requires_grad_()
+        want = native.cross_entropy(x_ref, t, reduction=reduction)
+        assert loss.dtype == torch.bfloat16 and loss.shape == ()
+        if ignored == 1.0 and reduction == "mean":
+            assert loss.isnan().item()
+            continue
+        assert_close(loss, want, dtype=torch.bfloat16, atol=0, rtol=2 * torch.finfo(torch.bfloat16).eps)
+        w = torch.rand((), device=DEVICE) + 0.5
+        (loss * w.bfloat16()).backward()
+        (want * w.bfloat16().float()).backward()
+        assert_close(x.grad, x_ref.grad, dtype=torch.bfloat16, **_tol(torch.bfloat16, x_ref.grad))
+        if ON_GPU:
+            torch.cuda.synchronize()
+        tickets = [buf for key, buf in launch_mod._stream_buffers.items() if key[0] == "cross_entropy_ticket"]
+        assert tickets and not any(buf.any() for buf in tickets), "the ticket was left drawn"
+
+
 @pytest.mark.parametrize("op", ["cross_entropy", "fused_linear_cross_entropy"])
 def test_target_out_of_range(op, monkeypatch):
     """A target outside [0, V) that is not ignore_index: a ValueError where targets are checked

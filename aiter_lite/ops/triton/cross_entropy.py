@@ -52,7 +52,7 @@ from aiter_lite.utils.checks import (
     host_check_wanted,
 )
 from aiter_lite.utils.fast_launch import launch
-from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
+from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2, stream_buffer
 from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.registry import public_op
 
@@ -72,6 +72,7 @@ class CrossEntropyLaunchConfig:
 _BLOCK_N = 8192
 _CE_WARPS = 16
 _SCALE = CrossEntropyLaunchConfig(4096, 4)
+_REDUCE_ROWS = 1024  # rows a step of the last program's sum over the rows' losses
 # the logits one chunk of fused_linear_cross_entropy may hold: 2^27 elements (256 MiB in
 # bf16, 1024 rows of 128256), rounded down to a multiple of 256 rows
 _CHUNK_ELEMENTS = 1 << 27
@@ -85,15 +86,18 @@ def cross_entropy_launch_config(n_cols: int) -> CrossEntropyLaunchConfig:
 
 
 def _run(x, target, loss, lse, grad, scale, ignore_index, label_smoothing, softcap, forward, write_grad,
-         cfg: CrossEntropyLaunchConfig | None) -> None:
+         cfg: CrossEntropyLaunchConfig | None, out: torch.Tensor | None = None, reduce: int = 0,
+         divide: bool = False) -> None:
     n_rows, n_cols = x.shape
     if n_rows == 0:
         return
     cfg = cfg or cross_entropy_launch_config(n_cols)
-    launch(_cross_entropy_kernel, (n_rows,), x, target, loss, lse, grad, scale, x.stride(0), grad.stride(0),
-           scale.stride(0) if scale.numel() > 1 else 0, n_cols, ignore_index, label_smoothing, softcap,
-           FORWARD=forward, GRAD=write_grad, SOFTCAP=softcap > 0, SMOOTHING=label_smoothing > 0,
-           BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
+    ticket = stream_buffer("cross_entropy_ticket", 1, torch.int32, x.device, zeroed=True) if reduce else loss
+    launch(_cross_entropy_kernel, (n_rows,), x, target, loss, lse, grad, scale, loss if out is None else out, ticket,
+           x.stride(0), grad.stride(0), scale.stride(0) if scale.numel() > 1 else 0, n_rows, n_cols, ignore_index,
+           label_smoothing, softcap, FORWARD=forward, GRAD=write_grad, SOFTCAP=softcap > 0,
+           SMOOTHING=label_smoothing > 0, REDUCE=reduce, DIVIDE=divide, BLOCK_N=cfg.BLOCK_N, BLOCK_R=_REDUCE_ROWS,
+           num_warps=cfg.num_warps)
 
 
 @launcher(mutates=("loss", "lse"))
@@ -104,13 +108,25 @@ def _launch_cross_entropy(x: torch.Tensor, target: torch.Tensor, loss: torch.Ten
     _run(x, target, loss, lse, lse.view(-1, 1), lse, ignore_index, label_smoothing, softcap, True, False, config)
 
 
+@launcher(mutates=("loss", "lse", "out"))
+def _launch_cross_entropy_reduced(x: torch.Tensor, target: torch.Tensor, loss: torch.Tensor, lse: torch.Tensor,
+                                  out: torch.Tensor, ignore_index: int, label_smoothing: float, softcap: float,
+                                  mean: bool, config: CrossEntropyLaunchConfig | None = None) -> None:
+    """As ``_launch_cross_entropy`` (lse with one element more, the count of targets not
+    ignored), and the rows' sum or mean into out (one element, any float dtype)."""
+    _run(x, target, loss, lse, lse.view(-1, 1), lse, ignore_index, label_smoothing, softcap, True, False, config,
+         out=out, reduce=2 if mean else 1)
+
+
 @launcher(mutates=("grad",))
 def _launch_cross_entropy_bwd(x: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, scale: torch.Tensor,
                               grad: torch.Tensor, ignore_index: int, label_smoothing: float, softcap: float,
-                              config: CrossEntropyLaunchConfig | None = None) -> None:
+                              divide: bool = False, config: CrossEntropyLaunchConfig | None = None) -> None:
     """The gradient of 2-D logits x into grad from the rows' log-sum-exp, each row's weighted
-    by scale (one fp32 value, or one a row)."""
-    _run(x, target, lse, lse, grad, scale, ignore_index, label_smoothing, softcap, False, True, config)
+    by scale (one value, or one a row; any float dtype), divided by ``lse[n_rows]`` where
+    ``divide`` (mean's count, written by ``_launch_cross_entropy_reduced``)."""
+    _run(x, target, lse, lse, grad, scale, ignore_index, label_smoothing, softcap, False, True, config,
+         divide=divide)
 
 
 @launcher(mutates=("logits", "loss", "lse"))
@@ -170,12 +186,6 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1, t.shape[-1]) if t.shape[-1] > 0 else t.reshape(-1, 0)
 
 
-def _scale_of(reduction: str, grad_loss: torch.Tensor, n_valid: torch.Tensor | None) -> torch.Tensor:
-    """The rows' weight in the loss's gradient (fp32, one value or one a row)."""
-    g = grad_loss.float()
-    return (g / n_valid if reduction == "mean" else g).reshape(-1)
-
-
 def _n_valid(t: torch.Tensor, ignore_index: int, reduction: str) -> torch.Tensor | None:
     """The count of targets not ignored, fp32 ("mean" divides by it), else None."""
     return (t != ignore_index).sum().float() if reduction == "mean" else None
@@ -194,37 +204,53 @@ def _reduce(loss_rows: torch.Tensor, reduction: str, n_valid: torch.Tensor | Non
 
 class _CrossEntropyFunction(torch.autograd.Function):
     """The loss; the logits' gradient by the backward kernel from the saved logits and
-    log-sum-exp."""
+    log-sum-exp (for "mean", with the count of targets after it)."""
 
     @staticmethod
     def forward(ctx, logits, target, ignore_index, reduction, label_smoothing, softcap):
-        loss, x, t, lse, n_valid = _cross_entropy_forward(logits, target, ignore_index, reduction, label_smoothing,
-                                                          softcap)
-        ctx.save_for_backward(x, t, lse, n_valid)  # the rows the forward read: no second gather
+        loss, x, t, lse, mean_count = _cross_entropy_forward(logits, target, ignore_index, reduction,
+                                                             label_smoothing, softcap)
+        ctx.save_for_backward(x, t, lse, mean_count)  # the rows the forward read: no second gather
         ctx.options, ctx.shape = (ignore_index, reduction, label_smoothing, softcap), logits.shape
         return loss
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_loss):
-        x, t, lse, n_valid = ctx.saved_tensors
+        x, t, lse, mean_count = ctx.saved_tensors
         ignore_index, reduction, label_smoothing, softcap = ctx.options
         grad = torch.empty(ctx.shape, dtype=x.dtype, device=x.device)
-        scale = _scale_of(reduction, grad_loss, n_valid)
-        _launch_cross_entropy_bwd(x, t, lse, scale, grad.view(-1, x.shape[1]), ignore_index, label_smoothing, softcap)
+        if reduction == "none":
+            scale = grad_loss.reshape(-1)
+            scale = scale if scale.numel() <= 1 or scale.stride(0) == 1 else scale.contiguous()
+        elif mean_count is not None:  # mean reduced on the host (no rows or no classes)
+            scale = grad_loss.float() / mean_count
+        else:
+            scale = grad_loss
+        divide = reduction == "mean" and mean_count is None
+        _launch_cross_entropy_bwd(x, t, lse, scale, grad.view(-1, x.shape[1]), ignore_index, label_smoothing, softcap,
+                                  divide)
         return grad, None, None, None, None, None
 
 
 def _cross_entropy_forward(logits, target, ignore_index, reduction, label_smoothing, softcap):
     """(loss in logits' dtype, the 2-D rows and flat targets read, the rows' fp32
-    log-sum-exp, the count of targets not ignored ("mean"; else None))."""
+    log-sum-exp (and, reduced by the kernel, the count of targets not ignored after them),
+    the count as a tensor where "mean" was reduced on the host, else None)."""
     x = _rows(logits)
     t = target.reshape(-1).contiguous()
+    n_rows = t.shape[0]
     # allocated in target's shape: "none" returns this very tensor, not a view of it (an
     # autograd node whose output is a view or alias of a tensor it made gets a zero
     # gradient under inductor, torch 2.11)
     losses = torch.empty(target.shape, dtype=torch.float32, device=x.device)
     loss_rows = losses.view(-1)
+    if reduction != "none" and n_rows and x.shape[1]:  # reduced in the launch: no host op after it
+        lse = torch.empty(n_rows + 1, dtype=torch.float32, device=x.device)
+        loss = torch.empty((), dtype=logits.dtype, device=x.device)
+        _launch_cross_entropy_reduced(x, t, loss_rows, lse, loss, ignore_index, label_smoothing, softcap,
+                                      reduction == "mean")
+        return loss, x, t, lse, None
     lse = torch.empty_like(loss_rows)
     n_valid = _n_valid(t, ignore_index, reduction)
     if x.shape[1] == 0:  # no classes: every row's log-sum-exp is -inf and no target is valid

@@ -12,6 +12,13 @@
   stored ``lse``. The gradient may overwrite the logits it is computed from (each chunk is
   read before it is written, by the same program).
 
+``REDUCE`` (with ``FORWARD``): the loss's "sum" or "mean" in the same launch. Each program
+publishes its row's loss by an atomic exchange and takes a ticket (acquire-release); the
+program that draws the last one sums every row's loss in row order (the same bits on
+every run), counts the targets not ignored ("mean" divides by them), writes the loss in
+``out_ptr``'s dtype and the count after the rows' log-sum-exp (``lse_ptr[n_rows]``, which
+``DIVIDE`` reads back in the backward), and zeroes the ticket for the next launch.
+
 ``SOFTCAP``: the loss is over ``z = softcap * tanh(x / softcap)`` (Gemma 2's final logit
 softcapping), its gradient carried through to x.
 
@@ -36,10 +43,35 @@ def _capped(x, softcap, SOFTCAP: tl.constexpr):
 
 
 @triton.jit
+def _reduce_rows(loss_ptr, target_ptr, lse_ptr, out_ptr, ticket_ptr, n_rows, ignore_index, MEAN: tl.constexpr,
+                 BLOCK_R: tl.constexpr):
+    """Called by every program after publishing its row's loss: the last to arrive writes
+    the rows' sum (or mean) into out_ptr and the count of targets not ignored into
+    lse_ptr[n_rows], and zeroes the ticket."""
+    if tl.atomic_add(ticket_ptr, 1, sem="acq_rel", scope="gpu") == n_rows - 1:
+        r = tl.arange(0, BLOCK_R)
+        total = tl.zeros([BLOCK_R], dtype=tl.float32)
+        count = tl.zeros([BLOCK_R], dtype=tl.int32)
+        for start in range(0, n_rows, BLOCK_R):
+            mask = start + r < n_rows
+            total += tl.load(loss_ptr + start + r, mask=mask, other=0.0, cache_modifier=".cg")
+            t = tl.load(target_ptr + start + r, mask=mask, other=ignore_index)
+            count += (t != ignore_index).to(tl.int32)
+        loss = tl.sum(total, axis=0)
+        n_valid = tl.sum(count, axis=0).to(tl.float32)
+        if MEAN:  # no target counted: 0 / 0, NaN, as torch
+            loss = loss / n_valid
+        tl.store(out_ptr, loss.to(out_ptr.dtype.element_ty))
+        tl.store(lse_ptr + n_rows, n_valid)
+        tl.atomic_xchg(ticket_ptr, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
 def _cross_entropy_kernel(
     x_ptr, target_ptr, loss_ptr, lse_ptr, grad_ptr, scale_ptr,
+    out_ptr, ticket_ptr,              # REDUCE: the reduced loss; an int32 word, zero at entry and exit
     stride_x_row, stride_grad_row, stride_scale,
-    n_cols,
+    n_rows, n_cols,
     ignore_index,
     label_smoothing,                  # fp32 in [0, 1]
     softcap,                          # fp32 > 0 (read where SOFTCAP)
@@ -47,7 +79,10 @@ def _cross_entropy_kernel(
     GRAD: tl.constexpr,               # write the gradient
     SOFTCAP: tl.constexpr,
     SMOOTHING: tl.constexpr,
+    REDUCE: tl.constexpr,             # FORWARD: 0 none, 1 sum, 2 mean (lse_ptr has n_rows + 1 elements)
+    DIVIDE: tl.constexpr,             # GRAD: the scale divided by lse_ptr[n_rows] (mean's count)
     BLOCK_N: tl.constexpr,            # columns per chunk
+    BLOCK_R: tl.constexpr,            # REDUCE: rows per step of the reduction
 ):
     label_smoothing = tl.cast(label_smoothing, tl.float32)
     softcap = tl.cast(softcap, tl.float32)
@@ -81,12 +116,20 @@ def _cross_entropy_kernel(
         if SMOOTHING:
             loss = (1.0 - label_smoothing) * loss + label_smoothing * (lse - total / n_cols)
         loss = tl.where(ignored, 0.0, tl.where(valid, loss, float("nan")))
-        tl.store(loss_ptr + row, loss)
         tl.store(lse_ptr + row, lse)
+        if REDUCE == 0:
+            tl.store(loss_ptr + row, loss)
+        else:  # published before the ticket, by the thread that takes it (as int32 bits)
+            tl.atomic_xchg(loss_ptr.to(tl.pointer_type(tl.int32)) + row, loss.to(tl.int32, bitcast=True),
+                           sem="relaxed", scope="gpu")
+            _reduce_rows(loss_ptr, target_ptr, lse_ptr, out_ptr, ticket_ptr, n_rows, ignore_index, REDUCE == 2,
+                         BLOCK_R)
     else:
         lse = tl.load(lse_ptr + row)
     if GRAD:
         scale = tl.load(scale_ptr + row * stride_scale).to(tl.float32)
+        if DIVIDE:
+            scale = scale / tl.load(lse_ptr + n_rows)
         scale = tl.where(valid | ignored, scale, float("nan"))
         grad_row = grad_ptr + row * stride_grad_row
         hit = 1.0 - label_smoothing if SMOOTHING else 1.0
