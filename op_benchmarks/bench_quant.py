@@ -23,6 +23,9 @@ the "add_" forms; the weight is not counted):
     add_rms_dyn          rmsnorm2d_fwd_with_add_dynamicquant (residual_out written)
     rms_static           rms_norm_static_fp8_quant
     add_rms_static       fused_add_rms_norm_static_fp8_quant (the residual updated in place)
+aiter's fused_fp8_quant forms (bytes as the fused ops above, group_128 scales):
+    rms_group_128        fused_rms_fp8_group_quant(x, w, eps, group_size=128)
+    add_rms_group_128    the same with res1 (x + res1 normalized, the sum written)
 Fused SwiGLU + quant ops (N is the output width: x is (M, 2N), read once):
     silu_group_128       act_mul_and_fp8_group_quant(x, "silu", 128)
     silu_dyn / silu_static  act_mul_and_fp8_quant(x, "silu") per token / with a static scale
@@ -43,12 +46,14 @@ from op_benchmarks.utils import harness  # noqa: E402  (sets TRITON_INTERPRET on
 import torch  # noqa: E402
 
 from aiter_lite.ops.native.quant import act_quant as native_act  # noqa: E402
+from aiter_lite.ops.native.quant import fused_fp8_quant as native_ffq  # noqa: E402
 from aiter_lite.ops.native.quant import norm_quant as native_nq  # noqa: E402
 from aiter_lite.ops.native.quant import quant as native  # noqa: E402
 from aiter_lite.ops.triton import quant as tri  # noqa: E402
 from aiter_lite.ops.triton import activation as tri_act  # noqa: E402
 from aiter_lite.ops.triton.normalization import layernorm as tri_ln  # noqa: E402
 from aiter_lite.ops.triton.normalization import rmsnorm as tri_rms  # noqa: E402
+from aiter_lite.ops.triton.quant import fused_fp8_quant as tri_ffq  # noqa: E402
 from aiter_lite.ops.triton.quant import norm_quant as tri_nq  # noqa: E402
 
 # op -> (function name in both backends, group size or None)
@@ -67,6 +72,8 @@ FUSED = {
     "rms_static": ("rms_norm_static_fp8_quant", False, False, True),
     "add_rms_static": ("fused_add_rms_norm_static_fp8_quant", True, False, True),
 }
+# aiter's fused_fp8_quant op -> (residual, group size)
+FFQ = {"rms_group_128": (False, 128), "add_rms_group_128": (True, 128)}
 EPS = 1e-6
 # fused SwiGLU op -> (mode, group size)
 ACT = {"silu_group_128": ("group", 128), "silu_dyn": ("per_token", None), "silu_static": ("static", None)}
@@ -139,6 +146,8 @@ def _case(op, label, m, n, dtype, qdtype):
         return _act_case(op, label, m, n, dtype, qdtype)
     if op in FUSED:
         return _fused_case(op, label, m, n, dtype, qdtype)
+    if op in FFQ:
+        return _ffq_case(op, label, m, n, dtype, qdtype)
     scale_shape = _scale_shape(op, m, n)
     nbytes = m * n * dtype.itemsize + m * n  # x read, q written (1 byte)
     if op != "static_per_tensor" and op != "dynamic_per_tensor":
@@ -177,6 +186,42 @@ def _fused_case(op, label, m, n, dtype, qdtype):
                         dtype=dtype, rows=m, nbytes=nbytes, make_inputs=make_inputs, agrees=_dequant_agrees)
 
 
+def _ffq_case(op, label, m, n, dtype, qdtype):
+    residual, group = FFQ[op]
+    e = dtype.itemsize
+    nbytes = m * n * e + m * n + 4 * m * -(-n // group) + (2 * m * n * e if residual else 0)
+
+    def make_inputs():
+        x = torch.randn(m, n, device=harness.DEVICE, dtype=dtype) * 3
+        r = torch.randn(m, n, device=harness.DEVICE, dtype=dtype) if residual else None
+        w = (torch.rand(n, device=harness.DEVICE) + 0.5).to(dtype)
+        return x, r, w, qdtype
+
+    return harness.Case(op=op, label=label, dims={"M": m, "N": n, "QDTYPE": str(qdtype).replace("torch.", "")},
+                        dtype=dtype, rows=m, nbytes=nbytes, make_inputs=make_inputs, agrees=_dequant_agrees)
+
+
+def _ffq_call(fn, case, inputs):
+    """``fn`` (fused_rms_fp8_group_quant of a backend): its (q, scales)."""
+    x, r, w, qdtype = inputs
+    group = FFQ[case.op][1]
+    return lambda: fn(x, w, EPS, None, None, None, group, qdtype, r)[0]
+
+
+def _ffq_unfused(case, inputs):
+    """This project's RMSNorm (with the residual add), then its group quantization."""
+    x, r, w, qdtype = inputs
+    group = FFQ[case.op][1]
+    if r is None:
+        return lambda: tri.per_token_group_quant_fp8(tri_rms.rms_norm(x, w, EPS), group, dtype=qdtype)
+    y, r_out = torch.empty_like(x), torch.empty_like(r)
+
+    def norm():
+        tri_rms.rmsnorm2d_fwd_with_add(y, x, r, r_out, w, EPS)
+        return y
+    return lambda: tri.per_token_group_quant_fp8(norm(), group, dtype=qdtype)
+
+
 def _fused_call(fn, case, inputs):
     """The fused op on fresh outputs (a residual updated in place: a copy of its own)."""
     _, residual, dynamic, is_rms = FUSED[case.op]
@@ -199,6 +244,8 @@ def _unfused(case, inputs):
     """This project's norm (activation), then its quantization, back to back."""
     if case.op in ACT:
         return _act_unfused(case, inputs)
+    if case.op in FFQ:
+        return _ffq_unfused(case, inputs)
     if case.op not in FUSED:
         return None
     _, residual, dynamic, is_rms = FUSED[case.op]
@@ -245,6 +292,8 @@ def _triton(case, inputs):
         return _act_call(tri, case, inputs)
     if case.op in FUSED:
         return _fused_call(getattr(tri_nq, FUSED[case.op][0]), case, inputs)
+    if case.op in FFQ:
+        return _ffq_call(tri_ffq.fused_rms_fp8_group_quant, case, inputs)
     return _call(getattr(tri, OPS[case.op][0]), case, *_outputs(case, inputs))
 
 
@@ -253,6 +302,8 @@ def _native(case, inputs):
         return _act_call(native_act, case, inputs)
     if case.op in FUSED:
         return _fused_call(getattr(native_nq, FUSED[case.op][0]), case, inputs)
+    if case.op in FFQ:
+        return _ffq_call(native_ffq.fused_rms_fp8_group_quant, case, inputs)
     return _call(getattr(native, OPS[case.op][0]), case, *_outputs(case, inputs))
 
 
@@ -272,6 +323,10 @@ def _compile(case, inputs):
         if "act" not in _compiled:
             _compiled["act"] = _CompiledAct()
         return _act_call(_compiled["act"], case, inputs)
+    if case.op in FFQ:
+        if "ffq" not in _compiled:
+            _compiled["ffq"] = harness.compile_static(native_ffq.fused_rms_fp8_group_quant)
+        return _ffq_call(_compiled["ffq"], case, inputs)
     fused = case.op in FUSED
     name = FUSED[case.op][0] if fused else OPS[case.op][0]
     if name not in _compiled:
@@ -286,7 +341,7 @@ PROVIDERS = {"triton": _triton, "native": _native, "compile": _compile, "unfused
 
 def main(argv=None):
     p = harness.make_parser(__doc__.splitlines()[0], ("M", "N"))
-    p.add_argument("--op", nargs="+", default=list(OPS), choices=[*OPS, *FUSED, *ACT])
+    p.add_argument("--op", nargs="+", default=list(OPS), choices=[*OPS, *FUSED, *FFQ, *ACT])
     p.add_argument("--qdtype", default="fp8", choices=list(QDTYPES),
                    help="quantized dtype: fp8 (e4m3: fnuz on MI300, fn elsewhere), e5m2 or int8")
     harness.add_sweep_args(p)

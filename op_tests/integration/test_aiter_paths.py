@@ -16,6 +16,16 @@ import pytest
 
 # (aiter module, aiter signature) of every aiter function aiter_lite provides at aiter's path
 AITER = [
+    ("aiter.ops.triton.quant.fused_fp8_quant",
+     "fused_rms_fp8_per_tensor_static_quant(inp1, inp1_weight, inp1_epsilon, inp1_scale, inp2 = None, "
+     "inp2_weight = None, inp2_epsilon = None, dtype_quant = fp8_dtype, res1 = None, "
+     "output_unquantized_inp1 = False, rmsnorm_convert_to_inp1_type = False)"),
+    ("aiter.ops.triton.quant.fused_fp8_quant",
+     "fused_rms_fp8_group_quant(inp1, inp1_weight, inp1_epsilon, inp2 = None, inp2_weight = None, "
+     "inp2_epsilon = None, group_size = 128, dtype_quant = fp8_dtype, res1 = None, "
+     "output_unquantized_inp1 = False, transpose_scale = False, is_x_scale_strided: bool = False)"),
+    ("aiter.ops.triton.quant.fused_fp8_quant",
+     "get_fp8_min_max_bounds(fp8_dtype: torch.dtype) -> tuple[float, float]"),
     ("aiter.ops.triton.activation",
      "act_mul_and_fp8_group_quant(x: torch.Tensor, activation: Literal['silu', 'gelu', 'gelu_tanh'], "
      "group_size, dtype_quant = fp8_dtype) -> tuple[torch.Tensor, torch.Tensor]"),

@@ -16,7 +16,7 @@ from aiter_lite.ops.triton import activation, cross_entropy, moe_routing, softma
 from aiter_lite.ops.triton._triton_kernels.rope.rope import RowMode
 from aiter_lite.ops.triton.fusions import fused_kv_cache, fused_qk_concat
 from aiter_lite.ops.triton.normalization import norm
-from aiter_lite.ops.triton.quant import act_quant, norm_quant, quant
+from aiter_lite.ops.triton.quant import act_quant, fused_fp8_quant, norm_quant, quant
 from aiter_lite.ops.triton.quant.quant import QuantLaunchConfig
 from aiter_lite.ops.triton.rope import rope
 from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig
@@ -31,8 +31,8 @@ FAMILIES = ["activation", "activation backward", "activation, gate and up apart"
             "activation backward, gate and up apart", "normalization", "normalization backward", "softmax",
             "softmax backward", "cross entropy", "cross entropy reduced", "cross entropy backward",
             "cross entropy in place", "cross entropy scale", "topk", "moe routing", "quant", "quant static",
-            "quant dynamic per tensor", "quant group", "act + quant", "norm + quant", "rope", "rope in place",
-            "fusions", "fusions q/k concat", "fusions MLA cache", "fusions KV cache"]
+            "quant dynamic per tensor", "quant group", "act + quant", "norm + quant", "fused rms + quant", "rope",
+            "rope in place", "fusions", "fusions q/k concat", "fusions MLA cache", "fusions KV cache"]
 F8 = torch.float8_e4m3fn if ON_GPU else torch.int8
 
 
@@ -120,6 +120,10 @@ def _cases():
                          (x2, _e(t, n, dtype=F8), _e(t), None, None, None, _r(n), None, None, None, None, 1e-6, 0.0,
                           True, True),
                          norm_quant.NormQuantLaunchConfig(1, 32, 1, LOOPED=True)),
+        "fused rms + quant": (fused_fp8_quant._launch_fused_rms_quant,
+                              (x2, _r(n), _r(t, n), _e(t, n), _e(t, n), _e(t, n, dtype=F8), _e(t, 3), _r(t, 40),
+                               _r(40), _e(t, 40), 1e-6, 1e-5, 32, False),
+                              fused_fp8_quant.FusedRmsQuantLaunchConfig(2)),
         "rope": (rope._launch_rope,
                  (_r(t, 4, 16), _e(t, 4, 16), None, None, cos, sin, None, None, pos, None, None,
                   [int(RowMode.POSITIONS), 8, 16, 16, cos.stride(0), cos.stride(1), cos.stride(0), cos.stride(1), 1,

@@ -89,6 +89,7 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
     ``tiny``), then the regimes tiny sizes leave out, at sizes that select them on an H100
     (and on the other profiles: a split row's segments are fewer than any's SMs)."""
     from aiter_lite.library import OPS
+    from aiter_lite.ops.triton.quant import fused_fp8_quant as ffq
     from op_benchmarks.utils.op_args import TINY, op_args
 
     f32 = torch.float32
@@ -157,6 +158,15 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
         ("topk_softmax, 256 routed and 2 shared experts (sigmoid), source rows",
          lambda: op["topk_softmax"](_meta(8, 10, dtype=f32), _meta(8, 8, dtype=torch.int32),
                                     _meta(8, 8, dtype=torch.int32), _meta(8, 258), True, 2, "sigmoid")),
+        ("fused_rms_fp8_group_quant, DeepSeek-V3 q_a / kv_a, residual, unquantized, transposed scales",
+         lambda: ffq.fused_rms_fp8_group_quant(_meta(8, 1536), _meta(1536), 1e-6, _meta(8, 512), _meta(512), 1e-6,
+                                               128, fp8, _meta(8, 1536), True, True)),
+        ("fused_rms_fp8_group_quant, the widest rows",
+         lambda: ffq.fused_rms_fp8_group_quant(_meta(8, 16384), _meta(16384), 1e-6, _meta(8, 16384), _meta(16384),
+                                               1e-6, 128, fp8, _meta(8, 16384))),
+        ("fused_rms_fp8_per_tensor_static_quant, rounded",
+         lambda: ffq.fused_rms_fp8_per_tensor_static_quant(_meta(8, 7168), _meta(7168), 1e-6, _meta(1, dtype=f32),
+                                                           dtype_quant=fp8, rmsnorm_convert_to_inp1_type=True)),
         ("topk filter", lambda: op["topk"](_meta(4, 128256), 50, -1, True, True)),
         ("topk filter, k = 1", lambda: op["topk"](_meta(4, 128256), 1, -1, True, True)),
         ("topk sorted rows", lambda: op["topk"](_meta(4, 1 << 17), 4096, -1, True, True)),

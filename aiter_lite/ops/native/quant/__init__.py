@@ -3,5 +3,6 @@ norm or a gated activation: the reference of ``aiter_lite.ops.triton.quant``, mo
 module, and the "native" backend."""
 
 from aiter_lite.ops.native.quant.act_quant import *  # noqa: F401,F403
+from aiter_lite.ops.native.quant.fused_fp8_quant import *  # noqa: F401,F403
 from aiter_lite.ops.native.quant.norm_quant import *  # noqa: F401,F403
 from aiter_lite.ops.native.quant.quant import *  # noqa: F401,F403
