@@ -55,6 +55,17 @@ def quant_range(dtype: torch.dtype) -> tuple[float, float]:
     return float(info.min), float(info.max)
 
 
+def get_fp8_min_max_bounds(fp8_dtype: torch.dtype) -> tuple[float, float]:
+    """vLLM's fp8 range for ``fp8_dtype`` (aiter's ``fused_fp8_quant.get_fp8_min_max_bounds``):
+    +-224 for e4m3fnuz (its headroom below 240), else the dtype's finite range."""
+    if not isinstance(fp8_dtype, torch.dtype) or not fp8_dtype.is_floating_point or fp8_dtype.itemsize != 1:
+        raise TypeError(f"get_fp8_min_max_bounds: fp8_dtype must be a float8 torch.dtype, got {fp8_dtype!r}")
+    if fp8_dtype == getattr(torch, "float8_e4m3fnuz", None):
+        return -224.0, 224.0
+    info = torch.finfo(fp8_dtype)
+    return float(info.min), float(info.max)
+
+
 def min_scale(dtype: torch.dtype) -> float:
     """The floor of a dynamic per-tensor / per-token scale, ``1 / (q_max * 512)`` (vLLM's
     fp8 kernels'): an all-zero input quantizes to zeros with a finite scale."""

@@ -75,6 +75,13 @@ def public_op(fn: Callable | None = None, *, mutates: tuple[str, ...] = (), buff
     return wrapped
 
 
+def refusing_grad(reason: str) -> Callable[[Callable], Callable]:
+    """A decorator: the function raises as a ``public_op(no_grad=reason)`` does where autograd
+    would record its call (for aiter's forms not registered themselves, their launchers
+    being: a nested tuple with None in it is no op schema's return)."""
+    return lambda fn: _refusing_grad(fn, fn, reason)
+
+
 def _refusing_grad(inner: Callable, fn: Callable, reason: str) -> Callable:
     """``inner`` after a ``ValueError`` where autograd would record the call (grad enabled
     and a tensor argument that requires grad): ``fn`` has no gradient, for ``reason``."""

@@ -221,8 +221,7 @@ class _CrossEntropyFunction(torch.autograd.Function):
         ignore_index, reduction, label_smoothing, softcap = ctx.options
         grad = torch.empty(ctx.shape, dtype=x.dtype, device=x.device)
         if reduction == "none":
-            scale = grad_loss.reshape(-1)
-            scale = scale if scale.numel() <= 1 or scale.stride(0) == 1 else scale.contiguous()
+            scale = grad_loss.reshape(-1).contiguous()
         elif mean_count is not None:  # mean reduced on the host (no rows or no classes)
             scale = grad_loss.float() / mean_count
         else:
@@ -240,17 +239,18 @@ def _cross_entropy_forward(logits, target, ignore_index, reduction, label_smooth
     x = _rows(logits)
     t = target.reshape(-1).contiguous()
     n_rows = t.shape[0]
-    # allocated in target's shape: "none" returns this very tensor, not a view of it (an
-    # autograd node whose output is a view or alias of a tensor it made gets a zero
-    # gradient under inductor, torch 2.11)
-    losses = torch.empty(target.shape, dtype=torch.float32, device=x.device)
-    loss_rows = losses.view(-1)
     if reduction != "none" and n_rows and x.shape[1]:  # reduced in the launch: no host op after it
+        loss_rows = torch.empty(n_rows, dtype=torch.float32, device=x.device)
         lse = torch.empty(n_rows + 1, dtype=torch.float32, device=x.device)
         loss = torch.empty((), dtype=logits.dtype, device=x.device)
         _launch_cross_entropy_reduced(x, t, loss_rows, lse, loss, ignore_index, label_smoothing, softcap,
                                       reduction == "mean")
         return loss, x, t, lse, None
+    # allocated in target's shape: "none" returns this very tensor, not a view of it (an
+    # autograd node whose output is a view or alias of a tensor it made gets a zero
+    # gradient under inductor, torch 2.11)
+    losses = torch.empty(target.shape, dtype=torch.float32, device=x.device)
+    loss_rows = losses.view(-1)
     lse = torch.empty_like(loss_rows)
     n_valid = _n_valid(t, ignore_index, reduction)
     if x.shape[1] == 0:  # no classes: every row's log-sum-exp is -inf and no target is valid

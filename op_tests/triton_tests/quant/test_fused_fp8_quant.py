@@ -141,7 +141,7 @@ def _bad_calls():
         (lambda: g(x[0], w, 1e-6), ValueError, "fused_rms_fp8_group_quant: inp1 must be 2-D"),
         (lambda: g(x.int(), w, 1e-6), TypeError, "fused_rms_fp8_group_quant: inp1 must be"),
         (lambda: g(x, w[:3], 1e-6), ValueError, r"inp1_weight must have shape \(64,\)"),
-        (lambda: g(x, w, -1.0), ValueError, "inp1_epsilon must be >= 0"),
+        (lambda: g(x, w, -1.0), ValueError, "inp1_epsilon must be a finite real >= 0"),
         (lambda: g(x, w, 1e-6, group_size=100), ValueError, "group_size must be a power of 2"),
         (lambda: g(x, w, 1e-6, dtype_quant=torch.float16), TypeError, "dtype_quant must be one of"),
         (lambda: g(x, w, 1e-6, inp2=x), ValueError, "inp2 needs inp2_weight and inp2_epsilon"),

@@ -9,18 +9,9 @@ from __future__ import annotations
 import torch
 
 from aiter_lite.ops.native.quant.quant import per_token_group_quant, quantize
-from aiter_lite.spec.quant import GROUP_EPS, get_fp8_e4m3_dtype
+from aiter_lite.spec.quant import GROUP_EPS, get_fp8_e4m3_dtype, get_fp8_min_max_bounds
 
 __all__ = ["fused_rms_fp8_group_quant", "fused_rms_fp8_per_tensor_static_quant", "get_fp8_min_max_bounds"]
-
-
-def get_fp8_min_max_bounds(fp8_dtype: torch.dtype) -> tuple[float, float]:
-    """vLLM's fp8 range for ``fp8_dtype``: +-224 for e4m3fnuz (its headroom below 240), else
-    the dtype's finite range."""
-    if fp8_dtype == getattr(torch, "float8_e4m3fnuz", None):
-        return -224.0, 224.0
-    info = torch.finfo(fp8_dtype)
-    return float(info.min), float(info.max)
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -33,25 +33,22 @@ from dataclasses import dataclass
 import torch
 
 from aiter_lite.ops.triton._triton_kernels.quant.fused_fp8_quant import _fused_rms_quant_kernel
+from aiter_lite.ops.triton.normalization.norm import _int64, check_eps
 from aiter_lite.ops.triton.quant.dtypes import check_quant_dtype_supported
-from aiter_lite.ops.triton.quant.quant import _check_group, _soft_round
+from aiter_lite.ops.triton.quant.quant import _check_group, _quant_dtype, _soft_round
 from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
-from aiter_lite.spec.quant import GROUP_EPS, QUANT_DTYPES, get_fp8_e4m3_dtype, quant_range
-from aiter_lite.utils.checks import (
-    check_bool,
-    check_float_tensor,
-    check_real,
-    check_same_device,
-    check_triton_device,
-    check_unit_last_stride,
-)
+from aiter_lite.spec.quant import GROUP_EPS, get_fp8_min_max_bounds, quant_range
+from aiter_lite.utils.checks import check_bool, check_float_tensor, check_row_input, check_same_device
 from aiter_lite.utils.fast_launch import launch
 from aiter_lite.utils.launch import next_power_of_2
 from aiter_lite.utils.launcher import launcher
+from aiter_lite.utils.registry import refusing_grad
 
 __all__ = ["fused_rms_fp8_group_quant", "fused_rms_fp8_per_tensor_static_quant", "get_fp8_min_max_bounds",
            "FusedRmsQuantLaunchConfig", "fused_rms_quant_launch_config"]
 
+# why the aiter forms here refuse a call autograd would record (utils.registry.refusing_grad)
+_NO_GRAD = "its outputs are quantized values and scales"
 _MAX_COLS = 16384  # a row in registers (each input)
 _STATIC_GROUP = 128  # the static form's tile rows (a row held as (BLOCK_N1 // 128, 128))
 
@@ -64,17 +61,6 @@ class FusedRmsQuantLaunchConfig:
 def fused_rms_quant_launch_config(n_cols: int, profile: DeviceProfile = INTERPRETER) -> FusedRmsQuantLaunchConfig:
     """The warps of a program holding a row of ``n_cols`` (the wider input's) columns."""
     return FusedRmsQuantLaunchConfig(profile.row_warps(next_power_of_2(max(n_cols, 1))))
-
-
-def get_fp8_min_max_bounds(fp8_dtype: torch.dtype) -> tuple[float, float]:
-    """vLLM's fp8 range for ``fp8_dtype``: +-224 for e4m3fnuz (its headroom below 240), else
-    the dtype's finite range."""
-    if not isinstance(fp8_dtype, torch.dtype) or not fp8_dtype.is_floating_point or fp8_dtype.itemsize != 1:
-        raise TypeError(f"get_fp8_min_max_bounds: fp8_dtype must be a float8 torch.dtype, got {fp8_dtype!r}")
-    if fp8_dtype == getattr(torch, "float8_e4m3fnuz", None):
-        return -224.0, 224.0
-    info = torch.finfo(fp8_dtype)
-    return float(info.min), float(info.max)
 
 
 @launcher(mutates=("q", "scale", "y1", "r_out", "y2"))
@@ -95,8 +81,6 @@ def _launch_fused_rms_quant(x1: torch.Tensor, w1: torch.Tensor, r1: torch.Tensor
     block_n2 = next_power_of_2(max(n2, 1))
     cfg = config or fused_rms_quant_launch_config(max(block_n1, block_n2), device_profile(x1.device))
     q_min, q_max = quant_range(q.dtype)
-    tensors = [t for t in (x1, r1, r_out, y1, q, x2, y2) if t is not None]
-    int64 = any(t.shape[0] * t.stride(0) >= 2**31 for t in tensors)
     launch(
         _fused_rms_quant_kernel, (n_rows,),
         x1, w1, r1, r_out, y1, q, scale, x2, w2, y2,
@@ -105,7 +89,7 @@ def _launch_fused_rms_quant(x1: torch.Tensor, w1: torch.Tensor, r1: torch.Tensor
         scale.stride(1) if group_size else 0, 0 if x2 is None else x2.stride(0), 0 if y2 is None else y2.stride(0),
         n1, n2, eps1, eps2, q_min, q_max, GROUP_EPS,
         HAS_RES=r1 is not None, STORE_Y1=y1 is not None, HAS_X2=x2 is not None, ROUND=round_norm,
-        SOFT_ROUND=_soft_round(q.dtype), INT64=int64, GROUPED=group_size > 0, GROUP=tile_group, BLOCK_N1=block_n1,
+        SOFT_ROUND=_soft_round(q.dtype), INT64=_int64(x1, r1, r_out, y1, q, x2, y2), GROUPED=group_size > 0, GROUP=tile_group, BLOCK_N1=block_n1,
         BLOCK_N2=block_n2,
         num_warps=cfg.num_warps,
     )
@@ -113,11 +97,9 @@ def _launch_fused_rms_quant(x1: torch.Tensor, w1: torch.Tensor, r1: torch.Tensor
 
 def _rows(op: str, name: str, t, n_rows: int | None = None, n_cols: int | None = None) -> torch.Tensor:
     """A 2-D float input of rows (unit stride along them) on a device Triton runs on."""
-    check_float_tensor(op, name, t)
+    check_row_input(op, name, t)
     if t.dim() != 2:
         raise ValueError(f"{op}: {name} must be 2-D (M, N), got shape {tuple(t.shape)}")
-    check_unit_last_stride(op, name, t)
-    check_triton_device(op, name, t)
     if (n_rows is not None and t.shape[0] != n_rows) or (n_cols is not None and t.shape[1] != n_cols):
         want = (t.shape[0] if n_rows is None else n_rows, t.shape[1] if n_cols is None else n_cols)
         raise ValueError(f"{op}: {name} must have shape {want}, got {tuple(t.shape)}")
@@ -134,32 +116,14 @@ def _weight(op: str, name: str, w, n: int, ref: torch.Tensor) -> torch.Tensor:
     return w if w.stride(0) == 1 or n <= 1 else w.contiguous()
 
 
-def _eps(op: str, name: str, eps) -> float:
-    eps = check_real(op, name, eps)
-    if eps < 0:
-        raise ValueError(f"{op}: {name} must be >= 0, got {eps}")
-    return eps
-
-
-def _refuse_grad(op: str, **tensors) -> None:
-    """No gradient through quantized outputs: a call autograd would record raises."""
-    if torch.is_grad_enabled() and not torch.compiler.is_compiling():
-        for name, t in tensors.items():
-            if isinstance(t, torch.Tensor) and t.requires_grad:
-                raise ValueError(f"{op}: {name} requires grad, but {op} has no gradient (its outputs are quantized "
-                                 f"values and scales); call it under torch.no_grad() / torch.inference_mode(), or "
-                                 f"pass {name}.detach()")
-
-
 def _common(op, inp1, inp1_weight, inp1_epsilon, inp2, inp2_weight, inp2_epsilon, dtype_quant, res1,
             output_unquantized_inp1):
     """Checked inputs and the allocated outputs shared by both forms: (x1, w1, eps1, x2, w2,
     eps2, r1, dtype, q, out1, out2, out_res1)."""
-    _refuse_grad(op, inp1=inp1, inp1_weight=inp1_weight, inp2=inp2, inp2_weight=inp2_weight, res1=res1)
     x1 = _rows(op, "inp1", inp1)
     m, n1 = x1.shape
     w1 = _weight(op, "inp1_weight", inp1_weight, n1, x1)
-    eps1 = _eps(op, "inp1_epsilon", inp1_epsilon)
+    eps1 = check_eps(op, "inp1_epsilon", inp1_epsilon)
     x2 = w2 = out2 = None
     eps2 = 0.0
     if inp2 is not None:
@@ -169,17 +133,14 @@ def _common(op, inp1, inp1_weight, inp1_epsilon, inp2, inp2_weight, inp2_epsilon
             raise ValueError(f"{op}: inp2 needs inp2_weight and inp2_epsilon, got "
                              f"{'no inp2_weight' if inp2_weight is None else 'no inp2_epsilon'}")
         w2 = _weight(op, "inp2_weight", inp2_weight, x2.shape[1], x1)
-        eps2 = _eps(op, "inp2_epsilon", inp2_epsilon)
+        eps2 = check_eps(op, "inp2_epsilon", inp2_epsilon)
         out2 = torch.empty(x2.shape, dtype=x1.dtype, device=x1.device)
     r1 = out_res1 = None
     if res1 is not None:
         r1 = _rows(op, "res1", res1, n_rows=m, n_cols=n1)
         check_same_device(op, "res1", r1, "inp1", x1)
         out_res1 = torch.empty(x1.shape, dtype=x1.dtype, device=x1.device)
-    dtype = get_fp8_e4m3_dtype(x1.device) if dtype_quant is None else dtype_quant
-    if dtype not in QUANT_DTYPES:
-        raise TypeError(f"{op}: dtype_quant must be one of {', '.join(str(d) for d in QUANT_DTYPES)}, got "
-                        f"{dtype_quant!r}")
+    dtype = _quant_dtype(op, dtype_quant, "dtype_quant", x1.device)
     check_quant_dtype_supported(op, "dtype_quant", dtype, x1.device)
     out1 = None
     if check_bool(op, "output_unquantized_inp1", output_unquantized_inp1):
@@ -188,6 +149,7 @@ def _common(op, inp1, inp1_weight, inp1_epsilon, inp2, inp2_weight, inp2_epsilon
     return x1, w1, eps1, x2, w2, eps2, r1, q, out1, out2, out_res1
 
 
+@refusing_grad(_NO_GRAD)
 def fused_rms_fp8_group_quant(inp1, inp1_weight, inp1_epsilon, inp2=None, inp2_weight=None, inp2_epsilon=None,
                               group_size=128, dtype_quant=None, res1=None, output_unquantized_inp1=False,
                               transpose_scale=False, is_x_scale_strided=False, gemm_out_zero_init=None):
@@ -218,6 +180,7 @@ def fused_rms_fp8_group_quant(inp1, inp1_weight, inp1_epsilon, inp2=None, inp2_w
     return (q, scale), out1, out2, out_res1
 
 
+@refusing_grad(_NO_GRAD)
 def fused_rms_fp8_per_tensor_static_quant(inp1, inp1_weight, inp1_epsilon, inp1_scale, inp2=None, inp2_weight=None,
                                           inp2_epsilon=None, dtype_quant=None, res1=None,
                                           output_unquantized_inp1=False, rmsnorm_convert_to_inp1_type=False):

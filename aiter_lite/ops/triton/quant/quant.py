@@ -521,11 +521,13 @@ def per_token_group_quant(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch
 # vLLM's allocating forms
 
 
-def _quant_dtype(op: str, dtype: torch.dtype | None) -> torch.dtype:
+def _quant_dtype(op: str, dtype: torch.dtype | None, name: str = "dtype", device=None) -> torch.dtype:
+    """``dtype`` checked (``name``: the caller's argument), None: ``device``'s e4m3 (default
+    the current GPU's)."""
     if dtype is None:
-        return get_fp8_e4m3_dtype()
+        return get_fp8_e4m3_dtype(device)
     if dtype not in QUANT_DTYPES:
-        raise TypeError(f"{op}: dtype must be one of {', '.join(str(d) for d in QUANT_DTYPES)}, got {dtype}")
+        raise TypeError(f"{op}: {name} must be one of {', '.join(str(d) for d in QUANT_DTYPES)}, got {dtype}")
     return dtype
 
 
