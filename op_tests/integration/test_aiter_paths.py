@@ -26,6 +26,32 @@ AITER = [
      "output_unquantized_inp1 = False, transpose_scale = False, is_x_scale_strided: bool = False)"),
     ("aiter.ops.triton.quant.fused_fp8_quant",
      "get_fp8_min_max_bounds(fp8_dtype: torch.dtype) -> tuple[float, float]"),
+    ("aiter.ops.triton.quant.fused_fp8_quant",
+     "fused_rms_gated_fp8_group_quant(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, "
+     "z: torch.Tensor, eps: float, *, norm_before_gate: bool = True, use_ue8m0: bool = False, "
+     "activation: str = 'silu', out_dtype: torch.dtype | None = None, fp8_min: float | None = None, "
+     "fp8_max: float | None = None, fp8_min_scaling_factor: float | None = None, "
+     "group_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]"),
+    ("aiter.ops.triton.quant",
+     "fused_rms_gated_fp8_group_quant(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, "
+     "z: torch.Tensor, eps: float, *, norm_before_gate: bool = True, use_ue8m0: bool = False, "
+     "activation: str = 'silu', out_dtype: torch.dtype | None = None, fp8_min: float | None = None, "
+     "fp8_max: float | None = None, fp8_min_scaling_factor: float | None = None, "
+     "group_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]"),
+    ("aiter.ops.triton.quant.fused_fp8_quant",
+     "fused_flatten_fp8_group_quant(x: torch.Tensor, group_size, dtype_quant = fp8_dtype, "
+     "transpose_scale: bool = False)"),
+    ("aiter.ops.triton.quant.fused_fp8_quant",
+     "fused_reduce_act_mul_fp8_group_quant(x: torch.Tensor, activation: str = 'silu', "
+     "x2: torch.Tensor | None = None, group_size = 128, dtype_quant = fp8_dtype, "
+     "dtype: float | None = torch.bfloat16)"),
+    ("aiter.ops.triton.quant.fused_fp8_quant",
+     "fused_reduce_rms_fp8_group_quant(inp1, inp1_weight, inp1_epsilon, inp2 = None, inp2_weight = None, "
+     "inp2_epsilon = None, inp3 = None, group_size = 128, dtype_quant = fp8_dtype, dtype = None, res1 = None, "
+     "output_unquantized_inp1 = False, out3 = None, transpose_scale = False, is_x_scale_strided: bool = False)"),
+    ("aiter.ops.triton.quant.fused_fp8_quant",
+     "fused_silu_mul_fp8_per_tensor_static_quant(inp, inp_scale, dtype_quant = fp8_dtype, "
+     "silu_convert_to_inp_type = False)"),
     ("aiter.ops.triton.activation",
      "act_mul_and_fp8_group_quant(x: torch.Tensor, activation: Literal['silu', 'gelu', 'gelu_tanh'], "
      "group_size, dtype_quant = fp8_dtype) -> tuple[torch.Tensor, torch.Tensor]"),
@@ -195,6 +221,10 @@ FLAT_PATHS = {
     "aiter.ops.triton.fused_kv_cache": ["fused_qk_rope_reshape_and_cache", "cat_and_cache_mla"],
     "aiter.ops.triton.fused_qk_concat": ["fused_qk_cat", "fused_qk_rope_cat"],
     "aiter.ops.triton.kv_cache": ["cat_and_cache_mla"],
+    "aiter.ops.triton.fused_fp8_quant": ["fused_rms_fp8_group_quant", "fused_rms_gated_fp8_group_quant",
+                                         "fused_flatten_fp8_group_quant", "fused_reduce_act_mul_fp8_group_quant",
+                                         "fused_reduce_rms_fp8_group_quant", "fused_rms_fp8_per_tensor_static_quant",
+                                         "fused_silu_mul_fp8_per_tensor_static_quant", "get_fp8_min_max_bounds"],
 }
 
 

@@ -31,7 +31,8 @@ FAMILIES = ["activation", "activation backward", "activation, gate and up apart"
             "activation backward, gate and up apart", "normalization", "normalization backward", "softmax",
             "softmax backward", "cross entropy", "cross entropy reduced", "cross entropy backward",
             "cross entropy in place", "cross entropy scale", "topk", "moe routing", "quant", "quant static",
-            "quant dynamic per tensor", "quant group", "act + quant", "norm + quant", "fused rms + quant", "rope",
+            "quant dynamic per tensor", "quant group", "act + quant", "norm + quant", "fused rms + quant",
+            "fused gated rms + quant", "rope",
             "rope in place", "fusions", "fusions q/k concat", "fusions MLA cache", "fusions KV cache"]
 F8 = torch.float8_e4m3fn if ON_GPU else torch.int8
 
@@ -114,7 +115,7 @@ def _cases():
         "quant group": (quant._launch_group_quant, (x2, _e(t, n, dtype=F8), _e(t, 3), 32, 1e-10),
                         QuantLaunchConfig(2, 32, 1)),
         "act + quant": (act_quant._launch_act_quant,
-                        (gated, _e(t, n, dtype=F8), _e(t, 3), None, "gelu", "group", 32),
+                        (gated, _e(t, n, dtype=F8), _e(t, 3), None, "gelu", "group", 32, True),
                         QuantLaunchConfig(1, 32, 1)),
         "norm + quant": (norm_quant._launch_norm_quant,
                          (x2, _e(t, n, dtype=F8), _e(t), None, None, None, _r(n), None, None, None, None, 1e-6, 0.0,
@@ -122,8 +123,12 @@ def _cases():
                          norm_quant.NormQuantLaunchConfig(1, 32, 1, LOOPED=True)),
         "fused rms + quant": (fused_fp8_quant._launch_fused_rms_quant,
                               (x2, _r(n), _r(t, n), _e(t, n), _e(t, n), _e(t, n, dtype=F8), _e(t, 3), _r(t, 40),
-                               _r(40), _e(t, 40), 1e-6, 1e-5, 32, False),
+                               _r(40), _e(t, 40), 1e-6, 1e-5, 32, False, None, None, ""),
                               fused_fp8_quant.FusedRmsQuantLaunchConfig(2)),
+        "fused gated rms + quant": (fused_fp8_quant._launch_fused_rms_gated_quant,
+                                    (_r(t, 64), _r(t, 64), _r(64), _r(64), _e(t, 64, dtype=F8), _e(t, 2), 32, 1e-6,
+                                     -100.0, 100.0, 1e-4, "silu", True, True),
+                                    fused_fp8_quant.GatedRmsQuantLaunchConfig(2, 1)),
         "rope": (rope._launch_rope,
                  (_r(t, 4, 16), _e(t, 4, 16), None, None, cos, sin, None, None, pos, None, None,
                   [int(RowMode.POSITIONS), 8, 16, 16, cos.stride(0), cos.stride(1), cos.stride(0), cos.stride(1), 1,

@@ -1,9 +1,11 @@
 """aiter's fused_fp8_quant forms (aiter_lite.ops.triton.quant.fused_fp8_quant) against the
-fp32 native reference: RMSNorm of inp1 (after res1) quantized per group or by a static
-scale, the second input's norm, the unquantized and residual outputs, aiter's transposed
-scale layouts; every input dtype and quantized dtype, odd widths, M = 0 and 1, strided
-rows, the widest rows; NaN kept to its row; bad arguments raise naming the op and the
-argument; the call compiles whole. Outputs are allocated NaN (an unwritten element fails).
+fp32 native reference: RMSNorm of inp1 (after res1, or a split-K sum) quantized per group
+or by a static scale, the second input's norm, the unquantized and residual outputs, the
+third input's sum, aiter's transposed scale layouts; the gated norm, the split-K gated
+activation, the flattened heads and the static SwiGLU forms; every input dtype and
+quantized dtype, odd widths, M = 0 and 1, strided rows, the widest rows; NaN kept to its
+row; bad arguments raise naming the op and the argument; each call compiles whole.
+Outputs are allocated NaN (an unwritten element fails).
 
 The norm is fp32 in both; the quantized codes may differ by one step where the row sum's
 order moves a value across a rounding boundary, the unquantized outputs by the dtype's
@@ -160,9 +162,9 @@ def _bad_calls():
     ]
 
 
-@pytest.mark.parametrize("i", range(15))
+@pytest.mark.parametrize("i", range(15 + 14))
 def test_bad_arguments_raise(i):
-    call, error, match = _bad_calls()[i]
+    call, error, match = (_bad_calls() + _bad_calls_of_further_forms())[i]
     with pytest.raises(error, match=match):
         call()
 
@@ -183,3 +185,201 @@ def test_compiles_whole(transpose_scale, monkeypatch):
     assert torch.equal(s, s_ref) and torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))
     for g, w in zip(rest, rest_ref):
         assert torch.equal(g, w)
+
+
+# ---------------------------------------------------------------------------
+# the split-K, gated, flatten and static SwiGLU forms
+
+SPLIT_SHAPES = SHAPES[:4] if not ON_GPU else [(0, 64, 16), (1, 1, 1), (5, 127, 33), (64, 1536, 512), (512, 7168, 576)]
+# (splits, options, dtype): 2-D plainly and with everything in every dtype; split-K partial
+# products (fp32 in practice) likewise, with one other dtype, and strided
+REDUCE_OPTIONS = ([(None, o, d) for o in ("plain", "all") for d in DTYPES]
+                  + [(3, "plain", torch.float32), (3, "all", torch.float32), (3, "all", torch.bfloat16),
+                     (2, "all, strided", torch.float32)])
+
+
+def _reduce_inputs(m, n1, n2, n3, spk, dtype, strided=False):
+    lead = () if spk is None else (spk,)
+    x1 = make_rows(m, n1, dtype, strided=strided, scale=3.0, lead=lead)
+    x2 = make_rows(m, n2, dtype, strided=strided, lead=lead)
+    x3 = make_rows(m, n3, dtype, strided=strided, lead=(spk or 1,))
+    w1 = (torch.rand(n1, device=DEVICE) + 0.5).to(dtype)
+    w2 = (torch.rand(n2, device=DEVICE) + 0.5).to(dtype)
+    return x1, w1, x2, w2, x3
+
+
+@pytest.mark.parametrize("spk, options, dtype", REDUCE_OPTIONS, ids=str)
+@pytest.mark.parametrize("m, n1, n2", SPLIT_SHAPES)
+def test_reduce_rms_matches_native(m, n1, n2, dtype, spk, options):
+    """Split-K partials summed, then as the group form; inp2 of its own width (aiter masks it
+    by inp1's) and inp3 summed into out3, also with 2-D inputs (aiter leaves out3 unwritten
+    there), into the caller's out3 or a new one."""
+    x1, w1, x2, w2, x3 = _reduce_inputs(m, n1, n2, 24, spk, dtype, strided=options.endswith("strided"))
+    kw = dict(group_size=128 if n1 > 128 else 32, dtype_quant=torch.float8_e4m3fn)
+    if options.startswith("all"):
+        out_dtype = torch.bfloat16 if dtype == torch.float32 else None
+        kw.update(inp2=x2, inp2_weight=w2, inp2_epsilon=1e-5, inp3=x3, dtype=out_dtype,
+                  res1=make_rows(m, n1, dtype), output_unquantized_inp1=True, transpose_scale=True)
+    got = tri.fused_reduce_rms_fp8_group_quant(x1, w1, 1e-6, **kw)
+    want = native.fused_reduce_rms_fp8_group_quant(x1, w1, 1e-6, **kw)
+    out_dtype = kw.get("dtype") or dtype
+    _assert_group(got, want, out_dtype, f"{spk}x{m}x{n1} {options}")
+    if options == "all":  # into the caller's out3 (NaN-filled: every element must be written)
+        out3 = torch.full((m, 24), float("nan"), device=DEVICE, dtype=torch.float16)
+        got = tri.fused_reduce_rms_fp8_group_quant(x1, w1, 1e-6, **kw, out3=out3)
+        assert got[4] is out3
+        assert_close(out3, x3.float().sum(0), dtype=torch.float16, name="out3")
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh"])
+@pytest.mark.parametrize("spk, dtype", [(None, torch.float32), (None, torch.float16), (None, torch.bfloat16),
+                                        (4, torch.float32), (2, torch.bfloat16)], ids=str)
+@pytest.mark.parametrize("m, n", [(0, 64), (1, 1), (5, 127), (9, 300)] if not ON_GPU else
+                         [(0, 64), (1, 1), (5, 127), (64, 2048), (1024, 2304)])
+def test_reduce_act_mul_matches_native(m, n, spk, dtype, activation):
+    """act(x[:, :n]) * x[:, n:] (x summed over its splits) quantized per group, in fp32 (not
+    rounded to x's dtype first, as aiter); x2 summed into y2 of ``dtype``."""
+    lead = () if spk is None else (spk,)
+    x = make_rows(m, 2 * n, dtype, lead=lead, strided=spk == 2)
+    x2 = None if spk is None else make_rows(m, 40, dtype, lead=lead)
+    kw = dict(group_size=64, dtype_quant=torch.float8_e4m3fn, dtype=torch.float16)
+    got = tri.fused_reduce_act_mul_fp8_group_quant(x, activation, x2, **kw)
+    want = native.fused_reduce_act_mul_fp8_group_quant(x, activation, x2, **kw)
+    (q, s), y2 = got
+    (q_ref, s_ref), y2_ref = want
+    assert_close(s, s_ref, atol=0.0, rtol=1e-5, name="scales")
+    _assert_codes(q, q_ref, "codes")
+    _assert_outputs([y2], [y2_ref], torch.float16, "y2")
+
+
+GATED = [(0, 128, None), (1, 128, 128), (7, 192, 64), (5, 96, 96), (3, 1000, None)] if not ON_GPU else \
+    [(0, 128, None), (1, 128, 128), (7, 192, 64), (4096, 128, 128), (300, 4096, 128), (9, 16384, None)]
+
+
+@pytest.mark.parametrize("norm_before_gate, use_ue8m0, activation, has_bias",
+                         [(True, False, "silu", False), (False, True, "sigmoid", True), (True, True, "swish", True),
+                          (False, False, "silu", False)], ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("m, n, group_size", GATED)
+def test_gated_matches_native(m, n, group_size, dtype, norm_before_gate, use_ue8m0, activation, has_bias):
+    x, z = make_rows(m, n, dtype, scale=2.0), make_rows(m, n, dtype, strided=True)
+    w = (torch.rand(n, device=DEVICE) + 0.5).to(dtype)
+    b = torch.randn(n, device=DEVICE).to(dtype) if has_bias else None
+    kw = dict(norm_before_gate=norm_before_gate, use_ue8m0=use_ue8m0, activation=activation, group_size=group_size,
+              out_dtype=torch.float8_e4m3fn)
+    q, s = tri.fused_rms_gated_fp8_group_quant(x, w, b, z, 1e-6, **kw)
+    q_ref, s_ref = native.fused_rms_gated_fp8_group_quant(x, w, b, z, 1e-6, **kw)
+    assert s.shape == s_ref.shape == ((m, n // group_size) if group_size else (m,))
+    assert_close(s, s_ref, atol=0.0, rtol=0.0 if use_ue8m0 else 1e-5, name="scales")
+    _assert_codes(q, q_ref, "codes")
+
+
+def test_gated_scales_ue8m0_exactly_and_keep_nan():
+    """A scale already a power of 2 stays itself under UE8M0 (aiter's approximate log2 can
+    take it one power up), aiter's bounds and floor by default and as given; a NaN stays
+    in its row's group."""
+    n = 256
+    x = make_rows(4, n)
+    w = torch.zeros(n, device=DEVICE)
+    b = torch.linspace(-56.0, 10.0, n, device=DEVICE)  # y = b: amax 56, 56 / 448 = 2^-3
+    q, s = tri.fused_rms_gated_fp8_group_quant(x, w, b, None, 1e-6, use_ue8m0=True, group_size=128,
+                                               out_dtype=torch.float8_e4m3fn)
+    assert s[:, 0].eq(0.125).all() and s[:, 1].eq(2.0 ** -4).all()  # amax 22.9: 22.9 / 448 rounds up to 2^-4
+    _, s = tri.fused_rms_gated_fp8_group_quant(x, w, b, None, 1e-6, fp8_min=-56.0, fp8_max=56.0,
+                                               fp8_min_scaling_factor=0.5)
+    assert s.eq(1.0).all()
+    _, s = tri.fused_rms_gated_fp8_group_quant(x, w, torch.zeros(n, device=DEVICE), None, 1e-6,
+                                               out_dtype=torch.float8_e4m3fn)
+    assert s.eq(1.0 / (448.0 * 512.0)).all()  # an all-zero row: the floor
+    xb, z = make_rows(4, n), make_rows(4, n)
+    q0, s0 = tri.fused_rms_gated_fp8_group_quant(xb, w + 1, None, z, 1e-6, group_size=64)
+    xb[1, 70] = float("nan")  # the gate after the norm: the RMS carries it across the row
+    q1, s1 = tri.fused_rms_gated_fp8_group_quant(xb, w + 1, None, z, 1e-6, group_size=64)
+    assert s1[1].isnan().all() and q1[1].float().isnan().all()
+    assert torch.equal(s1[[0, 2, 3]], s0[[0, 2, 3]])
+
+
+FLATTEN = [(0, 2, 64, 32), (1, 1, 1, 32), (5, 3, 100, 64), (7, 4, 128, 128), (3, 5, 64, 32)] if not ON_GPU else \
+    [(0, 2, 64, 32), (1, 1, 1, 32), (5, 3, 100, 64), (1, 128, 128, 128), (4096, 16, 128, 128), (300, 128, 512, 128)]
+
+
+@pytest.mark.parametrize("layout", ["heads first (transposed)", "contiguous", "strided rows"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("m, n1, n2, group_size", FLATTEN)
+def test_flatten_matches_native(m, n1, n2, group_size, dtype, layout):
+    """(M, N1, N2) flattened and quantized per group with no copy of x, whatever the stride
+    of its first two dims; groups run over the flattened row where N2 is not a multiple of
+    the group (aiter's restart at each segment and write past the scales' row)."""
+    if layout.startswith("heads"):
+        x = make_rows(m, n2, dtype, lead=(n1,)).transpose(0, 1)
+    else:
+        x = make_rows(n1 * m, n2, dtype, strided=layout == "strided rows").unflatten(0, (m, n1))
+    for transpose_scale in (False, True):
+        q, s = tri.fused_flatten_fp8_group_quant(x, group_size, torch.float8_e4m3fn, transpose_scale)
+        q_ref, s_ref = native.fused_flatten_fp8_group_quant(x, group_size, torch.float8_e4m3fn, transpose_scale)
+        assert s.shape == s_ref.shape == (m, -(-n1 * n2 // group_size)) and (s.stride() == s_ref.stride() or m < 2)
+        assert_close(s, s_ref, atol=0.0, rtol=0.0, name="scales")
+        _assert_codes(q, q_ref, "codes")
+
+
+@pytest.mark.parametrize("qdtype, convert", [(q, False) for q in Q_DTYPES] + [(torch.float8_e4m3fn, True)],
+                         ids=lambda v: str(v).replace("torch.", ""))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("m, n", [(0, 8), (1, 1), (5, 127), (9, 300)] if not ON_GPU else
+                         [(0, 8), (1, 1), (5, 127), (512, 14336), (7, 28672)])
+def test_silu_mul_static_matches_native(m, n, dtype, qdtype, convert):
+    x = make_rows(m, 2 * n, dtype, strided=True, scale=2.0)
+    scale = torch.rand(1, device=DEVICE) * 0.02 + 0.005
+    got = tri.fused_silu_mul_fp8_per_tensor_static_quant(x, scale, qdtype, convert)
+    _assert_codes(got, native.fused_silu_mul_fp8_per_tensor_static_quant(x, scale, qdtype, convert), "codes")
+
+
+def _bad_calls_of_further_forms():
+    x, w = make_rows(4, 64, torch.bfloat16), torch.ones(64, device=DEVICE, dtype=torch.bfloat16)
+    x3 = make_rows(4, 64, lead=(2,))
+    r = tri.fused_reduce_rms_fp8_group_quant
+    a = tri.fused_reduce_act_mul_fp8_group_quant
+    gq = tri.fused_rms_gated_fp8_group_quant
+    f = tri.fused_flatten_fp8_group_quant
+    sm = tri.fused_silu_mul_fp8_per_tensor_static_quant
+    return [
+        (lambda: r(x3, w, 1e-6, inp2=x, inp2_weight=w, inp2_epsilon=1e-6), ValueError,
+         r"fused_reduce_rms_fp8_group_quant: inp2 must be 3-D \(SPK, M, N\)"),
+        (lambda: r(x3, w, 1e-6, inp3=make_rows(4, 8, lead=(3,))), ValueError, r"inp3 must have shape \(2, 4, 8\)"),
+        (lambda: r(x, w, 1e-6, out3=torch.empty(4, 8, device=DEVICE)), ValueError, "out3 without inp3"),
+        (lambda: r(x, w, 1e-6, dtype=torch.int8), TypeError, "fused_reduce_rms_fp8_group_quant: dtype must be"),
+        (lambda: a(x, "relu"), ValueError, "fused_reduce_act_mul_fp8_group_quant: activation must be one of"),
+        (lambda: a(x, "silu", x), ValueError, "x2 must be None"),
+        (lambda: a(x[:, :63], "silu"), ValueError, "must be even"),
+        (lambda: gq(x, w, None, x[:2], 1e-6), ValueError, r"fused_rms_gated_fp8_group_quant: z must have shape"),
+        (lambda: gq(x, w, None, x, 1e-6, group_size=48), ValueError, "group_size must divide x's width 64"),
+        (lambda: gq(x, w, None, x, 1e-6, fp8_min=-1.0), ValueError, "fp8_min and fp8_max go together"),
+        (lambda: gq(x, w, None, x, 1e-6, activation="gelu"), ValueError, "activation must be one of"),
+        (lambda: f(x, 32), ValueError, r"fused_flatten_fp8_group_quant: x must be 3-D"),
+        (lambda: f(x3, 48), ValueError, "group_size must be a power of 2"),
+        (lambda: sm(x, torch.ones(3, device=DEVICE)), ValueError,
+         "fused_silu_mul_fp8_per_tensor_static_quant: inp_scale must be a one-element float tensor"),
+    ]
+
+
+@pytest.mark.parametrize("form", ["reduce rms", "reduce act mul", "gated", "flatten", "silu static"])
+def test_further_forms_compile_whole(form, monkeypatch):
+    monkeypatch.undo()  # the traced allocations are the graph's, not NaN-filled ones
+    x3, w = make_rows(5, 128, lead=(3,)), torch.rand(128, device=DEVICE) + 0.5
+    x, z = make_rows(5, 128, torch.bfloat16), make_rows(5, 128, torch.bfloat16)
+    calls = {
+        "reduce rms": lambda: tri.fused_reduce_rms_fp8_group_quant(x3, w, 1e-6, x3, w, 1e-6, x3, 64, None,
+                                                                   torch.bfloat16, x3[0], True, None, True),
+        "reduce act mul": lambda: tri.fused_reduce_act_mul_fp8_group_quant(x3, "silu", x3[:, :, :40], 32),
+        "gated": lambda: tri.fused_rms_gated_fp8_group_quant(x, w, w, z, 1e-6, use_ue8m0=True, group_size=64),
+        "flatten": lambda: tri.fused_flatten_fp8_group_quant(x.view(5, 4, 32).transpose(0, 1), 32),
+        "silu static": lambda: tri.fused_silu_mul_fp8_per_tensor_static_quant(x, torch.ones(1, device=DEVICE) / 64),
+    }
+    torch._dynamo.reset()
+    got = torch.compile(calls[form], backend=COMPILE_BACKEND, fullgraph=True)()
+    want = calls[form]()
+    flat = lambda o: [t for v in (o if isinstance(o, tuple) else (o,)) for t in (flat(v) if isinstance(v, tuple)
+                                                                                 else [v]) if t is not None]
+    for g, w_ in zip(flat(got), flat(want)):
+        assert torch.equal(g.view(torch.uint8) if g.element_size() == 1 else g,
+                           w_.view(torch.uint8) if w_.element_size() == 1 else w_), form

@@ -35,7 +35,12 @@ from aiter_lite.ops.triton.quant.norm_quant import (  # noqa: F401
     rmsnorm2d_fwd_with_smoothquant,
 )
 from aiter_lite.ops.triton.quant.fused_fp8_quant import (  # noqa: F401
+    fused_flatten_fp8_group_quant,
+    fused_reduce_act_mul_fp8_group_quant,
+    fused_reduce_rms_fp8_group_quant,
     fused_rms_fp8_group_quant,
     fused_rms_fp8_per_tensor_static_quant,
+    fused_rms_gated_fp8_group_quant,
+    fused_silu_mul_fp8_per_tensor_static_quant,
     get_fp8_min_max_bounds,
 )

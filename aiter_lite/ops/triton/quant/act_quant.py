@@ -131,9 +131,11 @@ def _needs_int64(n_rows: int, n_cols: int, cfg: QuantLaunchConfig, row_stride: i
 
 @launcher(mutates=("q2", "scale"))
 def _launch_act_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, scale_ub: torch.Tensor | None,
-                      activation: str, scaling: str, group_size: int, config: QuantLaunchConfig | None = None) -> None:
+                      activation: str, scaling: str, group_size: int, round_y: bool = True,
+                      config: QuantLaunchConfig | None = None) -> None:
     """The kernel over 2-D views: x2 (M, 2d), q2 (M, d); scale one element ("static"),
-    (M,) ("per_token") or (M, G) ("group"). ``config`` pins a launch (tests, tuning)."""
+    (M,) ("per_token") or (M, G) ("group"); y rounded to x2's dtype before quantization
+    where ``round_y``. ``config`` pins a launch (tests, tuning)."""
     n_rows, n_cols = q2.shape
     cfg = config or act_quant_launch_config(scaling, n_rows, n_cols, device_profile(x2.device), group_size)
     if scaling == "group" and cfg.BLOCK_N % group_size:
@@ -143,22 +145,22 @@ def _launch_act_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, s
         if cfg.SPLIT or (not cfg.LOOPED and cfg.BLOCK_N < n_cols):
             raise ValueError(f"act_quant: a per-token launch holds whole rows: it loops (LOOPED) or its BLOCK_N "
                              f"covers the {n_cols} columns; got {cfg}")
-        _act_quant_rows(x2, q2, scale, scale_ub, activation, scaling, 1, cfg)
+        _act_quant_rows(x2, q2, scale, scale_ub, activation, scaling, 1, cfg, round_y)
         return
     # Tiles, columns fastest (as act_and_mul); grid axis 1 stops at 65535, so further
     # row blocks go to further launches.
     step = _MAX_GRID_Y * cfg.BLOCK_M
     if n_rows <= step:
-        _act_quant_rows(x2, q2, scale, None, activation, scaling, group_size, cfg)
+        _act_quant_rows(x2, q2, scale, None, activation, scaling, group_size, cfg, round_y)
         return
     for start in range(0, n_rows, step):
         rows = slice(start, min(start + step, n_rows))
         _act_quant_rows(x2[rows], q2[rows], scale if scaling == "static" else scale[rows], None, activation, scaling,
-                        group_size, cfg)
+                        group_size, cfg, round_y)
 
 
 def _act_quant_rows(x2, q2, scale, scale_ub, activation: str, scaling: str, group_size: int,
-                    cfg: QuantLaunchConfig) -> None:
+                    cfg: QuantLaunchConfig, round_y: bool) -> None:
     n_rows, n_cols = q2.shape
     q_min, q_max = quant_range(q2.dtype)
     s_row = 0 if scaling == "static" else scale.stride(0)
@@ -174,7 +176,7 @@ def _act_quant_rows(x2, q2, scale, scale_ub, activation: str, scaling: str, grou
         EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
         INT64=_needs_int64(n_rows, n_cols, cfg, max(x2.stride(0), q2.stride(0), s_row), s_group),
         SOFT_ROUND=_soft_round(q2.dtype), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, GROUP=group_size,
-        num_warps=cfg.num_warps,
+        ROUND_Y=round_y, num_warps=cfg.num_warps,
     )
 
 
@@ -218,7 +220,7 @@ def act_mul_and_fp8_group_quant(x: torch.Tensor, activation: Activation, group_s
     if q.numel() == 0:
         return q, scales
     _launch_act_quant(*_rows(op, "x", x, q), scales.view(-1, n_groups), None, activation, "group", group_size,
-                      config)
+                      config=config)
     return q, scales
 
 
@@ -246,12 +248,12 @@ def act_mul_and_fp8_quant(x: torch.Tensor, activation: Activation, scale: torch.
     q = torch.empty((*x.shape[:-1], d), dtype=dtype, device=x.device)
     if scale is not None:
         if q.numel():
-            _launch_act_quant(*_rows(op, "x", x, q), scale.reshape(1), None, activation, "static", 1, config)
+            _launch_act_quant(*_rows(op, "x", x, q), scale.reshape(1), None, activation, "static", 1, config=config)
         return q, scale
     scales = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
     if q.numel():
         ub = None if scale_ub is None else scale_ub.reshape(1)
-        _launch_act_quant(*_rows(op, "x", x, q), scales.view(-1), ub, activation, "per_token", 1, config)
+        _launch_act_quant(*_rows(op, "x", x, q), scales.view(-1), ub, activation, "per_token", 1, config=config)
     elif scales.numel():  # rows of no columns: the floor
         scales.fill_(min_scale(dtype))
     return q, scales

@@ -382,17 +382,22 @@ def group_launch_config(n_rows: int, n_cols: int, group_size: int,
 @launcher(mutates=("q2", "scale"))
 def _launch_group_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, group_size: int, eps: float,
                         config: QuantLaunchConfig | None = None) -> None:
-    """A scale per ``group_size`` columns of a row into ``scale`` ((M, G), any strides), then q2."""
-    n_rows, n_cols = x2.shape
+    """A scale per ``group_size`` columns of a row into ``scale`` ((M, G), any strides), then q2.
+    x2 (M, N), or (M, S, L): a row the S segments of L columns (unit stride within), N = S * L."""
+    segmented = x2.dim() == 3
+    seg_len = x2.shape[2] if segmented else 1
+    stride_seg = x2.stride(1) if segmented else 0
+    n_rows, n_cols = q2.shape
     n_groups = cdiv(n_cols, group_size)
     cfg = config or group_launch_config(n_rows, n_cols, group_size, device_profile(x2.device))
     block_g = cfg.BLOCK_M
     q_min, q_max = quant_range(q2.dtype)
     launch(
         _group_quant_kernel, (cdiv(n_rows * n_groups, block_g),),
-        x2, q2, scale, x2.stride(0), q2.stride(0), scale.stride(0), scale.stride(1), n_rows, n_cols, n_groups,
-        eps, q_min, q_max, EVEN=n_cols % group_size == 0 and (n_rows * n_groups) % block_g == 0,
-        SOFT_ROUND=_soft_round(q2.dtype),
+        x2, q2, scale, x2.stride(0), q2.stride(0), scale.stride(0), scale.stride(1), stride_seg, seg_len,
+        n_rows, n_cols, n_groups, eps, q_min, q_max,
+        EVEN=n_cols % group_size == 0 and (n_rows * n_groups) % block_g == 0, SOFT_ROUND=_soft_round(q2.dtype),
+        SEG=0 if not segmented else 1 if seg_len % group_size == 0 else 2,
         BLOCK_G=block_g, GROUP=group_size, num_warps=cfg.num_warps,
     )
 
@@ -591,3 +596,11 @@ def per_token_group_quant_int8(x: torch.Tensor, group_size: int, eps: float = GR
     """vLLM's ``per_token_group_quant_int8``: ``(q, scales)`` with int8 values; a NaN in a
     group makes that group's scale NaN and its values 0 (int8 has no NaN)."""
     return _group_allocating("per_token_group_quant_int8", x, group_size, eps, dtype)
+
+
+# aiter's MX / NV block formats at this path (aiter_lite defines them in quant.mx_quant)
+from aiter_lite.ops.triton.quant.mx_quant import (  # noqa: E402,F401
+    dynamic_mxfp4_quant,
+    dynamic_mxfp8_quant,
+    dynamic_nvfp4_quant,
+)

@@ -17,12 +17,15 @@ from aiter_lite.ops.triton._triton_kernels.quant.quant import _amax, _load_f32, 
 
 
 @triton.jit
-def _act_mul(x_ptrs, n_cols, mask, ACTIVATION: tl.constexpr, x_dtype: tl.constexpr, EVEN: tl.constexpr):
-    """``act(gate) * up`` for the gates at ``x_ptrs`` (ups n_cols further on), rounded to
-    ``x_dtype`` and widened back to fp32. Masked lanes load 0 and give act(0) * 0 = 0,
-    so they never raise an amax."""
+def _act_mul(x_ptrs, n_cols, mask, ACTIVATION: tl.constexpr, x_dtype: tl.constexpr, EVEN: tl.constexpr,
+             ROUND_Y: tl.constexpr):
+    """``act(gate) * up`` for the gates at ``x_ptrs`` (ups n_cols further on), in fp32
+    (ROUND_Y: rounded to ``x_dtype`` and widened back). Masked lanes load 0 and give
+    act(0) * 0 = 0, so they never raise an amax."""
     y = _apply_activation(_load_f32(x_ptrs, mask, EVEN), ACTIVATION) * _load_f32(x_ptrs + n_cols, mask, EVEN)
-    return y.to(x_dtype).to(tl.float32)
+    if ROUND_Y:
+        y = y.to(x_dtype).to(tl.float32)
+    return y
 
 
 @triton.jit
@@ -47,6 +50,7 @@ def _act_quant_kernel(
     BLOCK_M: tl.constexpr,        # rows per program
     BLOCK_N: tl.constexpr,        # columns per program (static, group) or per step (per_token)
     GROUP: tl.constexpr,          # group: columns a group, a power of 2 dividing BLOCK_N (else 1)
+    ROUND_Y: tl.constexpr,        # y rounded to x's dtype before quantization (as act_and_mul stores it)
 ):
     """static and group: grid (column blocks, row blocks), columns fastest, as
     ``act_and_mul``. per_token: grid (row blocks,), a program owns whole rows."""
@@ -69,7 +73,8 @@ def _act_quant_kernel(
     if MODE == "static":
         cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         mask = None if EVEN else row_mask[:, None] & (cols < n_cols)[None, :]
-        y = _act_mul(x_ptr + rows[:, None] * stride_x_row + cols[None, :], n_cols, mask, ACTIVATION, x_dtype, EVEN)
+        y = _act_mul(x_ptr + rows[:, None] * stride_x_row + cols[None, :], n_cols, mask, ACTIVATION, x_dtype, EVEN,
+                     ROUND_Y)
         inv_scale = tl.math.div_rn(1.0, tl.load(scale_ptr))
         q = _quantize(y, inv_scale, q_min, q_max, q_dtype, SOFT_ROUND)
         tl.store(q_ptr + rows[:, None] * stride_q_row + cols[None, :], q, mask=mask)
@@ -82,11 +87,11 @@ def _act_quant_kernel(
             amax = tl.zeros([BLOCK_M], tl.float32)
             for start in range(0, n_cols, BLOCK_N):
                 mask = None if EVEN else row_mask[:, None] & (start + cols < n_cols)[None, :]
-                y = _act_mul(x_rows + start + cols[None, :], n_cols, mask, ACTIVATION, x_dtype, EVEN)
+                y = _act_mul(x_rows + start + cols[None, :], n_cols, mask, ACTIVATION, x_dtype, EVEN, ROUND_Y)
                 amax = _nan_max(amax, _amax(y, 1))
         else:
             mask = None if EVEN else row_mask[:, None] & (cols < n_cols)[None, :]
-            y = _act_mul(x_rows + cols[None, :], n_cols, mask, ACTIVATION, x_dtype, EVEN)
+            y = _act_mul(x_rows + cols[None, :], n_cols, mask, ACTIVATION, x_dtype, EVEN, ROUND_Y)
             amax = _amax(y, 1)
         scale = _row_scale(amax, ub_ptr, q_max, min_scale, HAS_UB)
         tl.store(scale_ptr + rows * stride_s_row, scale, mask=row_mask)
@@ -95,7 +100,7 @@ def _act_quant_kernel(
             # The second pass recomputes y (its input mostly from L2) rather than keep it.
             for start in range(0, n_cols, BLOCK_N):
                 mask = None if EVEN else row_mask[:, None] & (start + cols < n_cols)[None, :]
-                y = _act_mul(x_rows + start + cols[None, :], n_cols, mask, ACTIVATION, x_dtype, EVEN)
+                y = _act_mul(x_rows + start + cols[None, :], n_cols, mask, ACTIVATION, x_dtype, EVEN, ROUND_Y)
                 q = _quantize(y, inv_scale, q_min, q_max, q_dtype, SOFT_ROUND)
                 tl.store(q_rows + start + cols[None, :], q, mask=mask)
         else:
@@ -112,7 +117,7 @@ def _act_quant_kernel(
         cols = grp[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
         mask = None if EVEN else row_mask[:, None, None] & (cols < n_cols)[None, :, :]
         y = _act_mul(x_ptr + rows[:, None, None] * stride_x_row + cols[None, :, :], n_cols, mask, ACTIVATION,
-                     x_dtype, EVEN)
+                     x_dtype, EVEN, ROUND_Y)
         scale = tl.math.div_rn(_nan_max(_amax(y, 2), eps), q_max)
         s_mask = None if EVEN else row_mask[:, None] & (grp * GROUP < n_cols)[None, :]
         tl.store(scale_ptr + rows[:, None] * stride_s_row + grp[None, :] * stride_s_group, scale, mask=s_mask)

@@ -331,17 +331,21 @@ def _group_quant_kernel(
     x_ptr, q_ptr,
     scale_ptr,                    # fp32 (n_rows, n_groups) at (stride_s_row, stride_s_group): written
     stride_x_row, stride_q_row, stride_s_row, stride_s_group,
+    stride_x_seg, seg_len,        # SEG: a row of x is segments of seg_len columns, stride_x_seg apart
     n_rows, n_cols, n_groups,     # n_groups = cdiv(n_cols, GROUP): a last group may be partial
     eps,                          # amax floor (fp32): an all-zero group gets scale eps / q_max
     q_min, q_max,
     EVEN: tl.constexpr,           # GROUP divides n_cols and BLOCK_G divides n_rows * n_groups
     SOFT_ROUND: tl.constexpr,
+    SEG: tl.constexpr,            # 0: x's row contiguous; 1: segmented, GROUP divides seg_len; 2: segmented
     BLOCK_G: tl.constexpr,        # groups per program
     GROUP: tl.constexpr,          # columns a group (a power of 2)
 ):
     """Per-token-group quantization (DeepSeek-style): each GROUP columns of a row get
     their own scale ``max(amax, eps) / q_max``. A program takes BLOCK_G consecutive
-    groups of the flattened (row, group) order, a group a tile row."""
+    groups of the flattened (row, group) order, a group a tile row. SEG: the row of x is
+    the concatenation of segments (a flattened (n_segments, seg_len) view of any segment
+    stride: aiter's ``fused_flatten_fp8_group_quant``)."""
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     eps = tl.cast(eps, tl.float32)
     q_min = tl.cast(q_min, tl.float32)
@@ -352,7 +356,15 @@ def _group_quant_kernel(
     cols = grp[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
     g_mask = g < n_rows * n_groups
     mask = None if EVEN else g_mask[:, None] & (cols < n_cols)
-    x = _load_f32(x_ptr + row[:, None] * stride_x_row + cols, mask, EVEN)
+    if SEG == 0:
+        x_cols = cols
+    elif SEG == 1:  # a group within one segment: one division a group
+        seg = (grp * GROUP) // seg_len
+        x_cols = (seg * stride_x_seg + grp * GROUP - seg * seg_len)[:, None] + tl.arange(0, GROUP)[None, :]
+    else:
+        tl.static_assert(SEG == 2)
+        x_cols = (cols // seg_len) * stride_x_seg + cols % seg_len
+    x = _load_f32(x_ptr + row[:, None] * stride_x_row + x_cols, mask, EVEN)
     amax = _nan_max(_amax(x, 1), eps)
     scale = tl.math.div_rn(amax, q_max)
     tl.store(scale_ptr + row * stride_s_row + grp * stride_s_group, scale, mask=g_mask)
