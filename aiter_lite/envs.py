@@ -15,6 +15,7 @@ variable and the allowed values; an unset or empty variable takes its default.
 | AITER_KV_CACHE_CHECK_SLOTS | 0, 1 | 0 (1: the KV-cache ops check GPU slot_mapping against the cache on the host) |
 | AITER_FAST_LAUNCH | 0, 1 | 1 (0: every eager call checks its arguments and launches through Triton) |
 | AITER_TEST_COMPILE | 0, 1 | 0 (1: the op tests call every public Triton op through torch.compile(fullgraph=True)) |
+| AITER_INT8_ROUNDING | nearest, truncate | nearest (ties to even, as vLLM; truncate: toward zero, aiter's kernels' bits; read once) |
 
 ``<FAMILY>`` is one of :data:`OP_FAMILIES` in upper case, e.g. AITER_ACTIVATION_BACKEND.
 
@@ -119,6 +120,14 @@ def fast_launch() -> bool:
     return _read_choice("AITER_FAST_LAUNCH", ("0", "1"), "1") == "1"
 
 
+def int8_rounding() -> str:
+    """AITER_INT8_ROUNDING: how every int8 quantized output rounds, "nearest" (ties to even:
+    vLLM's, torch.round's; the default) or "truncate" (toward zero: aiter's Triton kernels'
+    conversion, for callers that need aiter's bits). The quant code reads it once
+    (``aiter_lite.spec.quant.int8_truncates``)."""
+    return _read_choice("AITER_INT8_ROUNDING", ("nearest", "truncate"), "nearest")
+
+
 def test_compile() -> bool:
     """AITER_TEST_COMPILE=1: ``op_tests`` swaps each public Triton op for
     ``torch.compile(op, fullgraph=True)`` before the tests import them, so the op tests
@@ -160,6 +169,7 @@ def validate() -> None:
     kv_cache_check_slots()
     cross_entropy_check_targets()
     fast_launch()
+    int8_rounding()
     test_compile()
     for family in OP_FAMILIES:
         _read_choice(f"AITER_{family.upper()}_BACKEND", BACKENDS + ("auto",), "auto")

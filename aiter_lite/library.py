@@ -11,7 +11,9 @@ Importing :mod:`aiter_lite` registers them, from their declarations (``@public_o
   arguments are positional (a custom op takes no keyword-only tensor), and arguments up to
   the last written one have no default (torch's mutation bookkeeping indexes them);
 * the real kernel is the public function (checks, then its launch); an argument it hands
-  back is copied (an op returns new tensors only);
+  back is copied (an op returns new tensors only); a ``nested`` op's result (tuples within
+  tuples, None where an output is not asked for) is returned as the list of its tensors,
+  depth first (``Tensor[]``);
 * the fake kernel is the native reference of the same name at the mirrored module path
   (``aiter_lite.ops.native...``) run on fake tensors, so torch.compile and
   ``torch.library.opcheck`` see the shapes and dtypes eager gives.
@@ -22,6 +24,7 @@ ops serve graphs and stacks that call kernels through ``torch.ops``.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import re
@@ -33,7 +36,7 @@ import torch
 
 import aiter_lite.ops.triton  # noqa: F401  (its modules declare the public ops)
 from aiter_lite.utils.launcher import config_class, infer_schema
-from aiter_lite.utils.registry import PUBLIC_OPS, PublicOp
+from aiter_lite.utils.registry import PUBLIC_OPS, PublicOp, flat_tensors
 
 __all__ = ["OPS", "OpSpec"]
 
@@ -44,7 +47,7 @@ class OpSpec:
     runs it and the native one its fake runs."""
 
     schema: str
-    triton: Callable
+    triton: Callable  # both take the registered op's arguments, positionally in the schema's order
     native: Callable
 
     @property
@@ -76,7 +79,7 @@ def _registered_signature(op: PublicOp) -> inspect.Signature:
     sig, hints = inspect.signature(fn), typing.get_type_hints(fn)
     params = [p.replace(annotation=_schema_type(hints[p.name]), kind=inspect.Parameter.POSITIONAL_OR_KEYWORD)
               for p in sig.parameters.values() if p.name not in op.buffers and config_class(hints[p.name]) is None]
-    returns = None if op.mutates else hints["return"]
+    returns = None if op.mutates else list[torch.Tensor] if op.nested else hints["return"]
     return sig.replace(parameters=params, return_annotation=returns)
 
 
@@ -86,13 +89,15 @@ def _native(op: PublicOp) -> Callable:
     return getattr(module, op.name)
 
 
-def _fresh(result, args):
+def _fresh(result, args, nested: bool = False):
     """``result`` as the op returns it: tensors that are not arguments (an argument handed
-    back is copied)."""
-    outs = result if isinstance(result, tuple) else (result,)
+    back is copied); a nested result as the list of its tensors."""
+    if nested:
+        result = flat_tensors(result)
+    outs = result if isinstance(result, (tuple, list)) else (result,)
     ids = {id(a) for a in args if isinstance(a, torch.Tensor)}
     outs = tuple(o.clone() if id(o) in ids else o for o in outs)
-    return tuple(outs) if isinstance(result, tuple) else outs[0]
+    return list(outs) if nested else tuple(outs) if isinstance(result, tuple) else outs[0]
 
 
 def _register(op: PublicOp) -> OpSpec:
@@ -110,17 +115,34 @@ def _register(op: PublicOp) -> OpSpec:
     def impl(*args, **kwargs):
         bound = bind(args, kwargs)
         result = op.fn(**bound)
-        return None if op.mutates else _fresh(result, bound.values())
+        return None if op.mutates else _fresh(result, bound.values(), op.nested)
 
     def fake(*args, **kwargs):
         if op.mutates:
             return None
         bound = bind(args, kwargs)
-        return _fresh(native(**bound), bound.values())
+        return _fresh(native(**bound), bound.values(), op.nested)
 
     custom = torch.library.custom_op(f"aiter_lite::{op.name}", impl, mutates_args=op.mutates, schema=schema)
     custom.register_fake(fake)
-    return OpSpec(f"{op.name}{schema}", op.fn, native)
+    return OpSpec(f"{op.name}{schema}", _positional(op.fn, signature), _positional(native, signature))
+
+
+def _positional(fn: Callable, signature: inspect.Signature) -> Callable:
+    """``fn`` called with the registered op's arguments in the schema's order: itself where
+    those are its leading positional parameters, else by name (an output buffer left out
+    between them, keyword-only parameters)."""
+    names = list(signature.parameters)
+    params = list(inspect.signature(fn).parameters.values())[:len(names)]
+    if [p.name for p in params] == names and all(p.kind == p.POSITIONAL_OR_KEYWORD for p in params):
+        return fn
+
+    @functools.wraps(fn)
+    def by_name(*args, **kwargs):
+        return fn(**dict(zip(names, args)), **kwargs)
+
+    by_name.__signature__ = signature
+    return by_name
 
 
 OPS: dict[str, OpSpec] = {name: _register(op) for name, op in sorted(PUBLIC_OPS.items())}

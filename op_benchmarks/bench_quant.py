@@ -26,6 +26,17 @@ the "add_" forms; the weight is not counted):
 aiter's fused_fp8_quant forms (bytes as the fused ops above, group_128 scales):
     rms_group_128        fused_rms_fp8_group_quant(x, w, eps, group_size=128)
     add_rms_group_128    the same with res1 (x + res1 normalized, the sum written)
+    reduce_rms_group_128 fused_reduce_rms_fp8_group_quant of 4 fp32 split-K partials (4, M, N): read
+                         16 * M * N bytes; unfused: their sum (torch), then the two ops above
+    reduce_silu_group_128  fused_reduce_act_mul_fp8_group_quant, 4 fp32 partials (4, M, 2N):
+                         read 32 * M * N; unfused: the sum, then act_mul_and_fp8_group_quant
+    gated_group_128      fused_rms_gated_fp8_group_quant(x, w, None, z, eps, group_size=128) (x and z
+                         read); unfused: rms_norm, act_mul(z, y, "silu"), group quant
+    flatten_group_128    fused_flatten_fp8_group_quant of (M, N / 128, 128) heads-first (SGLang's
+                         MLA output, strides of a (N / 128, M, 128) tensor); unfused: reshape (a
+                         copy), then group quant
+    silu_static_ffq      fused_silu_mul_fp8_per_tensor_static_quant(x, scale) (x (M, 2N));
+                         unfused: silu_and_mul, then static quant
 Fused SwiGLU + quant ops (N is the output width: x is (M, 2N), read once):
     silu_group_128       act_mul_and_fp8_group_quant(x, "silu", 128)
     silu_dyn / silu_static  act_mul_and_fp8_quant(x, "silu") per token / with a static scale
@@ -74,6 +85,9 @@ FUSED = {
 }
 # aiter's fused_fp8_quant op -> (residual, group size)
 FFQ = {"rms_group_128": (False, 128), "add_rms_group_128": (True, 128)}
+# aiter's further fused_fp8_quant forms (module doc), the split-K count of the reduce forms
+FFQ2 = ("reduce_rms_group_128", "reduce_silu_group_128", "gated_group_128", "flatten_group_128", "silu_static_ffq")
+SPK = 4
 EPS = 1e-6
 # fused SwiGLU op -> (mode, group size)
 ACT = {"silu_group_128": ("group", 128), "silu_dyn": ("per_token", None), "silu_static": ("static", None)}
@@ -95,6 +109,8 @@ def _dequant_agrees(result, reference) -> bool:
     """(q, scale) pairs agree when dequantized within one step (fp8: 1/8 of the value at
     most; int8: one scale) plus the input's rounding."""
     (q, s), (q_ref, s_ref) = result[:2], reference[:2]
+    s, s_ref = (t[:, None] if t.dim() == 1 and q.dim() == 2 and t.numel() == q.shape[0] > 1 else t
+                for t in (s, s_ref))  # a scale a row, as (M,)
     n = q.shape[-1]
     if s.dim() == 2 and s.shape[-1] > 1:  # group scales: each over a power-of-2 group of columns
         group = 1 << (-(-n // s.shape[-1]) - 1).bit_length()
@@ -141,7 +157,75 @@ def _act_unfused(case, inputs):
     return lambda: (tri.static_per_tensor_quant_fp8_i8(q, act(), scale), scale)
 
 
+def _ffq2_case(op, label, m, n, dtype, qdtype):
+    e, groups = dtype.itemsize, -(-n // 128)
+    nbytes = {"reduce_rms_group_128": SPK * m * n * 4, "reduce_silu_group_128": SPK * m * 2 * n * 4,
+              "gated_group_128": 2 * m * n * e, "flatten_group_128": m * n * e,
+              "silu_static_ffq": 2 * m * n * e}[op] + m * n + (0 if op == "silu_static_ffq" else 4 * m * groups)
+
+    def make_inputs():
+        dev = harness.DEVICE
+        w = (torch.rand(n, device=dev) + 0.5).to(dtype)
+        if op == "reduce_rms_group_128":
+            x = torch.randn(SPK, m, n, device=dev)
+        elif op == "reduce_silu_group_128":
+            x = torch.randn(SPK, m, 2 * n, device=dev)
+        elif op == "flatten_group_128":
+            d = 128 if n % 128 == 0 else n  # heads of 128 (one segment where N is no multiple)
+            x = (torch.randn(n // d, m, d, device=dev) * 3).to(dtype).transpose(0, 1)
+        elif op == "silu_static_ffq":
+            x = (torch.randn(m, 2 * n, device=dev) * 3).to(dtype)
+        else:
+            x = (torch.randn(m, n, device=dev) * 3).to(dtype)
+        z = torch.randn(m, n, device=dev, dtype=dtype) if op == "gated_group_128" else None
+        return x, z, w, torch.tensor([STATIC_SCALE], device=dev), qdtype
+
+    return harness.Case(op=op, label=label, dims={"M": m, "N": n, "QDTYPE": str(qdtype).replace("torch.", "")},
+                        dtype=dtype, rows=m, nbytes=nbytes, make_inputs=make_inputs, agrees=_dequant_agrees)
+
+
+def _ffq2_call(mod, case, inputs):
+    """The op of ``mod`` (a backend's fused_fp8_quant module): its (q, scales)."""
+    x, z, w, scale, qdtype = inputs
+    op = case.op
+    if op == "reduce_rms_group_128":
+        return lambda: mod.fused_reduce_rms_fp8_group_quant(x, w, EPS, group_size=128, dtype_quant=qdtype,
+                                                            dtype=case.dtype)[0]
+    if op == "reduce_silu_group_128":
+        return lambda: mod.fused_reduce_act_mul_fp8_group_quant(x, "silu", None, 128, qdtype)[0]
+    if op == "gated_group_128":
+        gs = 128 if x.shape[1] % 128 == 0 else None  # a scale a row where N is no multiple of 128
+        return lambda: mod.fused_rms_gated_fp8_group_quant(x, w, None, z, EPS, out_dtype=qdtype, group_size=gs)
+    if op == "flatten_group_128":
+        return lambda: mod.fused_flatten_fp8_group_quant(x, 128, qdtype)
+    return lambda: (mod.fused_silu_mul_fp8_per_tensor_static_quant(x, scale, qdtype), scale)
+
+
+def _ffq2_unfused(case, inputs):
+    """This project's ops (and torch's split-K sum / reshape copy) back to back."""
+    x, z, w, scale, qdtype = inputs
+    op = case.op
+    group = functools.partial(tri.per_token_group_quant_fp8, group_size=128, dtype=qdtype)
+    if op == "reduce_rms_group_128":
+        return lambda: group(tri_rms.rms_norm(x.sum(0).to(case.dtype), w, EPS))
+    if op == "reduce_silu_group_128":
+        return lambda: tri.act_mul_and_fp8_group_quant(x.sum(0), "silu", 128, qdtype)
+    if op == "gated_group_128":
+        if x.shape[1] % 128:
+            return lambda: tri.dynamic_per_token_quant_fp8_i8(
+                torch.empty_like(x, dtype=qdtype), tri_act.act_mul(z, tri_rms.rms_norm(x, w, EPS), "silu"),
+                torch.empty(x.shape[0], 1, device=x.device))
+        return lambda: group(tri_act.act_mul(z, tri_rms.rms_norm(x, w, EPS), "silu"))
+    if op == "flatten_group_128":
+        return lambda: group(x.reshape(x.shape[0], -1))
+    y = torch.empty(x.shape[0], x.shape[1] // 2, device=x.device, dtype=x.dtype)
+    q = torch.empty_like(y, dtype=qdtype)
+    return lambda: (tri.static_per_tensor_quant_fp8_i8(q, tri_act.silu_and_mul(y, x), scale), scale)
+
+
 def _case(op, label, m, n, dtype, qdtype):
+    if op in FFQ2:
+        return _ffq2_case(op, label, m, n, dtype, qdtype)
     if op in ACT:
         return _act_case(op, label, m, n, dtype, qdtype)
     if op in FUSED:
@@ -242,6 +326,8 @@ def _fused_call(fn, case, inputs):
 
 def _unfused(case, inputs):
     """This project's norm (activation), then its quantization, back to back."""
+    if case.op in FFQ2:
+        return _ffq2_unfused(case, inputs)
     if case.op in ACT:
         return _act_unfused(case, inputs)
     if case.op in FFQ:
@@ -288,6 +374,8 @@ def _call(fn, case, x, qx, scale):
 
 
 def _triton(case, inputs):
+    if case.op in FFQ2:
+        return _ffq2_call(tri_ffq, case, inputs)
     if case.op in ACT:
         return _act_call(tri, case, inputs)
     if case.op in FUSED:
@@ -298,6 +386,8 @@ def _triton(case, inputs):
 
 
 def _native(case, inputs):
+    if case.op in FFQ2:
+        return _ffq2_call(native_ffq, case, inputs)
     if case.op in ACT:
         return _act_call(native_act, case, inputs)
     if case.op in FUSED:
@@ -318,7 +408,20 @@ class _CompiledAct:
         self.act_mul_and_fp8_quant = harness.compile_static(native_act.act_mul_and_fp8_quant)
 
 
+class _CompiledFfq:
+    """torch.compile of the native fused_fp8_quant forms, under their names."""
+
+    def __getattr__(self, name):
+        fn = harness.compile_static(getattr(native_ffq, name))
+        setattr(self, name, fn)
+        return fn
+
+
 def _compile(case, inputs):
+    if case.op in FFQ2:
+        if "ffq2" not in _compiled:
+            _compiled["ffq2"] = _CompiledFfq()
+        return _ffq2_call(_compiled["ffq2"], case, inputs)
     if case.op in ACT:
         if "act" not in _compiled:
             _compiled["act"] = _CompiledAct()
@@ -341,7 +444,7 @@ PROVIDERS = {"triton": _triton, "native": _native, "compile": _compile, "unfused
 
 def main(argv=None):
     p = harness.make_parser(__doc__.splitlines()[0], ("M", "N"))
-    p.add_argument("--op", nargs="+", default=list(OPS), choices=[*OPS, *FUSED, *FFQ, *ACT])
+    p.add_argument("--op", nargs="+", default=list(OPS), choices=[*OPS, *FUSED, *FFQ, *FFQ2, *ACT])
     p.add_argument("--qdtype", default="fp8", choices=list(QDTYPES),
                    help="quantized dtype: fp8 (e4m3: fnuz on MI300, fn elsewhere), e5m2 or int8")
     harness.add_sweep_args(p)

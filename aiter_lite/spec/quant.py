@@ -1,11 +1,13 @@
 """Quantized dtypes: which exist, each one's range, the e4m3 flavour a device computes in,
-the floor of a dynamic scale and the group-quant amax floor."""
+the floor of a dynamic scale, the group-quant amax floor and how int8 rounds."""
 
 from __future__ import annotations
 
 import functools
 
 import torch
+
+from aiter_lite import envs
 
 QUANT_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.int8)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2)
@@ -70,3 +72,12 @@ def min_scale(dtype: torch.dtype) -> float:
     """The floor of a dynamic per-tensor / per-token scale, ``1 / (q_max * 512)`` (vLLM's
     fp8 kernels'): an all-zero input quantizes to zeros with a finite scale."""
     return 1.0 / (quant_range(dtype)[1] * 512.0)
+
+
+@functools.lru_cache(maxsize=1)
+def int8_truncates() -> bool:
+    """Whether int8 outputs truncate toward zero (``AITER_INT8_ROUNDING=truncate``: aiter's
+    bits) rather than round to nearest, ties to even (the default). Read once, for every
+    op and backend alike (launch plans hold the rounding they were made with);
+    ``int8_truncates.cache_clear()`` and ``utils.fast_launch.reset()`` read it again."""
+    return envs.int8_rounding() == "truncate"

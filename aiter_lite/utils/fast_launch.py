@@ -55,6 +55,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from aiter_lite import envs
+from aiter_lite.spec.quant import int8_truncates
 from aiter_lite.utils.checks import TRITON_INTERPRET
 from aiter_lite.utils.logger import debug_on
 
@@ -111,12 +112,14 @@ def plan_count() -> int:
 
 
 def reset() -> None:
-    """Forget every plan and every key seen, and re-read AITER_FAST_LAUNCH (tests, benchmarks)."""
+    """Forget every plan and every key seen, and re-read AITER_FAST_LAUNCH and
+    AITER_INT8_ROUNDING (tests, benchmarks)."""
     global _enabled
     for plans in _all_plans:
         plans.entries.clear()
         plans.shapes.clear()
     _enabled = None
+    int8_truncates.cache_clear()
 
 
 @contextlib.contextmanager

@@ -12,8 +12,11 @@ module path (``aiter_lite.ops.native.<same path>``). What the declaration adds i
 signature cannot say: the tensors the op writes (``mutates``: the registered op returns
 nothing), the optional output buffers of an allocating op (``buffers``: left out of the
 registered op, which allocates), the exact aliases it allows between an output and an
-input (``aliases``: ``out=input`` of an in-place norm), and a switch that asks for host
-checks (``unless``).
+input (``aliases``: ``out=input`` of an in-place norm), a switch that asks for host checks
+(``unless``), and whether the function's result nests tuples with None where an output is
+not asked for (``nested``: aiter's fused quant forms, ``((q, scale), out1, None, res)``;
+no op schema returns that, so the registered op returns the result's tensors as a list,
+depth first, :func:`flat_tensors`).
 
 Every call's checked path (``utils.fast_launch``) first refuses a written tensor (``mutates``
 and ``buffers``) whose elements overlap one another or overlap another argument other than
@@ -32,7 +35,7 @@ import torch
 from aiter_lite.utils.fast_launch import planned
 from aiter_lite.utils.overlap import check_written
 
-__all__ = ["PublicOp", "PUBLIC_OPS", "public_op"]
+__all__ = ["PublicOp", "PUBLIC_OPS", "public_op", "flat_tensors"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class PublicOp:
     module: str  # where it is defined (aiter_lite.ops.triton...)
     aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # output -> the inputs it may be
     no_grad: str | None = None  # why a call autograd would record is refused (no gradient)
+    nested: bool = False  # the result nests tuples (None in them): registered as its tensors' list
 
     @property
     def python(self) -> Callable:
@@ -56,14 +60,14 @@ PUBLIC_OPS: dict[str, PublicOp] = {}
 
 def public_op(fn: Callable | None = None, *, mutates: tuple[str, ...] = (), buffers: tuple[str, ...] = (),
               aliases: dict[str, tuple[str, ...]] | None = None, unless: Callable[[], bool] | None = None,
-              no_grad: str | None = None):
+              no_grad: str | None = None, nested: bool = False):
     """Declare a public op (see the module doc); returns it with launch plans. ``no_grad``:
     why the op has no gradient (its outputs are quantized values, indices or cache
     writes); a call that autograd would record then raises rather than return a result
-    with no gradient path."""
+    with no gradient path. ``nested``: the result nests tuples (module doc)."""
     if fn is None:
         return functools.partial(public_op, mutates=mutates, buffers=buffers, aliases=aliases, unless=unless,
-                                 no_grad=no_grad)
+                                 no_grad=no_grad, nested=nested)
     if fn.__name__ in PUBLIC_OPS:
         raise ValueError(f"public_op: {fn.__name__} is declared twice ({PUBLIC_OPS[fn.__name__].module}, "
                          f"{fn.__module__})")
@@ -71,14 +75,22 @@ def public_op(fn: Callable | None = None, *, mutates: tuple[str, ...] = (), buff
     checked = _written_apart(fn, frozenset(mutates) | frozenset(buffers), aliases)
     wrapped = planned(checked if no_grad is None else _refusing_grad(checked, fn, no_grad), unless=unless)
     PUBLIC_OPS[fn.__name__] = PublicOp(fn.__name__, wrapped, tuple(mutates), tuple(buffers), fn.__module__, aliases,
-                                       no_grad)
+                                       no_grad, nested)
     return wrapped
+
+
+def flat_tensors(result) -> list[torch.Tensor]:
+    """The tensors of a result, depth first through its tuples and lists, None left out."""
+    if isinstance(result, torch.Tensor):
+        return [result]
+    if isinstance(result, (tuple, list)):
+        return [t for item in result for t in flat_tensors(item)]
+    return []
 
 
 def refusing_grad(reason: str) -> Callable[[Callable], Callable]:
     """A decorator: the function raises as a ``public_op(no_grad=reason)`` does where autograd
-    would record its call (for aiter's forms not registered themselves, their launchers
-    being: a nested tuple with None in it is no op schema's return)."""
+    would record its call (for functions not registered themselves, their launchers being)."""
     return lambda fn: _refusing_grad(fn, fn, reason)
 
 

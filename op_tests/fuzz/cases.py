@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from aiter_lite.library import OPS, _registered_signature
-from aiter_lite.utils.registry import PUBLIC_OPS
+from aiter_lite.utils.registry import PUBLIC_OPS, flat_tensors
 from op_benchmarks.utils.op_args import TINY, op_args
 from op_tests.utils.checks import TOLERANCES
 
@@ -192,11 +192,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def _tensors(result) -> list[torch.Tensor]:
-    if isinstance(result, torch.Tensor):
-        return [result]
-    if isinstance(result, (tuple, list)):
-        return [t for t in result if isinstance(t, torch.Tensor)]
-    return []
+    return flat_tensors(result)
 
 
 def _close(got: torch.Tensor, want: torch.Tensor) -> str:

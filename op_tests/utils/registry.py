@@ -8,6 +8,7 @@ import torch
 
 from aiter_lite.library import OPS
 from aiter_lite.ops.triton.quant import get_fp8_e4m3_dtype
+from aiter_lite.utils.registry import flat_tensors
 from op_benchmarks.utils.op_args import TINY, Dims, decode_dims, op_args
 from op_tests.utils.device import DEVICE, ON_GPU
 
@@ -30,10 +31,8 @@ def clone_args(args: tuple) -> tuple:
 
 
 def tensors(result) -> list[torch.Tensor]:
-    """The tensors of a result: one, a tuple of them, or None."""
-    if isinstance(result, torch.Tensor):
-        return [result]
-    return [t for t in (result or ()) if isinstance(t, torch.Tensor)]
+    """The tensors of a result: one, tuples (nested) or a list of them, or None."""
+    return flat_tensors(result)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,7 @@ from aiter_lite.ops.native.quant import quant as native
 from aiter_lite.ops.triton import quant
 from aiter_lite.ops.triton.quant.quant import QuantLaunchConfig, per_token_launch_config
 from aiter_lite.spec.device import device_profile
+from aiter_lite.utils import registry
 from op_tests.triton_tests.test_activation import assert_each_tensor_refused_on_meta
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, by_device, make_rows
 
@@ -569,3 +570,59 @@ def test_scales_through_their_strides():
     quant.per_token_group_quant(q, x, buf[:, 1:], 32)
     _, s_ref = native.per_token_group_quant_fp8(x, 32, dtype=torch.int8)
     assert torch.equal(buf[:, 1:], s_ref) and (buf[:, 0] == -1).all()
+
+
+@pytest.fixture
+def _truncating(monkeypatch):
+    """AITER_INT8_ROUNDING=truncate, read afresh (plans and the cached setting forgotten on
+    the way in and out)."""
+    from aiter_lite.utils import fast_launch
+
+    monkeypatch.setenv("AITER_INT8_ROUNDING", "truncate")
+    fast_launch.reset()
+    yield
+    monkeypatch.delenv("AITER_INT8_ROUNDING")
+    fast_launch.reset()
+
+
+def test_int8_truncates_toward_zero_where_asked(_truncating, monkeypatch):
+    """aiter's int8 bits: every int8 path (static, per token, per group, a fused norm, a
+    fused SwiGLU, the fused_fp8_quant forms) truncates toward zero, the native reference
+    with it; about half the codes then differ from the default's nearest rounding."""
+    from aiter_lite.ops.native.quant import act_quant as native_act
+    from aiter_lite.ops.native.quant import fused_fp8_quant as native_ffq
+    from aiter_lite.ops.native.quant import norm_quant as native_nq
+    from aiter_lite.ops.triton.quant import act_quant, fused_fp8_quant, norm_quant
+    from aiter_lite.spec.quant import int8_truncates
+
+    x = make_rows(6, 256, scale=3.0)
+    w = torch.rand(256, device=DEVICE) + 0.5
+    scale = torch.full((1,), 0.013, device=DEVICE)
+    q = quant.static_per_tensor_quant_fp8_i8(torch.empty(6, 256, dtype=torch.int8, device=DEVICE), x, scale)
+    assert torch.equal(q.float(), (x * (1.0 / scale)).clamp(-128, 127).trunc())  # the same fp32 product
+    calls = [
+        (lambda m: m.per_token_group_quant_int8(x, 64), quant, native),
+        (lambda m: m.dynamic_per_token_quant_fp8_i8(torch.empty(6, 256, dtype=torch.int8, device=DEVICE), x,
+                                                    torch.empty(6, 1, device=DEVICE)), quant, native),
+        (lambda m: (m.rmsnorm2d_fwd_with_dynamicquant(out := torch.empty(6, 256, dtype=torch.int8, device=DEVICE),
+                                                      x, torch.empty(6, 1, device=DEVICE), w, 1e-6), out)[1],
+         norm_quant, native_nq),
+        (lambda m: m.act_mul_and_fp8_quant(x, "silu", None, torch.int8), act_quant, native_act),
+        (lambda m: m.fused_rms_fp8_group_quant(x, w, 1e-6, dtype_quant=torch.int8), fused_fp8_quant, native_ffq),
+        (lambda m: m.fused_rms_gated_fp8_group_quant(x, w, None, x, 1e-6, out_dtype=torch.int8), fused_fp8_quant,
+         native_ffq),
+    ]
+
+    def codes(result):
+        return next(t for t in registry.flat_tensors(result) if t.dtype == torch.int8).int()
+
+    for i, (call, tri_mod, ref_mod) in enumerate(calls):
+        got, truncated = codes(call(tri_mod)), codes(call(ref_mod))
+        monkeypatch.setenv("AITER_INT8_ROUNDING", "nearest")
+        int8_truncates.cache_clear()
+        nearest = codes(call(ref_mod))
+        monkeypatch.setenv("AITER_INT8_ROUNDING", "truncate")
+        int8_truncates.cache_clear()
+        # one step apart at most where the fp32 math's order moves a value across an integer
+        assert (got - truncated).abs().max() <= 1 and (got == truncated).float().mean() > 0.99, f"call {i}"
+        assert (got != nearest).float().mean() > 0.2, f"call {i}: the codes round to nearest"

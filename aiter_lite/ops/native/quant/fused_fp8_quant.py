@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from aiter_lite.ops.native.quant.quant import per_token_group_quant, quantize
+from aiter_lite.ops.native.quant.quant import per_token_group_quant, quantize, round_to
 from aiter_lite.spec.quant import GROUP_EPS, get_fp8_e4m3_dtype, get_fp8_min_max_bounds, quant_range
 
 __all__ = ["fused_rms_fp8_group_quant", "fused_rms_fp8_per_tensor_static_quant", "fused_reduce_rms_fp8_group_quant",
@@ -142,8 +142,7 @@ def fused_rms_gated_fp8_group_quant(x, weight, bias, z, eps, *, norm_before_gate
         m_, e_ = torch.frexp(scale)
         scale = torch.where((m_ == 0.5) | (scale == 0) | ~scale.isfinite(), scale, torch.ldexp(torch.ones_like(scale), e_))
     scale = torch.where(scale.isnan(), scale, scale.clamp(min=floor))
-    q = (g * (1.0 / scale)[..., None]).clamp(fp8_min, fp8_max)
-    q = (q if dtype.is_floating_point else q.round().nan_to_num(nan=0.0)).to(dtype).view(m, n)
+    q = round_to(g * (1.0 / scale)[..., None], dtype, fp8_min, fp8_max).view(m, n)
     return q, scale if group_size is not None else scale.view(m)
 
 

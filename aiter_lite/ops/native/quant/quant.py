@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from aiter_lite.spec.quant import GROUP_EPS, get_fp8_e4m3_dtype, min_scale, quant_range
+from aiter_lite.spec.quant import GROUP_EPS, get_fp8_e4m3_dtype, int8_truncates, min_scale, quant_range
 
 __all__ = ["static_per_tensor_quant_fp8_i8", "dynamic_per_tensor_quant_fp8_i8", "dynamic_per_token_quant_fp8_i8",
            "per_token_group_quant", "scaled_fp8_quant", "per_token_group_quant_fp8", "per_token_group_quant_int8"]
@@ -17,12 +17,20 @@ __all__ = ["static_per_tensor_quant_fp8_i8", "dynamic_per_tensor_quant_fp8_i8", 
 
 def quantize(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``x * (1 / scale)`` (scale broadcast) saturated to dtype's range; int8 rounded to
-    nearest even. By the reciprocal, as the kernels (and vLLM's) do: ``x / scale`` can
-    round to the other side of an fp8 tie. NaN (a NaN input, or any value under a NaN
-    scale) stays NaN in fp8 and is 0 in int8, which has no NaN (its scale carries it)."""
+    nearest even (toward zero with ``AITER_INT8_ROUNDING=truncate``). By the reciprocal, as
+    the kernels (and vLLM's) do: ``x / scale`` can round to the other side of an fp8 tie.
+    NaN (a NaN input, or any value under a NaN scale) stays NaN in fp8 and is 0 in int8,
+    which has no NaN (its scale carries it)."""
     lo, hi = quant_range(dtype)
-    y = (x.float() * (1.0 / scale)).clamp(lo, hi)
-    return (y if dtype.is_floating_point else y.round().nan_to_num(nan=0.0)).to(dtype)
+    return round_to(x.float() * (1.0 / scale), dtype, lo, hi)
+
+
+def round_to(y: torch.Tensor, dtype: torch.dtype, lo: float, hi: float) -> torch.Tensor:
+    """fp32 ``y`` saturated to [lo, hi] in ``dtype``: int8 by the configured rounding, NaN 0."""
+    y = y.clamp(lo, hi)
+    if dtype.is_floating_point:
+        return y.to(dtype)
+    return (y.trunc() if int8_truncates() else y.round()).nan_to_num(nan=0.0).to(dtype)
 
 
 def _scale(amax: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -64,6 +64,7 @@ unwritten).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -72,9 +73,15 @@ from aiter_lite.ops.triton._triton_kernels.quant.fused_fp8_quant import (
     _fused_rms_quant_kernel,
 )
 from aiter_lite.ops.triton.normalization.norm import check_eps
-from aiter_lite.ops.triton.quant.act_quant import _ACTIVATIONS, _launch_act_quant
+from aiter_lite.ops.triton.quant.act_quant import _ACTIVATIONS, Activation, _launch_act_quant
 from aiter_lite.ops.triton.quant.dtypes import check_quant_dtype_supported
-from aiter_lite.ops.triton.quant.quant import _check_group, _launch_group_quant, _quant_dtype, _soft_round
+from aiter_lite.ops.triton.quant.quant import (
+    _check_group,
+    _check_scale,
+    _launch_group_quant,
+    _quant_dtype,
+    _soft_round,
+)
 from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.spec.quant import GROUP_EPS, get_fp8_min_max_bounds, quant_range
 from aiter_lite.utils.checks import (
@@ -88,14 +95,14 @@ from aiter_lite.utils.checks import (
 from aiter_lite.utils.fast_launch import launch
 from aiter_lite.utils.launch import cdiv, next_power_of_2
 from aiter_lite.utils.launcher import launcher
-from aiter_lite.utils.registry import refusing_grad
+from aiter_lite.utils.registry import public_op
 
 __all__ = ["fused_rms_fp8_group_quant", "fused_rms_fp8_per_tensor_static_quant", "fused_reduce_rms_fp8_group_quant",
            "fused_reduce_act_mul_fp8_group_quant", "fused_rms_gated_fp8_group_quant", "fused_flatten_fp8_group_quant",
            "fused_silu_mul_fp8_per_tensor_static_quant", "get_fp8_min_max_bounds", "FusedRmsQuantLaunchConfig",
            "fused_rms_quant_launch_config", "GatedRmsQuantLaunchConfig", "gated_rms_quant_launch_config"]
 
-# why the aiter forms here refuse a call autograd would record (utils.registry.refusing_grad)
+# why the aiter forms here refuse a call autograd would record (utils.registry.public_op)
 _NO_GRAD = "its outputs are quantized values and scales"
 _MAX_COLS = 16384  # a row in registers (each input)
 _STATIC_GROUP = 128  # the static form's tile rows (a row held as (BLOCK_N1 // 128, 128))
@@ -212,19 +219,22 @@ def _launch_fused_rms_gated_quant(x: torch.Tensor, z: torch.Tensor | None, w: to
 
 
 def _rows(op: str, name: str, t, n_rows: int | None = None, n_cols: int | None = None,
-          splits: int | None = None, max_cols: int = _MAX_COLS) -> torch.Tensor:
+          splits: int | None = None, max_cols: int = _MAX_COLS, like: str = "") -> torch.Tensor:
     """A float input of rows (unit stride along them) on a device Triton runs on: 2-D (M, N),
-    or with ``splits`` 3-D (splits, M, N) (``splits`` 0: 2-D or 3-D)."""
+    or with ``splits`` 3-D (splits, M, N) (``splits`` 0: 2-D or 3-D). ``like``: the input
+    whose rows (and splits) it must match, named in the error."""
     check_row_input(op, name, t)
     want_dims = (2,) if splits is None else (3,) if splits else (2, 3)
+    as_ = f" as {like} is" if like else ""
     if t.dim() not in want_dims:
         what = "2-D (M, N)" if want_dims == (2,) else "3-D (SPK, M, N)" if want_dims == (3,) else \
             "2-D (M, N) or 3-D (SPK, M, N)"
-        raise ValueError(f"{op}: {name} must be {what}, got shape {tuple(t.shape)}")
+        raise ValueError(f"{op}: {name} must be {what}{as_}, got shape {tuple(t.shape)}")
     lead = () if t.dim() == 2 else (t.shape[0] if not splits else splits,)
     want = (*lead, t.shape[-2] if n_rows is None else n_rows, t.shape[-1] if n_cols is None else n_cols)
     if tuple(t.shape) != want:
-        raise ValueError(f"{op}: {name} must have shape {want}, got {tuple(t.shape)}")
+        raise ValueError(f"{op}: {name} must have shape {want}{' to match ' + like if like else ''}, "
+                         f"got {tuple(t.shape)}")
     if t.dim() == 3 and t.shape[0] == 0:
         raise ValueError(f"{op}: {name} must have at least one split (its first dim), got shape {tuple(t.shape)}")
     if t.shape[-1] > max_cols:
@@ -235,7 +245,7 @@ def _rows(op: str, name: str, t, n_rows: int | None = None, n_cols: int | None =
 def _weight(op: str, name: str, w, n: int, ref: torch.Tensor, ref_name: str = "inp1") -> torch.Tensor:
     check_float_tensor(op, name, w)
     if w.shape != (n,):
-        raise ValueError(f"{op}: {name} must have shape ({n},), got {tuple(w.shape)}")
+        raise ValueError(f"{op}: {name} must have shape ({n},) ({ref_name}'s width), got {tuple(w.shape)}")
     check_same_device(op, name, w, ref_name, ref)
     return w if w.stride(0) == 1 or n <= 1 else w.contiguous()
 
@@ -263,17 +273,17 @@ def _common(op, inp1, inp1_weight, inp1_epsilon, inp2, inp2_weight, inp2_epsilon
     x2 = w2 = out2 = None
     eps2 = 0.0
     if inp2 is not None:
-        x2 = _rows(op, "inp2", inp2, n_rows=m, splits=spk)
+        x2 = _rows(op, "inp2", inp2, n_rows=m, splits=spk, like="inp1")
         check_same_device(op, "inp2", x2, "inp1", x1)
         if inp2_weight is None or inp2_epsilon is None:
             raise ValueError(f"{op}: inp2 needs inp2_weight and inp2_epsilon, got "
                              f"{'no inp2_weight' if inp2_weight is None else 'no inp2_epsilon'}")
-        w2 = _weight(op, "inp2_weight", inp2_weight, x2.shape[-1], x1)
+        w2 = _weight(op, "inp2_weight", inp2_weight, x2.shape[-1], x1, "inp2")
         eps2 = check_eps(op, "inp2_epsilon", inp2_epsilon)
         out2 = torch.empty((m, x2.shape[-1]), dtype=dtype_out, device=dev)
     r1 = out_res1 = None
     if res1 is not None:
-        r1 = _rows(op, "res1", res1, n_rows=m, n_cols=n1)
+        r1 = _rows(op, "res1", res1, n_rows=m, n_cols=n1, like="inp1")
         check_same_device(op, "res1", r1, "inp1", x1)
         out_res1 = torch.empty((m, n1), dtype=dtype_out, device=dev)
     dtype = _quant_dtype(op, dtype_quant, "dtype_quant", dev)
@@ -304,10 +314,13 @@ def _presented(buf: torch.Tensor, scale: torch.Tensor, transpose_scale: bool, is
     return scale
 
 
-@refusing_grad(_NO_GRAD)
-def fused_rms_fp8_group_quant(inp1, inp1_weight, inp1_epsilon, inp2=None, inp2_weight=None, inp2_epsilon=None,
-                              group_size=128, dtype_quant=None, res1=None, output_unquantized_inp1=False,
-                              transpose_scale=False, is_x_scale_strided=False, gemm_out_zero_init=None):
+@public_op(no_grad=_NO_GRAD, nested=True, buffers=("gemm_out_zero_init",))
+def fused_rms_fp8_group_quant(inp1: torch.Tensor, inp1_weight: torch.Tensor, inp1_epsilon: float,
+                              inp2: torch.Tensor | None = None, inp2_weight: torch.Tensor | None = None,
+                              inp2_epsilon: float | None = None, group_size: int = 128,
+                              dtype_quant: torch.dtype | None = None, res1: torch.Tensor | None = None,
+                              output_unquantized_inp1: bool = False, transpose_scale: bool = False,
+                              is_x_scale_strided: bool = False, gemm_out_zero_init: torch.Tensor | None = None):
     """aiter's ``fused_rms_fp8_group_quant`` (see the module doc): ``((q, scale), out1, out2,
     out_res1)``."""
     op = "fused_rms_fp8_group_quant"
@@ -326,10 +339,13 @@ def fused_rms_fp8_group_quant(inp1, inp1_weight, inp1_epsilon, inp2=None, inp2_w
     return (q, _presented(buf, scale, transpose_scale, is_x_scale_strided)), out1, out2, out_res1
 
 
-@refusing_grad(_NO_GRAD)
-def fused_rms_fp8_per_tensor_static_quant(inp1, inp1_weight, inp1_epsilon, inp1_scale, inp2=None, inp2_weight=None,
-                                          inp2_epsilon=None, dtype_quant=None, res1=None,
-                                          output_unquantized_inp1=False, rmsnorm_convert_to_inp1_type=False):
+@public_op(no_grad=_NO_GRAD, nested=True)
+def fused_rms_fp8_per_tensor_static_quant(inp1: torch.Tensor, inp1_weight: torch.Tensor, inp1_epsilon: float,
+                                          inp1_scale: torch.Tensor, inp2: torch.Tensor | None = None,
+                                          inp2_weight: torch.Tensor | None = None, inp2_epsilon: float | None = None,
+                                          dtype_quant: torch.dtype | None = None, res1: torch.Tensor | None = None,
+                                          output_unquantized_inp1: bool = False,
+                                          rmsnorm_convert_to_inp1_type: bool = False):
     """aiter's ``fused_rms_fp8_per_tensor_static_quant`` (see the module doc): ``(q, out1,
     out2, out_res1)``; ``inp1_scale`` one fp32 element."""
     op = "fused_rms_fp8_per_tensor_static_quant"
@@ -343,18 +359,22 @@ def fused_rms_fp8_per_tensor_static_quant(inp1, inp1_weight, inp1_epsilon, inp1_
 
 
 def _static_scale(op: str, name: str, scale, x: torch.Tensor, x_name: str) -> torch.Tensor:
+    """A one-element float32 scale as a 1-D view (the quant ops' contract: aiter's too)."""
     if not isinstance(scale, torch.Tensor) or scale.numel() != 1 or not scale.is_floating_point():
         raise ValueError(f"{op}: {name} must be a one-element float tensor, got "
                          f"{tuple(scale.shape) if isinstance(scale, torch.Tensor) else scale!r}")
-    check_same_device(op, name, scale, x_name, x)
+    _check_scale(op, name, scale, 1, x, x_name)
     return scale.reshape(1)
 
 
-@refusing_grad(_NO_GRAD)
-def fused_reduce_rms_fp8_group_quant(inp1, inp1_weight, inp1_epsilon, inp2=None, inp2_weight=None, inp2_epsilon=None,
-                                     inp3=None, group_size=128, dtype_quant=None, dtype=None, res1=None,
-                                     output_unquantized_inp1=False, out3=None, transpose_scale=False,
-                                     is_x_scale_strided=False):
+@public_op(no_grad=_NO_GRAD, nested=True, buffers=("out3",))
+def fused_reduce_rms_fp8_group_quant(inp1: torch.Tensor, inp1_weight: torch.Tensor, inp1_epsilon: float,
+                                     inp2: torch.Tensor | None = None, inp2_weight: torch.Tensor | None = None,
+                                     inp2_epsilon: float | None = None, inp3: torch.Tensor | None = None,
+                                     group_size: int = 128, dtype_quant: torch.dtype | None = None,
+                                     dtype: torch.dtype | None = None, res1: torch.Tensor | None = None,
+                                     output_unquantized_inp1: bool = False, out3: torch.Tensor | None = None,
+                                     transpose_scale: bool = False, is_x_scale_strided: bool = False):
     """aiter's ``fused_reduce_rms_fp8_group_quant`` (see the module doc): ``((q, scale), out1,
     out2, out_res1, out3)``."""
     op = "fused_reduce_rms_fp8_group_quant"
@@ -368,7 +388,7 @@ def fused_reduce_rms_fp8_group_quant(inp1, inp1_weight, inp1_epsilon, inp2=None,
     is_x_scale_strided = check_bool(op, "is_x_scale_strided", is_x_scale_strided)
     x3 = None
     if inp3 is not None:
-        x3 = _rows(op, "inp3", inp3, n_rows=m, splits=spk)
+        x3 = _rows(op, "inp3", inp3, n_rows=m, splits=spk, like="inp1")
         check_same_device(op, "inp3", x3, "inp1", x1)
         if x1.dim() == 2:
             x3 = x3[0]  # one split: its rows
@@ -387,9 +407,11 @@ def fused_reduce_rms_fp8_group_quant(inp1, inp1_weight, inp1_epsilon, inp2=None,
     return (q, _presented(buf, scale, transpose_scale, is_x_scale_strided)), out1, out2, out_res1, out3
 
 
-@refusing_grad(_NO_GRAD)
-def fused_reduce_act_mul_fp8_group_quant(x, activation="silu", x2=None, group_size=128, dtype_quant=None,
-                                         dtype=torch.bfloat16):
+@public_op(no_grad=_NO_GRAD, nested=True)
+def fused_reduce_act_mul_fp8_group_quant(x: torch.Tensor, activation: Activation = "silu",
+                                         x2: torch.Tensor | None = None, group_size: int = 128,
+                                         dtype_quant: torch.dtype | None = None,
+                                         dtype: torch.dtype | None = torch.bfloat16):
     """aiter's ``fused_reduce_act_mul_fp8_group_quant`` (see the module doc): ``((y, y_scale),
     y2)``; y2 None where x2 is."""
     op = "fused_reduce_act_mul_fp8_group_quant"
@@ -417,7 +439,7 @@ def fused_reduce_act_mul_fp8_group_quant(x, activation="silu", x2=None, group_si
         return (y, scale), None
     x3 = y2 = None
     if x2 is not None:
-        x3 = _rows(op, "x2", x2, n_rows=m, splits=xr.shape[0])
+        x3 = _rows(op, "x2", x2, n_rows=m, splits=xr.shape[0], like="x")
         check_same_device(op, "x2", x3, "x", xr)
         y2 = torch.empty((m, x3.shape[-1]), dtype=y2_dtype, device=x.device)
     _launch_fused_rms_quant(xr, None, None, None, None, y, scale, None, None, None, 0.0, 0.0, group_size, False, x3,
@@ -436,10 +458,13 @@ def _opt_float(op: str, name: str, v) -> float | None:
     return float(v)
 
 
-@refusing_grad(_NO_GRAD)
-def fused_rms_gated_fp8_group_quant(x, weight, bias, z, eps, *, norm_before_gate=True, use_ue8m0=False,
-                                    activation="silu", out_dtype=None, fp8_min=None, fp8_max=None,
-                                    fp8_min_scaling_factor=None, group_size=None):
+@public_op(no_grad=_NO_GRAD)
+def fused_rms_gated_fp8_group_quant(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                                    z: torch.Tensor | None, eps: float, *, norm_before_gate: bool = True,
+                                    use_ue8m0: bool = False, activation: Literal["silu", "swish", "sigmoid"] = "silu",
+                                    out_dtype: torch.dtype | None = None, fp8_min: float | None = None,
+                                    fp8_max: float | None = None, fp8_min_scaling_factor: float | None = None,
+                                    group_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """aiter's ``fused_rms_gated_fp8_group_quant`` (see the module doc): ``(q, scales)``. z
     None: no gate (the plain RMSNorm, + bias)."""
     op = "fused_rms_gated_fp8_group_quant"
@@ -447,7 +472,7 @@ def fused_rms_gated_fp8_group_quant(x, weight, bias, z, eps, *, norm_before_gate
     m, n = xr.shape
     zr = None
     if z is not None:
-        zr = _rows(op, "z", z, n_rows=m, n_cols=n)
+        zr = _rows(op, "z", z, n_rows=m, n_cols=n, like="x")
         check_same_device(op, "z", zr, "x", xr)
     w = _weight(op, "weight", weight, n, xr, "x")
     b = None if bias is None else _weight(op, "bias", bias, n, xr, "x")
@@ -482,8 +507,9 @@ def fused_rms_gated_fp8_group_quant(x, weight, bias, z, eps, *, norm_before_gate
     return q, scales
 
 
-@refusing_grad(_NO_GRAD)
-def fused_flatten_fp8_group_quant(x, group_size, dtype_quant=None, transpose_scale=False):
+@public_op(no_grad=_NO_GRAD)
+def fused_flatten_fp8_group_quant(x: torch.Tensor, group_size: int, dtype_quant: torch.dtype | None = None,
+                                  transpose_scale: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """aiter's ``fused_flatten_fp8_group_quant`` (see the module doc): ``(q, scales)``, q
     ``(M, N1 * N2)``."""
     op = "fused_flatten_fp8_group_quant"
@@ -503,8 +529,10 @@ def fused_flatten_fp8_group_quant(x, group_size, dtype_quant=None, transpose_sca
     return q, scale
 
 
-@refusing_grad(_NO_GRAD)
-def fused_silu_mul_fp8_per_tensor_static_quant(inp, inp_scale, dtype_quant=None, silu_convert_to_inp_type=False):
+@public_op(no_grad=_NO_GRAD)
+def fused_silu_mul_fp8_per_tensor_static_quant(inp: torch.Tensor, inp_scale: torch.Tensor,
+                                               dtype_quant: torch.dtype | None = None,
+                                               silu_convert_to_inp_type: bool = False) -> torch.Tensor:
     """aiter's ``fused_silu_mul_fp8_per_tensor_static_quant``: ``silu(inp[..., :n]) *
     inp[..., n:]`` (fp32; rounded to inp's dtype first with ``silu_convert_to_inp_type``)
     quantized by the one-element ``inp_scale``; returns q (*inp.shape[:-1], n). Any width

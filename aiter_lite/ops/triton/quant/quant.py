@@ -49,7 +49,14 @@ from aiter_lite.ops.triton._triton_kernels.quant.quant import (
 )
 from aiter_lite.ops.triton.quant.dtypes import check_quant_dtype_supported
 from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
-from aiter_lite.spec.quant import GROUP_EPS, QUANT_DTYPES, get_fp8_e4m3_dtype, min_scale, quant_range
+from aiter_lite.spec.quant import (
+    GROUP_EPS,
+    QUANT_DTYPES,
+    get_fp8_e4m3_dtype,
+    int8_truncates,
+    min_scale,
+    quant_range,
+)
 from aiter_lite.utils.checks import (
     check_bool,
     check_int,
@@ -247,9 +254,13 @@ def _rows(op: str, qx: torch.Tensor, x_in: torch.Tensor, names: tuple[str, ...])
 
 
 def _soft_round(dtype: torch.dtype) -> bool:
-    """fp8 rounded in fp32 before the conversion: under the interpreter only (its
-    conversion mis-rounds; the GPUs' rounds to nearest even itself)."""
-    return TRITON_INTERPRET and dtype.is_floating_point
+    """The quantize kernels' other rounding (``_quantize``'s SOFT_ROUND): fp8 rounded in fp32
+    before the conversion under the interpreter only (its conversion mis-rounds; the GPUs'
+    rounds to nearest even itself); int8 truncated toward zero where
+    ``AITER_INT8_ROUNDING=truncate`` (aiter's bits)."""
+    if dtype.is_floating_point:
+        return TRITON_INTERPRET
+    return int8_truncates()
 
 
 @launcher(mutates=("q2",))

@@ -62,13 +62,14 @@ def _amax_bits(x):
 @triton.jit
 def _quantize(x, inv_scale, q_min, q_max, dtype: tl.constexpr, SOFT_ROUND: tl.constexpr):
     """fp32 ``x`` scaled by ``inv_scale``, saturated, in ``dtype``; NaN stays NaN in fp8 and
-    is 0 in int8 (a float-to-int conversion of NaN is undefined). SOFT_ROUND: fp8 values
-    rounded in fp32 first, so the conversion is exact, and NaN written as its bits
-    (Triton's interpreter converts fp32 to fp8 without carrying a rounded-up mantissa
-    into the exponent, and NaN to a number)."""
+    is 0 in int8 (a float-to-int conversion of NaN is undefined). int8 rounds to nearest,
+    ties to even. SOFT_ROUND, the other rounding: fp8 values rounded in fp32 first, so the
+    conversion is exact, and NaN written as its bits (Triton's interpreter converts fp32
+    to fp8 without carrying a rounded-up mantissa into the exponent, and NaN to a number);
+    int8 truncated toward zero (aiter's kernels' bits, ``AITER_INT8_ROUNDING=truncate``)."""
     y = tl.clamp(x * inv_scale, q_min, q_max, propagate_nan=tl.PropagateNan.ALL)
-    if dtype.is_int():
-        return tl.where(y != y, 0.0, _rint(y)).to(dtype)
+    if dtype.is_int():  # SOFT_ROUND: toward zero, the conversion's own
+        return tl.where(y != y, 0.0, y if SOFT_ROUND else _rint(y)).to(dtype)
     if SOFT_ROUND:
         nan_bits = 0x80 if dtype == tl.float8e4b8 else 0x7F  # e4m3fnuz's one NaN; e4m3fn's, an e5m2 NaN
         bits = _fp8_grid(y, dtype).to(dtype).to(tl.uint8, bitcast=True)
