@@ -74,3 +74,4 @@ def relu(x: torch.Tensor) -> torch.Tensor:
 __getattr__ = lazy_aliases(globals(), {
     "act_mul_and_fp8_group_quant": "aiter_lite.ops.native.quant.act_quant",
 })
+from aiter_lite.ops.native.quant.mx_quant import act_mul_and_mxfp4_quant  # noqa: E402,F401  (aiter's name here)

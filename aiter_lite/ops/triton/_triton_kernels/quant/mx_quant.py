@@ -1,0 +1,229 @@
+"""MX / NV block quantization of rows (aiter's ``dynamic_mxfp4_quant``, ``dynamic_mxfp8_quant``,
+``dynamic_nvfp4_quant`` and their fused forms): one kernel, the row's producer (MODE) and the
+output format (FORMAT) constexpr flags.
+
+A block is GROUP consecutive columns of a row sharing one scale. FORMAT:
+
+* "mxfp4" (OCP MX FP4): e2m1 values, two a byte (column 2k in the low nibble, 2k + 1 in the
+  high one), a uint8 e8m0 scale ``2^(byte - 127)`` per 32 columns;
+* "mxfp8": fp8 values in q's dtype, an e8m0 scale per 32 columns;
+* "nvfp4": e2m1 values packed as mxfp4, an fp8 e4m3 scale (s's dtype) per 16 columns.
+
+The e8m0 exponent s of a block whose largest ``|value|`` is ``a`` (SCALING; emax is the
+exponent of the element format's largest value ``q_max``: 2 for e2m1, 8 e4m3fn, 7 e4m3fnuz,
+15 e5m2):
+
+* "even" (aiter's; AMD Quark's ``even_round``): ``a`` rounded to a power of two, up where its
+  mantissa is 0.75 or more (``bits + 0x200000``, mantissa dropped), minus emax;
+* "floor": ``floor(log2 a) - emax`` (the OCP MX rule; values past q_max saturate);
+* "ceil": ``ceil(log2 a) - emax``;
+* "rceil": ``ceil(log2(a / q_max))`` (NVIDIA's and torchao's RCEIL);
+
+clamped to [-127, 127]; an infinite ``a`` (or one that rounds past fp32's range) takes 127.
+Values are ``x * 2^-s`` (exact in fp32: two power-of-2 factors, each a normal number, so no
+denormal factor is flushed on any target), rounded to the element format to nearest even and
+saturated (e2m1: +-6; fp8: its range). NV: the scale ``g * a / 6`` (``g`` the global scale,
+1 without one) saturated to the scale dtype's range and rounded to it; values
+``x / (s_fp8 / g)`` with the rounded scale (0 where it is 0). Everything is integer or exact
+fp32 arithmetic, no fp4 type and no log2 / exp2: the same bits on every target and in the
+interpreter.
+
+NaN: a block holding a NaN gets scale byte 0xFF (e8m0's NaN; NV: the scale dtype's NaN) and
+every value of it code 0 (e2m1 has no NaN) or NaN (fp8): the block decodes to NaN, and no
+other block changes (RMSNorm: a NaN reaches its whole row through the row's RMS).
+"""
+
+import triton
+import triton.language as tl
+
+from aiter_lite.ops.triton._triton_kernels.activation import _apply_activation
+from aiter_lite.ops.triton._triton_kernels.quant.quant import _amax, _fp8_grid, _quantize, _rint
+
+_INF_BITS: tl.constexpr = tl.constexpr(0x7F800000)
+_RCP6: tl.constexpr = tl.constexpr(1.0 / 6.0)  # rounded to fp32 where it meets an fp32 value, as torch does
+
+
+@triton.jit
+def _pow2(k):
+    """``2.0 ** k`` in fp32, exactly, for integer k in [-126, 127]."""
+    return ((k + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _e8m0_exponent(amax_bits, q_max, SCALING: tl.constexpr):
+    """The block scale's exponent s (int32 in [-127, 127]) from the bits of a NaN-free amax
+    (inf's bits at most)."""
+    if SCALING == "rceil":
+        v = tl.math.div_rn(amax_bits.to(tl.float32, bitcast=True), q_max).to(tl.int32, bitcast=True)
+        e = (v >> 23) + ((v & 0x7FFFFF) != 0).to(tl.int32)
+        emax = 0
+    else:
+        emax = ((q_max.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+        if SCALING == "even":
+            e = (amax_bits + 0x200000) >> 23
+        elif SCALING == "floor":
+            e = amax_bits >> 23
+        else:
+            tl.static_assert(SCALING == "ceil")
+            e = (amax_bits >> 23) + ((amax_bits & 0x7FFFFF) != 0).to(tl.int32)
+    return tl.where(e >= 255, 127, tl.minimum(tl.maximum(e - 127 - emax, -127), 127))
+
+
+@triton.jit
+def _e2m1(v):
+    """fp32 ``v`` as e2m1 codes (int32, sign in bit 3), rounded to nearest even, saturated
+    to +-6; NaN is 0."""
+    a = tl.abs(v)
+    bits = tl.where(a < 6.0, a, 0.0).to(tl.int32, bitcast=True)
+    normal = ((bits + 0x1FFFFF + ((bits >> 22) & 1)) >> 22) - 252  # [1, 6): exponent and mantissa bit, rounded
+    sub = _rint(tl.where(a < 1.0, a, 0.0) * 2.0).to(tl.int32)  # [0, 1): 0, 0.5 or 1.0 in halves
+    code = tl.where(a >= 6.0, 7, tl.where(a < 1.0, sub, normal))
+    code = code | ((v.to(tl.int32, bitcast=True) >> 28) & 8)
+    return tl.where(v != v, 0, code)
+
+
+@triton.jit
+def _mx_quant_kernel(
+    x_ptr,                        # MODE "plain" / "rms": rows; "act": gate then up, n_cols apart; "flatten":
+                                  # rows of segments of seg_len columns, stride_x_seg apart
+    q_ptr,                        # packed e2m1 (uint8) or fp8 values: (n_rows, n_cols [/ 2]) at stride_q_row
+    s_ptr,                        # scales: e8m0 (uint8) or fp8 e4m3 (nvfp4), (row, block) through the strides,
+                                  # or SHUFFLE's layout of a (scale_rows, scale_cols) buffer
+    w_ptr, r_ptr, r_out_ptr, y1_ptr,  # rms: weight, residual, x + residual out, the norm unquantized out
+                                  # (r_out, y1, y2: contiguous rows)
+    x2_ptr, w2_ptr, y2_ptr,       # rms: a second input's norm, unquantized, by cdiv(n_rows, BLOCK_M) more programs
+    g_ptr,                        # nvfp4: the global scale (one fp32) where HAS_GLOBAL
+    stride_x_row, stride_x_seg, stride_q_row, stride_s_row, stride_s_group,
+    stride_r, stride_x2,
+    n_rows, n_cols, seg_len, n_cols2,
+    scale_rows, scale_cols,       # the scale extent written: (n_rows, blocks), or padded (bytes 127 past them)
+    eps1, eps2, q_max, s_max,     # runtime fp32: norms' eps, the element format's max, nvfp4 scale dtype's max
+    MODE: tl.constexpr,           # "plain" | "act" | "rms" | "flatten"
+    ACTIVATION: tl.constexpr,     # "act": y = ACTIVATION(gate) * up
+    FORMAT: tl.constexpr,         # "mxfp4" | "mxfp8" | "nvfp4"
+    SCALING: tl.constexpr,        # e8m0 rule: "even" | "floor" | "ceil" | "rceil"
+    HAS_RES: tl.constexpr,
+    STORE_Y1: tl.constexpr,
+    HAS_X2: tl.constexpr,
+    HAS_GLOBAL: tl.constexpr,
+    SHUFFLE: tl.constexpr,        # scales in aiter's preshuffled layout (e8m0_shuffle) of the padded buffer
+    INT64: tl.constexpr,          # offsets can pass 2^31
+    SOFT_ROUND: tl.constexpr,     # fp8 rounded in fp32 before its conversion (the interpreter)
+    GROUP: tl.constexpr,          # columns a block: 32 (MX) or 16 (NV)
+    BLOCK_M: tl.constexpr,        # rows a program
+    BLOCK_N: tl.constexpr,        # columns a program, a multiple of GROUP ("rms": the whole, padded, row)
+    BLOCK_N2: tl.constexpr,       # HAS_X2: the second input's row
+):
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
+    eps1 = tl.cast(eps1, tl.float32)
+    eps2 = tl.cast(eps2, tl.float32)
+    q_max = tl.cast(q_max, tl.float32)
+    s_max = tl.cast(s_max, tl.float32)
+    NG: tl.constexpr = BLOCK_N // GROUP
+    n_col_blocks = tl.cdiv(scale_cols * GROUP, BLOCK_N)
+    pid = tl.program_id(0)
+    if HAS_X2:  # programs past the quantizing ones: the second input's rows (live apart from the first's)
+        n_quant = tl.cdiv(scale_rows, BLOCK_M) * n_col_blocks
+        if pid >= n_quant:
+            pid_2 = pid - n_quant
+            if INT64:
+                pid_2 = pid_2.to(tl.int64)
+            _rms_rows(x2_ptr, w2_ptr, y2_ptr, pid_2 * BLOCK_M + tl.arange(0, BLOCK_M), stride_x2, n_cols2, n_rows,
+                      n_cols2, eps2, BLOCK_N2)
+            return
+    pid_m = pid // n_col_blocks
+    pid_n = pid % n_col_blocks
+    if INT64:
+        pid_m = pid_m.to(tl.int64)
+        pid_n = pid_n.to(tl.int64)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    grp = pid_n * NG + tl.arange(0, NG)
+    # the tile as (rows, blocks, GROUP columns): a block's amax is a reduction along its last axis
+    cols = grp[None, :, None] * GROUP + tl.arange(0, GROUP)[None, None, :]
+    r3 = rows[:, None, None]
+    mask = (r3 < n_rows) & (cols < n_cols)
+    x_rows = x_ptr + r3 * stride_x_row
+    if MODE == "flatten":
+        x = tl.load(x_rows + (cols // seg_len) * stride_x_seg + cols % seg_len, mask=mask, other=0.0).to(tl.float32)
+    else:
+        x = tl.load(x_rows + cols, mask=mask, other=0.0).to(tl.float32)
+    if MODE == "act":  # masked lanes: act(0) * 0 = 0, below any amax
+        y = _apply_activation(x, ACTIVATION) * tl.load(x_rows + n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    elif MODE == "rms":
+        if HAS_RES:
+            x += tl.load(r_ptr + r3 * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(r_out_ptr + r3 * n_cols + cols, x.to(r_out_ptr.dtype.element_ty), mask=mask)
+        ss = tl.sum(tl.sum(x * x, axis=2), axis=1)
+        rstd = tl.math.rsqrt(tl.math.div_rn(ss, tl.cast(n_cols, tl.float32)) + eps1)
+        y = x * rstd[:, None, None] * tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        if STORE_Y1:
+            tl.store(y1_ptr + r3 * n_cols + cols, y.to(y1_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.static_assert((MODE == "plain") | (MODE == "flatten"))
+        y = x
+
+    if FORMAT == "nvfp4":
+        amax = _amax(y, 2)
+        sf = amax * _RCP6
+        if HAS_GLOBAL:
+            g = tl.load(g_ptr).to(tl.float32)
+            sf = g * sf
+        sf = tl.clamp(sf, -s_max, s_max, propagate_nan=tl.PropagateNan.ALL)
+        s_dtype: tl.constexpr = s_ptr.dtype.element_ty
+        if SOFT_ROUND:
+            s_val = _fp8_grid(sf, s_dtype)
+        else:
+            s_val = sf.to(s_dtype).to(tl.float32)
+        s_out = _quantize(sf, 1.0, -s_max, s_max, s_dtype, SOFT_ROUND)
+        if HAS_GLOBAL:
+            s_val = s_val * tl.where(g == 0.0, 0.0, tl.math.div_rn(1.0, tl.where(g == 0.0, 1.0, g)))
+        inv = tl.where(s_val == 0.0, 0.0, tl.math.div_rn(1.0, tl.where(s_val == 0.0, 1.0, s_val)))
+        codes = _e2m1(y * inv[:, :, None])
+    else:
+        amax_bits = tl.max(tl.abs(y).to(tl.int32, bitcast=True), axis=2)  # NaN above inf, as integers
+        nan = amax_bits > _INF_BITS
+        s = _e8m0_exponent(tl.minimum(amax_bits, _INF_BITS), q_max, SCALING)
+        # 2^-s as two normal factors (2^-127 alone is a denormal, which a target may flush to 0)
+        v = y * _pow2(tl.maximum(-s, -126))[:, :, None] * tl.where(s > 126, 0.5, 1.0)[:, :, None]
+        s_out = tl.where(nan, 255, s + 127)
+        s_out = tl.where((rows < n_rows)[:, None] & (grp * GROUP < n_cols)[None, :], s_out, 127)  # padding: 1.0
+        s_out = s_out.to(tl.uint8)
+        if FORMAT == "mxfp8":
+            v = tl.where(nan[:, :, None], float("nan"), v)
+            tl.store(q_ptr + r3 * stride_q_row + cols,
+                     _quantize(v, 1.0, -q_max, q_max, q_ptr.dtype.element_ty, SOFT_ROUND), mask=mask)
+        else:
+            tl.static_assert(FORMAT == "mxfp4")
+            codes = tl.where(nan[:, :, None], 0, _e2m1(v))
+    if FORMAT != "mxfp8":
+        lo, hi = tl.split(tl.reshape(codes, (BLOCK_M, NG, GROUP // 2, 2)))
+        byte = grp[None, :, None] * (GROUP // 2) + tl.arange(0, GROUP // 2)[None, None, :]
+        tl.store(q_ptr + r3 * stride_q_row + byte, (lo | (hi << 4)).to(tl.uint8),
+                 mask=(r3 < n_rows) & (2 * byte < n_cols))
+
+    s_mask = (rows < scale_rows)[:, None] & (grp < scale_cols)[None, :]
+    if SHUFFLE:  # aiter's e8m0_shuffle: (m, n) of the (scale_rows, scale_cols) buffer, 32 x 8 tiles
+        m = rows[:, None]
+        n = grp[None, :]
+        s_offs = ((m % 32) // 16 + ((n % 8) // 4) * 2 + (m % 16) * 4 + (n % 4) * 64 + (n // 8) * 256
+                  + (m // 32) * 32 * scale_cols)
+    else:
+        s_offs = rows[:, None] * stride_s_row + grp[None, :] * stride_s_group
+    # stored from the tile's layout, by the lane holding a block's first column: a byte-wide
+    # value moved to another layout goes through shared memory as single bytes, which the
+    # NVPTX backend lowers with a stack frame
+    shape3: tl.constexpr = (BLOCK_M, NG, GROUP)
+    first = tl.broadcast_to(s_mask[:, :, None], shape3) & (tl.arange(0, GROUP)[None, None, :] == 0)
+    tl.store(tl.broadcast_to(s_ptr + s_offs[:, :, None], shape3), tl.broadcast_to(s_out[:, :, None], shape3),
+             mask=first)
+
+
+@triton.jit
+def _rms_rows(x_ptr, w_ptr, y_ptr, rows, stride_x, stride_y, n_rows, n_cols, eps, BLOCK_N: tl.constexpr):
+    """``rows`` of x normalized (RMSNorm, weight w) into y, in y's dtype."""
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.math.rsqrt(tl.math.div_rn(tl.sum(x * x, axis=1), tl.cast(n_cols, tl.float32)) + eps)
+    y = x * rstd[:, None] * tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + rows[:, None] * stride_y + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
