@@ -18,6 +18,7 @@ import math
 import torch
 
 from aiter_lite.ops.native.activation import ACTIVATIONS
+from aiter_lite.ops.native.quant.fused_fp8_quant import _norms, _rms
 from aiter_lite.spec.quant import get_fp8_e4m3_dtype, quant_range
 
 __all__ = ["dynamic_mxfp4_quant", "dynamic_mxfp8_quant", "dynamic_nvfp4_quant", "act_mul_and_mxfp4_quant",
@@ -141,10 +142,6 @@ def unshuffle_scale(buf: torch.Tensor, m: int, g: int) -> torch.Tensor:
     return buf.reshape(sm // 32, sn // 8, 4, 16, 2, 2).permute(0, 5, 3, 1, 4, 2).reshape(sm, sn)[:m, :g]
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
-
-
 # ---------------------------------------------------------------------------
 # the ops
 
@@ -179,14 +176,8 @@ def act_mul_and_mxfp4_quant(x, activation, scaling_mode="even", shuffle=False, s
 
 def fused_rms_mxfp4_quant(x1, x1_weight, x1_epsilon, x2=None, x2_weight=None, x2_epsilon=0.0, res1=None,
                           shuffle=False, scale_shuffle_padding=False, output_unquantized_inp1=False, inargs="auto"):
-    x = x1.float()
-    out_res1 = None
-    if res1 is not None:
-        x = x + res1.float()
-        out_res1 = x.to(x1.dtype)
-    y = _rms(x, x1_weight, x1_epsilon)
-    out1 = y.to(x1.dtype) if output_unquantized_inp1 else None
-    out2 = None if x2 is None else _rms(x2.float(), x2_weight, x2_epsilon).to(x1.dtype)
+    y, out1, out2, out_res1 = _norms(x1, x1_weight, x1_epsilon, x2, x2_weight, x2_epsilon, res1,
+                                     output_unquantized_inp1)
     q, s = _mx(y, "mxfp4")
     if shuffle or scale_shuffle_padding:
         s = shuffle_scale(s, bool(shuffle))

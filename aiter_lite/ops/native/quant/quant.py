@@ -100,3 +100,11 @@ def per_token_group_quant_fp8(x, group_size, eps=GROUP_EPS, dtype=None, column_m
 
 def per_token_group_quant_int8(x, group_size, eps=GROUP_EPS, dtype=torch.int8):
     return per_token_group_quant_fp8(x, group_size, eps, dtype)
+
+
+# aiter's MX / NV block formats at this path (defined in quant.mx_quant)
+from aiter_lite.ops.native.quant.mx_quant import (  # noqa: E402,F401
+    dynamic_mxfp4_quant,
+    dynamic_mxfp8_quant,
+    dynamic_nvfp4_quant,
+)

@@ -44,3 +44,12 @@ from aiter_lite.ops.triton.quant.fused_fp8_quant import (  # noqa: F401
     fused_silu_mul_fp8_per_tensor_static_quant,
     get_fp8_min_max_bounds,
 )
+from aiter_lite.ops.triton.quant.mx_quant import (  # noqa: F401
+    dynamic_mxfp4_quant,
+    dynamic_mxfp8_quant,
+    dynamic_nvfp4_quant,
+    fused_flatten_mxfp4_quant,
+    fused_flatten_mxfp8_quant,
+    fused_rms_mxfp4_quant,
+    fused_rms_mxfp8_quant,
+)
