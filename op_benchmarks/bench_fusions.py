@@ -4,6 +4,7 @@
     python op_benchmarks/bench_fusions.py --op rope_cache -T 1 16 128 512 2048 --cudagraph
     python op_benchmarks/bench_fusions.py --op rope_cache --layout flash paged --cache-dtype bf16 fp8 -o kv.csv
     python op_benchmarks/bench_fusions.py --op qk_rope_cat mla_cache -T 1 64 4096 --block-size 64
+    python op_benchmarks/bench_fusions.py --op mla_cache --layout shuffled flash --block-size 64 --cache-dtype bf16 fp8
     python op_benchmarks/bench_fusions.py --op rope_cache --shape 2048x64x8x128 --inplace false
 
 Ops (aiter's names, aiter_lite.ops.triton.fusions; T tokens, QH / KH query / key-value heads of D channels):
@@ -25,8 +26,10 @@ Caches, B = --block-size, ceil(T / B) blocks; int64 slot_mapping as vLLM builds 
 or a random permutation of the slots (--slots random: every token in a block of its own, as in
 decode); --layout flash: key and value (blocks, B, KH, D); paged: key
 (blocks, KH, D / x, B, x) with x = 16 / c (16-byte chunks), value (blocks, KH, D, B); MLA: paged
-(blocks, B, 1, L + R), flash the flat (slots, 1, L + R). --cache-dtype fp8 is the device's e4m3,
-values divided by a scale of 0.05.
+(blocks, B, 1, L + R), flash the flat (slots, 1, L + R), shuffled aiter's preshuffled cache
+(blocks, 1, B, L + R), B a multiple of 16 (mla_cache only: cat_and_cache_mla(...,
+shuffled_kv_cache=True), the layout gfx950's MLA decode reads). --cache-dtype fp8 is the device's
+e4m3, values divided by a scale of 0.05.
 
 Bytes moved (each input read once, each output written once; e = the activations' element size,
 c the cache's, 8 an index, 4 a table entry, F = R / 2 table columns):
@@ -45,7 +48,8 @@ unfused (this project's ops in sequence, as a serving stack without the fusion r
                     it writes Q and K contiguous), then V.contiguous()
     qk_rope_cat     the 2c rope out of place on q_pe and k_pe, then torch.cat twice
     qk_cat          none: native is already two torch.cat
-    mla_cache       torch.cat, (fp8: scale, cast), index_copy_ into the flat cache
+    mla_cache       torch.cat, (fp8: scale, cast), index_copy_ into the flat cache (shuffled: into the
+                    preshuffled positions of each element, computed once per step, outside the timing)
 Every provider writes its own copies of Q and K and its own zeroed caches, so whole caches are
 compared with the reference's; fp8 values agree within one step. Without --providers the bench
 times triton, unfused, compile and native (on the CPU: no compile). Under --cudagraph the cache
@@ -152,7 +156,7 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
             x["qkv"] = randn(t, (qh + 2 * kh) * d)
         elif op == "mla_cache":
             x.update(k_nope=randn(t, d - r), k_pe=randn(t, r))
-            shape = (blocks, bs, 1, d) if layout == "paged" else (blocks * bs, 1, d)
+            shape = {"paged": (blocks, bs, 1, d), "shuffled": (blocks, 1, bs, d)}.get(layout, (blocks * bs, 1, d))
             x["kv_cache"] = torch.zeros(shape, device=dev, dtype=kv_dtype)
         else:
             x.update(q_nope=randn(t, qh, d - r), q_pe=randn(t, qh, r), k_nope=randn(t, 1, d - r),
@@ -226,8 +230,9 @@ def _fused(mod):
         if case.op == "qkv_split_rope":
             return lambda: fn(x["qkv"], x["cos"], x["sin"], x["pos"], qh, kh, d, neox)
         if case.op == "mla_cache":
-            kv = x["kv_cache"]
-            return lambda: (fn(x["k_nope"], x["k_pe"], kv, x["slots"], x["scale"], apply_scale=fp8), kv)[1]
+            kv, shuffled = x["kv_cache"], case.dims["LAYOUT"] == "shuffled"
+            return lambda: (fn(x["k_nope"], x["k_pe"], kv, x["slots"], x["scale"], apply_scale=fp8,
+                               shuffled_kv_cache=shuffled), kv)[1]
         if case.op == "qk_cat":
             return lambda: fn(x["q_nope"], x["q_pe"], x["k_nope"], x["k_pe"])
         return lambda: fn(x["q_nope"], x["q_pe"], x["k_nope"], x["k_pe"], x["pos"], x["cos"], x["sin"], neox)
@@ -237,6 +242,20 @@ def _fused(mod):
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     """An fp8 tensor as uint8 (index_copy_ / index_put_ move bytes; vLLM keeps fp8 caches as uint8)."""
     return t.view(torch.uint8) if t.dtype.itemsize == 1 else t
+
+
+def _shuffled_positions(slots: torch.Tensor, kv_cache: torch.Tensor, lora: int) -> torch.Tensor:
+    """Each token's element offsets (tokens x (L + R), flattened) in a preshuffled MLA cache
+    (blocks, 1, B, L + R): per block the latent parts of its tokens, then the rope parts, each in
+    tiles of 16 tokens with 16-byte chunks side by side (``cat_and_cache_mla``'s doc)."""
+    _, _, bs, d = kv_cache.shape
+    e = 16 // kv_cache.element_size()
+    c = torch.arange(d, device=slots.device)
+    rope = c >= lora
+    width, cc = torch.where(rope, d - lora, lora), torch.where(rope, c - lora, c)
+    blk, off = (slots // bs)[:, None], (slots % bs)[:, None]
+    return (blk * bs * d + rope * bs * lora + off // 16 * 16 * width + cc // e * 16 * e + off % 16 * e
+            + cc % e).reshape(-1)
 
 
 def _unfused(case, inputs):
@@ -268,6 +287,14 @@ def _unfused(case, inputs):
         return rope_cat
     if case.op == "mla_cache":
         kv_cache = x["kv_cache"]
+        if case.dims["LAYOUT"] == "shuffled":
+            flat, where = _bytes(kv_cache).view(-1), _shuffled_positions(slots, kv_cache, d - case.dims["R"])
+
+            def cat_cache_shuffled():
+                values = to_cache(torch.cat([x["k_nope"], x["k_pe"]], -1), kv_cache)
+                flat.index_copy_(0, where, values.reshape(-1))
+                return kv_cache
+            return cat_cache_shuffled
         flat = _bytes(kv_cache).view(-1, d)
 
         def cat_cache():
@@ -333,8 +360,8 @@ def make_parser() -> argparse.ArgumentParser:
     p = harness.make_parser(__doc__.splitlines()[0], ("T", "QH", "KH", "D"))
     p.add_argument("-T", dest="M", type=int, nargs="+", help="token counts; -M is the same")
     p.add_argument("--op", nargs="+", default=list(OPS), choices=list(OPS))
-    p.add_argument("--layout", nargs="+", default=["flash"], choices=["flash", "paged"],
-                   help="KV-cache layout of rope_cache and mla_cache")
+    p.add_argument("--layout", nargs="+", default=["flash"], choices=["flash", "paged", "shuffled"],
+                   help="KV-cache layout of rope_cache and mla_cache (shuffled: mla_cache only)")
     p.add_argument("--cache-dtype", nargs="+", default=["bf16"], choices=["bf16", "fp8"],
                    help="cache dtype: bf16, or fp8 (the device's e4m3, scaled)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per cache block")
@@ -351,7 +378,8 @@ def _cases(args: argparse.Namespace, ops: list[str], shapes_of, dtypes: list[tor
     caches = [(layout, kv) for layout in args.layout for kv in args.cache_dtype]
     for dtype in dtypes:
         for op in ops:
-            variants = caches if op in CACHE_OPS else [("-", "-")]
+            variants = [(layout, kv) for layout, kv in caches if layout != "shuffled" or op == "mla_cache"] \
+                if op in CACHE_OPS else [("-", "-")]
             for label, t, hd in shapes_of(op):
                 for layout, kv in variants:
                     case = fusion_case(op, label, t, hd, dtype, layout, kv, args)

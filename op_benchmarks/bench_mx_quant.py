@@ -22,7 +22,8 @@ values half a byte, fp8 values and e8m0 / e4m3 scales one byte):
                    x (M, N / 128, 128)
 The fused norms hold a row in registers: their cases stop at N = 16384.
 Providers: triton (aiter_lite), native (the eager fp32 PyTorch reference), compile
-(torch.compile of it). Liger has no MX / NV quantization. Results are compared decoded:
+(torch.compile of it), unfused (the fused forms as this project's norm / activation /
+reshape, then its block quantization). Liger has no MX / NV quantization. Results are compared decoded:
 within one e2m1 / fp8 step of the reference's.
 """
 
@@ -138,10 +139,34 @@ class _Compiled:
         return _compiled[name]
 
 
+def _unfused(case, inputs):
+    """The fused forms as this project's ops back to back: the norm (the residual add), the
+    gated activation or the flattening copy, then the block quantization."""
+    from aiter_lite.ops.triton import activation as tri_act
+    from aiter_lite.ops.triton.normalization import rmsnorm as tri_rms
+
+    x, w, r, _ = inputs
+    op = case.op
+    if op == "silu_mxfp4":
+        y = torch.empty(x.shape[0], x.shape[1] // 2, device=x.device, dtype=x.dtype)
+        return lambda: tri.dynamic_mxfp4_quant(tri_act.silu_and_mul(y, x))
+    if op == "flatten_mxfp4":
+        return lambda: tri.dynamic_mxfp4_quant(x.reshape(x.shape[0], -1))
+    if op == "rms_mxfp8":
+        return lambda: tri.dynamic_mxfp8_quant(tri_rms.rms_norm(x, w, EPS), None, tri.get_fp8_e4m3_dtype(x.device))
+    if op == "rms_mxfp4":
+        return lambda: tri.dynamic_mxfp4_quant(tri_rms.rms_norm(x, w, EPS))
+    if op == "add_rms_mxfp4":
+        y, r_out = torch.empty_like(x), torch.empty_like(r)
+        return lambda: (tri_rms.rmsnorm2d_fwd_with_add(y, x, r, r_out, w, EPS), tri.dynamic_mxfp4_quant(y))[1]
+    return None  # the plain quant ops: nothing to fuse
+
+
 PROVIDERS = {
     "triton": functools.partial(_call, tri),
     "native": functools.partial(_call, native),
     "compile": functools.partial(_call, _Compiled()),
+    "unfused": _unfused,
 }
 RMS_MAX_N = 16384  # the fused norms hold a row in registers
 

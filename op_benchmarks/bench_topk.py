@@ -1,10 +1,11 @@
-"""Benchmark top-k (topk) and the MoE routing it serves (moe_topk_softmax, moe_biased_grouped_topk).
+"""Benchmark top-k (topk) and MoE routing (moe_topk_softmax, moe_biased_grouped_topk, routing_sigmoid_top1).
 
     python op_benchmarks/bench_topk.py                             # sampling: M = 1..256 x 128256, k = 1, 50, 1024; 4 x 262144, k = 1024
     python op_benchmarks/bench_topk.py --model all -M 1 64 -k 50   # every model's vocabulary
     python op_benchmarks/bench_topk.py --shape 16x151936 -k 1 20 --dtype fp32
     python op_benchmarks/bench_topk.py --op moe_topk_softmax moe_biased_grouped_topk
     python op_benchmarks/bench_topk.py --op moe_biased_grouped_topk -M 1 64 --cudagraph
+    python op_benchmarks/bench_topk.py --op routing_sigmoid_top1 -M 1 64 4096 --cudagraph
 
 topk shapes are (M, N, K): M rows, N the row length (a vocabulary), K = k, the largest
 k of each row with their int64 indices. MoE shapes are (M, N, K): M tokens, N experts,
@@ -12,19 +13,26 @@ K experts chosen per token; moe_topk_softmax runs Mixtral (8 experts, top 2), Qw
 top 8), 256 and 512 experts (top 8); moe_biased_grouped_topk runs DeepSeek-V3 (256
 experts, 8 groups, 4 kept, top 8, renormalized, scale 2.5). --shape MxN gives a
 vocabulary row for topk (-k values) and a token count x experts for the MoE ops (top 8;
-moe_biased_grouped_topk in 8 groups, 4 kept).
+moe_biased_grouped_topk in 8 groups, 4 kept). routing_sigmoid_top1 (Llama 4's router, from the
+hidden states: x (M, H) @ w (H, N), sigmoid, top 1, the shared expert appended) runs Llama 4
+Scout (16 experts) and Maverick (128), H = 5120; its K is 1 and H the hidden column.
 
 Bytes moved (each input read once, each output written once; e = input element size):
     topk                  read M x N; write M x K values (e) and indices (8)   M * N * e + M * K * (e + 8)
     MoE routing           read M x N logits (and N fp32 bias); write M x K
                           fp32 weights and int32 ids                         M * N * e + 4 * N + M * K * 8
+    routing_sigmoid_top1  read x (M x H) and w (H x N); write M x 2 fp32
+                          weights and int32 ids (the shared expert's too)    (M + N) * H * e + M * 16
 Providers: triton (aiter_lite), native (aiter_lite's reference: a stable torch.sort,
 the MoE native ops), torch (eager torch.topk; for the MoE ops vLLM's routing written
 out in torch ops, op_benchmarks/utils/topk.py), compile (torch.compile of the same
-torch.topk / torch-ops routing). Liger has no top-k. torch.topk's tie order is
-unspecified, so the torch and compile topk providers are checked on their values only;
-the MoE logits leave no near-ties (op_benchmarks/utils/topk.py), so every MoE provider
-is checked on weights and ids.
+torch.topk / torch-ops routing; for routing_sigmoid_top1 the router GEMM x @ w in the input
+dtype, torch.topk of its logits, their sigmoid: Llama 4's router without the fusion). Liger
+has no top-k. torch.topk's tie order is unspecified, so the torch and compile topk providers
+are checked on their values only; the MoE logits leave no near-ties (op_benchmarks/utils/topk.py),
+so every MoE provider is checked on weights and ids. routing_sigmoid_top1's logits come from a
+GEMM, rounded to the input's dtype by the torch peers: its experts may differ at a near tie,
+where the weights must then agree (``_top1_agrees``).
 """
 
 import pathlib
@@ -38,11 +46,13 @@ import torch  # noqa: E402
 
 from aiter_lite.ops.native import moe_routing as native_moe  # noqa: E402
 from aiter_lite.ops.native import topk as native  # noqa: E402
+from aiter_lite.ops.native.moe import moe_routing_sigmoid_top1_fused as native_top1  # noqa: E402
 from aiter_lite.ops.triton import moe_routing as tri_moe  # noqa: E402
 from aiter_lite.ops.triton import topk as tri  # noqa: E402
+from aiter_lite.ops.triton.moe import moe_routing_sigmoid_top1_fused as tri_top1  # noqa: E402
 from op_benchmarks.utils import topk as peers  # noqa: E402
 
-OPS = ("topk", "moe_topk_softmax", "moe_biased_grouped_topk")
+OPS = ("topk", "moe_topk_softmax", "moe_biased_grouped_topk", "routing_sigmoid_top1")
 DEFAULT_MODELS = ["llama3-8B"]
 DEFAULT_M = [1, 16, 64, 256]
 DEFAULT_K = [1, 50, 1024]
@@ -52,6 +62,8 @@ DEFAULT_TOKENS = [1, 16, 64, 256, 1024, 4096, 16384, 65536]
 SOFTMAX_ROUTING = [("mixtral", 8, 1, 1, 2), ("qwen3-moe", 128, 1, 1, 8), ("E256", 256, 1, 1, 8),
                    ("E512", 512, 1, 1, 8)]
 BIASED_ROUTING = [("deepseek-v3", 256, 8, 4, 8)]
+SIGMOID_TOP1_ROUTING = [("llama4-scout", 16), ("llama4-maverick", 128)]  # (label, experts)
+LLAMA4_HIDDEN = 5120
 RENORMALIZE = True
 SCALE = 2.5  # DeepSeek-V3's routed_scaling_factor
 
@@ -77,18 +89,49 @@ def _moe_case(op, label, tokens, experts, groups, kept, k, dtype):
     )
 
 
+def _top1_case(label, tokens, experts, hidden, dtype):
+    def make_inputs():
+        x = torch.randn(tokens, hidden, device=harness.DEVICE, dtype=dtype)
+        return x, (torch.randn(hidden, experts, device=harness.DEVICE) * hidden ** -0.5).to(dtype)
+
+    return harness.Case(
+        op="routing_sigmoid_top1", label=label, dims={"M": tokens, "N": experts, "K": 1}, dtype=dtype, rows=tokens,
+        nbytes=(tokens + experts) * hidden * dtype.itemsize + tokens * 16, make_inputs=make_inputs,
+        extra={"hidden": hidden}, agrees=_top1_agrees,
+    )
+
+
+def _top1_agrees(result, reference) -> bool:
+    """The same experts, or (a near tie, which the peers' logits rounded to the input's dtype may
+    break either way) weights within the bf16 tolerance; the shared column exactly."""
+    (ids, w), (ref_ids, ref_w) = result, reference
+    close = (w.float() - ref_w).abs() <= 2e-2 + 3e-2 * ref_w.abs()
+    return bool(close.all() and torch.equal(ids[:, 1:].int(), ref_ids[:, 1:]))
+
+
+def _torch_top1(x, w):
+    """Llama 4's router in torch ops (vLLM's custom routing): the GEMM, torch.topk of the logits,
+    their sigmoid; the shared expert appended."""
+    weights, ids = torch.topk(x @ w, 1, dim=-1)
+    weights = torch.sigmoid(weights.float())
+    return torch.cat([ids.to(torch.int32), torch.full_like(ids, w.shape[1], dtype=torch.int32)], 1), \
+        torch.cat([weights, torch.ones_like(weights)], 1)
+
+
 def _routing_args(case):
     """(topk, groups, groups kept) of a MoE case."""
     return case.dims["K"], case.extra["groups"], case.extra["topk_group"]
 
 
-def _provider(topk_ops, moe_ops):
+def _provider(topk_ops, moe_ops, top1_ops):
     """The timed call of a case on one backend's top-k and routing modules."""
 
     def make(case, inputs):
         if case.op == "topk":
             (x,) = inputs
             return lambda: topk_ops.topk(x, case.dims["K"])
+        if case.op == "routing_sigmoid_top1":
+            return lambda: top1_ops.routing_sigmoid_top1(*inputs, 1, True)
         k, groups, kept = _routing_args(case)
         if case.op == "moe_topk_softmax":
             return lambda: moe_ops.moe_topk_softmax(inputs[0], k, RENORMALIZE)
@@ -97,8 +140,8 @@ def _provider(topk_ops, moe_ops):
     return make
 
 
-_triton = _provider(tri, tri_moe)
-_native = _provider(native, native_moe)
+_triton = _provider(tri, tri_moe, tri_top1)
+_native = _provider(native, native_moe, native_top1)
 
 
 def _torch_topk(x, k):
@@ -111,6 +154,8 @@ def _peer(case, inputs, fns):
     if case.op == "topk":
         (x,) = inputs
         return lambda: fns["topk"](x, case.dims["K"])[0]
+    if case.op == "routing_sigmoid_top1":
+        return lambda: fns["routing_sigmoid_top1"](*inputs)
     k, groups, kept = _routing_args(case)
     if case.op == "moe_topk_softmax":
         return lambda: fns["moe_topk_softmax"](inputs[0], k, RENORMALIZE)
@@ -118,7 +163,7 @@ def _peer(case, inputs, fns):
 
 
 _EAGER = {"topk": _torch_topk, "moe_topk_softmax": peers.vllm_fused_topk,
-          "moe_biased_grouped_topk": peers.vllm_biased_grouped_topk}
+          "moe_biased_grouped_topk": peers.vllm_biased_grouped_topk, "routing_sigmoid_top1": _torch_top1}
 _compiled = {}
 
 
@@ -151,6 +196,11 @@ def _topk_cases(args):
 
 
 def _moe_cases(args, op):
+    if op == "routing_sigmoid_top1":
+        geoms = ([("custom", harness.parse_shape(s, ("M", "N"))) for s in args.shape] if args.shape else
+                 [(label, {"M": t, "N": e}) for label, e in SIGMOID_TOP1_ROUTING for t in args.M or DEFAULT_TOKENS])
+        return [_top1_case(label, d["M"], d["N"], LLAMA4_HIDDEN, harness.DTYPES[dname])
+                for dname in args.dtype for label, d in geoms]
     if args.shape:
         geoms = [("custom", harness.parse_shape(s, ("M", "N"))) for s in args.shape]
         biased = op == "moe_biased_grouped_topk"
@@ -170,6 +220,8 @@ def _tiny(ops):
             cases.append(_topk_case("tiny", 3, 200, 5, torch.bfloat16))
         elif op == "moe_topk_softmax":
             cases.append(_moe_case(op, "tiny", 5, 16, 1, 1, 4, torch.bfloat16))
+        elif op == "routing_sigmoid_top1":
+            cases.append(_top1_case("tiny", 5, 16, 64, torch.bfloat16))
         else:
             cases.append(_moe_case(op, "tiny", 5, 32, 4, 2, 4, torch.bfloat16))
     return cases

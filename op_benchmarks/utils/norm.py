@@ -22,7 +22,8 @@ MAX_LIGER_N = 65536  # Liger holds a whole row in one block, at most 64K columns
 class NormBench:
     def __init__(self, name: str, ops: tuple[str, str, str, str], n_vecs: int, *, triton_fwd: Callable,
                  triton_add: Callable, native_fwd: Callable, native_add: Callable, liger: Callable):
-        """``ops``: forward, fused add, their backward ops. ``liger(case, inputs)``: None where
+        """``ops``: forward, fused add, their backward ops (a subclass may add ops of its own after
+        these four, with the cases and providers it overrides). ``liger(case, inputs)``: None where
         Liger has no such op, else (fwd, add, inputs)."""
         self.name, self.ops, self.n_vecs = name, ops, n_vecs
         self._triton = (triton_fwd, triton_add)
@@ -35,7 +36,7 @@ class NormBench:
         statistics (rstd, and the mean for LayerNorm) and the weight, and write each parameter's
         gradient; the fused add's backward reads the saved sum x + residual, dy and residual_out's
         gradient and writes one gradient, which is both x's and the residual's."""
-        fwd, add, bwd, add_bwd = self.ops
+        fwd, add, bwd, add_bwd = self.ops[:4]
         if op == fwd:
             return (2 * m * n + self.n_vecs * n) * e
         if op == add:
@@ -44,7 +45,7 @@ class NormBench:
         return (rows * m * n + (self.n_vecs + 1) * n) * e + 4 * self.n_vecs * m
 
     def case(self, op: str, label: str, m: int, n: int, dtype: torch.dtype) -> harness.Case:
-        fwd, add, bwd, add_bwd = self.ops
+        fwd, add, bwd, add_bwd = self.ops[:4]
 
         def make_inputs():
             x = torch.randn(m, n, device=harness.DEVICE, dtype=dtype)
@@ -66,7 +67,7 @@ class NormBench:
 
     def timed(self, case: harness.Case, inputs: tuple, fwd: Callable, add: Callable | None):
         """The callable to time for case.op (None where the provider has no such op)."""
-        fwd_op, add_op, bwd_op, _ = self.ops
+        fwd_op, add_op, bwd_op, _ = self.ops[:4]
         if case.op == fwd_op:
             x, *vecs = inputs
             return lambda: fwd(x, *vecs)

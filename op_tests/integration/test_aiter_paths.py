@@ -215,12 +215,53 @@ AITER = [
      "dynamic_per_token_quant_fp8_i8(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor)"),
     ("aiter.ops.triton.normalization.rmsnorm",
      "rmsnorm_forward_inference(x: torch.Tensor, weight: torch.Tensor, eps: float)"),
+    ("aiter.ops.triton.activation",
+     "act_mul_and_mxfp4_quant(x: torch.Tensor, activation: Literal['silu', 'gelu', 'gelu_tanh'], "
+     "scaling_mode: str = 'even', shuffle: bool = False, "
+     "scale_shuffle_padding: bool = False) -> tuple[torch.Tensor, torch.Tensor]"),
+    ("aiter.ops.triton.quant.fused_mxfp4_quant",
+     "fused_rms_mxfp4_quant(x1: torch.Tensor, x1_weight: torch.Tensor, x1_epsilon: float, "
+     "x2: torch.Tensor | None = None, x2_weight: torch.Tensor | None = None, "
+     "x2_epsilon: float = 0.0, res1: torch.Tensor | None = None, shuffle: bool | None = False, "
+     "scale_shuffle_padding: bool | None = False, output_unquantized_inp1 = False, "
+     "inargs: str = 'auto')"),
+    ("aiter.ops.triton.quant.fused_mxfp4_quant",
+     "fused_flatten_mxfp4_quant(x: torch.Tensor)"),
+    ("aiter.ops.triton.quant.fused_mxfp8_quant",
+     "fused_rms_mxfp8_quant(x: torch.Tensor, weight: torch.Tensor, eps: float, "
+     "y: torch.Tensor | None = None, scale: torch.Tensor | None = None) -> tuple[torch.Tensor, "
+     "torch.Tensor]"),
+    ("aiter.ops.triton.quant.fused_mxfp8_quant",
+     "fused_flatten_mxfp8_quant(x: torch.Tensor, "
+     "quant_dtype: torch.dtype = torch.float8_e4m3fn) -> tuple[torch.Tensor, torch.Tensor]"),
+    ("aiter.ops.triton.quant.quant",
+     "dynamic_mxfp4_quant(x: torch.Tensor, scaling_mode: str = 'even') -> tuple[torch.Tensor, "
+     "torch.Tensor]"),
+    ("aiter.ops.triton.quant.quant",
+     "dynamic_mxfp8_quant(x: torch.Tensor, scale: torch.Tensor | None = None, "
+     "quant_dtype: torch.dtype = torch.float8_e4m3fn) -> tuple[torch.Tensor, torch.Tensor]"),
+    ("aiter.ops.triton.quant.quant",
+     "dynamic_nvfp4_quant(x: torch.Tensor, "
+     "global_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]"),
+    ("aiter.ops.triton.normalization.fused_rmsnorm_add",
+     "fused_rmsnorm_add(x, weight, epsilon, res1 = None)"),
+    ("aiter.ops.triton.normalization.fused_add_rmsnorm_pad",
+     "fused_add_rmsnorm_pad(x: torch.Tensor, weight: torch.Tensor, epsilon: float, "
+     "res: torch.Tensor = None, x_pad_to_multiple: int = 0)"),
+    ("aiter.ops.triton.moe.moe_routing_sigmoid_top1_fused",
+     "routing_sigmoid_top1(x, w, topk, fused_shared_experts = False, config: dict[str, "
+     "any] | None = None)"),
+    ("aiter.ops.triton.quant",
+     "dynamic_mxfp4_quant(x: torch.Tensor, scaling_mode: str = 'even') -> tuple[torch.Tensor, torch.Tensor]"),
 ]
 # older module paths vLLM and SGLang still import, and what each must hold
 FLAT_PATHS = {
     "aiter.ops.triton.fused_kv_cache": ["fused_qk_rope_reshape_and_cache", "cat_and_cache_mla"],
     "aiter.ops.triton.fused_qk_concat": ["fused_qk_cat", "fused_qk_rope_cat"],
     "aiter.ops.triton.kv_cache": ["cat_and_cache_mla"],
+    "aiter.ops.triton.fused_mxfp4_quant": ["fused_rms_mxfp4_quant", "fused_flatten_mxfp4_quant"],
+    "aiter.ops.triton.fused_add_rmsnorm_pad": ["fused_add_rmsnorm_pad"],
+    "aiter.ops.triton.moe_routing_sigmoid_top1_fused": ["routing_sigmoid_top1"],
     "aiter.ops.triton.fused_fp8_quant": ["fused_rms_fp8_group_quant", "fused_rms_gated_fp8_group_quant",
                                          "fused_flatten_fp8_group_quant", "fused_reduce_act_mul_fp8_group_quant",
                                          "fused_reduce_rms_fp8_group_quant", "fused_rms_fp8_per_tensor_static_quant",

@@ -16,9 +16,12 @@ from op_tests.utils import ON_GPU, registry
 from op_tests.utils.registry import clone_args, tensors
 
 # Python-side names that are not ops: classes, launch configurations, the autograd functions.
-NOT_OPS = {"RotateStyle", "RoPE", "RoPETHD", "RoPECached", "RoPE2D"}
+NOT_OPS = {"RotateStyle", "RoPE", "RoPETHD", "RoPECached", "RoPE2D", "get_fp8_min_max_bounds",
+           "fused_add_rmsnorm_pad"}  # aiter's dispatcher over rmsnorm_pad / add_rmsnorm_pad (a tensor or a pair)
 MODULES = ("activation", "normalization.rmsnorm", "normalization.layernorm", "softmax", "cross_entropy", "topk",
-           "moe_routing", "quant.quant", "quant.norm_quant", "quant.act_quant", "rope.rope", "fusions")
+           "normalization.fused_add_rmsnorm_pad", "moe.moe_routing_sigmoid_top1_fused",
+           "moe_routing", "quant.quant", "quant.norm_quant", "quant.act_quant", "quant.fused_fp8_quant",
+           "quant.mx_quant", "rope.rope", "fusions")
 
 
 def sample(name: str) -> tuple:

@@ -15,8 +15,9 @@ import torch
 from aiter_lite.ops.triton import activation, cross_entropy, moe_routing, softmax, topk
 from aiter_lite.ops.triton._triton_kernels.rope.rope import RowMode
 from aiter_lite.ops.triton.fusions import fused_kv_cache, fused_qk_concat
+from aiter_lite.ops.triton.moe import moe_routing_sigmoid_top1_fused as sigmoid_top1
 from aiter_lite.ops.triton.normalization import norm
-from aiter_lite.ops.triton.quant import act_quant, fused_fp8_quant, norm_quant, quant
+from aiter_lite.ops.triton.quant import act_quant, fused_fp8_quant, mx_quant, norm_quant, quant
 from aiter_lite.ops.triton.quant.quant import QuantLaunchConfig
 from aiter_lite.ops.triton.rope import rope
 from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig
@@ -30,9 +31,10 @@ BACKEND = "inductor" if ON_GPU else "aot_eager"
 FAMILIES = ["activation", "activation backward", "activation, gate and up apart",
             "activation backward, gate and up apart", "normalization", "normalization backward", "softmax",
             "softmax backward", "cross entropy", "cross entropy reduced", "cross entropy backward",
-            "cross entropy in place", "cross entropy scale", "topk", "moe routing", "quant", "quant static",
+            "cross entropy in place", "cross entropy scale", "topk", "moe routing", "moe routing sigmoid top1",
+            "quant", "quant static",
             "quant dynamic per tensor", "quant group", "act + quant", "norm + quant", "fused rms + quant",
-            "fused gated rms + quant", "rope",
+            "fused gated rms + quant", "mx quant", "rope",
             "rope in place", "fusions", "fusions q/k concat", "fusions MLA cache", "fusions KV cache"]
 F8 = torch.float8_e4m3fn if ON_GPU else torch.int8
 
@@ -106,6 +108,9 @@ def _cases():
                         (_r(t, 66), _r(64), _e(t, 6), _e(t, 4, dtype=torch.int32), _e(t, 4, dtype=torch.int32), 8,
                          2, True, True, 2.5, 2),
                         moe_routing.MoeRoutingLaunchConfig(4, 1)),
+        "moe routing sigmoid top1": (sigmoid_top1._launch_routing_sigmoid_top1,
+                                     (_r(t, 40), _r(40, 12), _e(t, 2, dtype=torch.int32), _e(t, 2), True),
+                                     sigmoid_top1.RoutingSigmoidTop1LaunchConfig(32, 16, 1, 1)),
         "quant": (quant._launch_per_token_quant, (x2, _e(t, n, dtype=F8), _e(t), None),
                   QuantLaunchConfig(1, 32, 1, LOOPED=True)),
         "quant static": (quant._launch_static_quant, (x2, _e(t, n, dtype=F8), torch.full((1,), 0.05, device=DEVICE)),
@@ -129,6 +134,11 @@ def _cases():
                                     (_r(t, 64), _r(t, 64), _r(64), _r(64), _e(t, 64, dtype=F8), _e(t, 2), 32, 1e-6,
                                      -100.0, 100.0, 1e-4, "silu", True, True),
                                     fused_fp8_quant.GatedRmsQuantLaunchConfig(2, 1)),
+        "mx quant": (mx_quant._launch_mx_quant,  # RMSNorm, residual, second input, shuffled MXFP4 scales
+                     (x2, torch.zeros(t, n // 2, device=DEVICE, dtype=torch.uint8),
+                      torch.zeros(256, 8, device=DEVICE, dtype=torch.uint8), "rms", "mxfp4", n, "even", "", True,
+                      256, 8, _r(n), _r(t, n), _e(t, n), _e(t, n), _r(t, 40), _r(40), _e(t, 40), None, 1e-6, 1e-5),
+                     mx_quant.MxQuantLaunchConfig(2, 256, 1)),
         "rope": (rope._launch_rope,
                  (_r(t, 4, 16), _e(t, 4, 16), None, None, cos, sin, None, None, pos, None, None,
                   [int(RowMode.POSITIONS), 8, 16, 16, cos.stride(0), cos.stride(1), cos.stride(0), cos.stride(1), 1,

@@ -90,6 +90,7 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
     (and on the other profiles: a split row's segments are fewer than any's SMs)."""
     from aiter_lite.library import OPS
     from aiter_lite.ops.triton.quant import fused_fp8_quant as ffq
+    from aiter_lite.ops.triton.quant import mx_quant as mxq
     from op_benchmarks.utils.op_args import TINY, op_args
 
     f32 = torch.float32
@@ -190,6 +191,20 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
                               ("groups across heads", _meta(16, 8, 100).transpose(0, 1), 64))],
         ("fused_silu_mul_fp8_per_tensor_static_quant, rounded to the input's dtype",
          lambda: ffq.fused_silu_mul_fp8_per_tensor_static_quant(_meta(8, 2 * 14336), _meta(1, dtype=f32), fp8, True)),
+        ("fused_rms_mxfp4_quant, DeepSeek-V3 q_a / kv_a, residual, unquantized, shuffled scales",
+         lambda: mxq.fused_rms_mxfp4_quant(_meta(8, 1536), _meta(1536), 1e-6, _meta(8, 512), _meta(512), 1e-6,
+                                           _meta(8, 1536), True, False, True)),
+        ("fused_rms_mxfp4_quant, the widest rows, padded scales",
+         lambda: mxq.fused_rms_mxfp4_quant(_meta(8, 16384), _meta(16384), 1e-6, _meta(8, 16384), _meta(16384),
+                                           1e-6, _meta(8, 16384), False, True)),
+        ("fused_rms_mxfp8_quant, the widest rows",
+         lambda: mxq.fused_rms_mxfp8_quant(_meta(8, 16384), _meta(16384), 1e-6, _meta(8, 16384, dtype=fp8))),
+        *[(f"dynamic_mxfp4_quant, {mode} scales",
+           lambda mode=mode: mxq.dynamic_mxfp4_quant(_meta(256, 7168), mode)) for mode in ("floor", "ceil", "rceil")],
+        ("dynamic_mxfp4_quant, offsets past 2^31", lambda: mxq.dynamic_mxfp4_quant(_meta(1 << 19, 4096))),
+        ("act_mul_and_mxfp4_quant gelu_tanh, padded scales, rceil",
+         lambda: mxq.act_mul_and_mxfp4_quant(_meta(256, 2 * 2048), "gelu_tanh", "rceil", False, True)),
+        ("dynamic_nvfp4_quant, no global scale", lambda: mxq.dynamic_nvfp4_quant(_meta(256, 7168))),
         ("topk filter", lambda: op["topk"](_meta(4, 128256), 50, -1, True, True)),
         ("topk filter, k = 1", lambda: op["topk"](_meta(4, 128256), 1, -1, True, True)),
         ("topk sorted rows", lambda: op["topk"](_meta(4, 1 << 17), 4096, -1, True, True)),
@@ -217,6 +232,26 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
         ("cat_and_cache_mla fp8 cache, scaled",
          lambda: op["cat_and_cache_mla"](mla[0], mla[1], _meta(*mla[2].shape, dtype=fp8), mla[3],
                                          _meta(1, dtype=f32), True)),
+        # aiter's preshuffled MLA cache (DeepSeek's 512 + 64 in blocks of 64): 8-wide bf16 chunks, 16-wide fp8
+        *[(f"cat_and_cache_mla shuffled {dt}",
+           lambda dt=dt: op["cat_and_cache_mla"](_meta(8, 512), _meta(8, 64), _meta(4, 1, 64, 576, dtype=dt),
+                                                 _meta(8, dtype=torch.int64), _meta(1, dtype=f32), True, True))
+          for dt in (torch.bfloat16, fp8)],
+        # fused_add_rmsnorm_pad: gpt-oss's 2880 padded to 3072 (a row in registers), a looped row (the width
+        # compiled in, and not), a split row
+        ("add_rmsnorm_pad gpt-oss",
+         lambda: op["add_rmsnorm_pad"](_meta(256, 2880), _meta(2880), 1e-6, _meta(256, 2880), 256)),
+        ("rmsnorm_pad looped, width compiled in",
+         lambda: op["rmsnorm_pad"](_meta(264, 16000), _meta(16000), 1e-6, 256)),
+        ("rmsnorm_pad looped", lambda: op["rmsnorm_pad"](_meta(264, 65000), _meta(65000), 1e-6, 128)),
+        ("add_rmsnorm_pad split",
+         lambda: op["add_rmsnorm_pad"](_meta(4, 65552), _meta(65552), 1e-6, _meta(4, 65552), 256)),
+        # routing_sigmoid_top1: Llama 4 Maverick's 128 experts from 8192 tokens (32-token tiles), the most
+        # experts in fp32 (full-precision dot)
+        ("routing_sigmoid_top1 Llama 4 Maverick, shared expert",
+         lambda: op["routing_sigmoid_top1"](_meta(8192, 5120), _meta(5120, 128), 1, True)),
+        ("routing_sigmoid_top1 fp32, the most experts",
+         lambda: op["routing_sigmoid_top1"](_meta(16, 5120, dtype=f32), _meta(5120, 512, dtype=f32), 1, False)),
     ]
     return out
 

@@ -5,6 +5,7 @@ from aiter_lite.ops.native import (  # noqa: F401
     activation,
     cross_entropy,
     fusions,
+    moe,
     moe_routing,
     normalization,
     quant,

@@ -4,6 +4,7 @@ from aiter_lite.ops.triton import (  # noqa: F401
     activation,
     cross_entropy,
     fusions,
+    moe,
     moe_routing,
     normalization,
     quant,

@@ -707,3 +707,123 @@ def test_mla_bad_arguments(case, monkeypatch):
     a.update(change)
     with pytest.raises(exc, match=name):
         fusions.cat_and_cache_mla(**a)
+
+
+# ---------------------------------------------------------------------------
+# cat_and_cache_mla into aiter's preshuffled cache (shuffled_kv_cache=True)
+
+
+def _unshuffle(cache: torch.Tensor, d1: int) -> torch.Tensor:
+    """A preshuffled cache (nb, kh, bs, d) decoded to the plain (nb, bs, kh, d), independently of
+    the op and its reference: each (block, head)'s plane read as the two parts aiter's
+    ``shuffle_kv_buffer`` (op_tests/triton_tests/attention/test_mla.py) builds, each part's
+    (bs / 16, width / E, 16, E) tiles permuted back to (bs, width), E = 16 bytes."""
+    nb, kh, bs, d = cache.shape
+    e = 16 // cache.element_size()
+    plane = bits(cache).reshape(nb, kh, bs * d)
+    parts = [plane[..., bs * lo:bs * hi].reshape(nb, kh, bs // 16, (hi - lo) // e, 16, e).permute(0, 1, 2, 4, 3, 5)
+             .reshape(nb, kh, bs, hi - lo) for lo, hi in ((0, d1), (d1, d))]
+    return torch.cat(parts, -1).permute(0, 2, 1, 3).contiguous().view(cache.dtype)
+
+
+def _aiter_shuffle(plain: torch.Tensor, d1: int) -> torch.Tensor:
+    """aiter's own reference of the layout, ``shuffle_kv_buffer`` (its MLA test, at e4048607), on a
+    plain (nb, bs, kh, d) cache: lanes of 16 tokens, two groups of E-wide chunks (its d // 2E)."""
+    nb, bs, kh, d = plain.shape
+    e = 16 // plain.element_size()
+
+    def shuffle(part):
+        w = part.shape[-1]
+        part = part.reshape(-1, kh, bs // 16, 16, w // (2 * e), 2, e).permute(0, 1, 2, 4, 5, 3, 6).contiguous()
+        return part.view(-1, kh, bs * w)
+
+    s = bits(plain).permute(0, 2, 1, 3)
+    return torch.cat([shuffle(s[..., :d1]), shuffle(s[..., d1:])], -1).contiguous().view(nb, kh, bs, d) \
+        .view(plain.dtype)
+
+
+# (tokens, kv heads, D1, D2, input form, block size): DeepSeek's 512 + 64 latent in aiter's block of
+# 64, narrower parts in blocks of 16, shared / per-head k_pe, no tokens, one token
+SHUFFLED = by_device(
+    [(37, 1, 512, 64, "latent", 64), (9, 2, 32, 16, "shared", 16), (0, 1, 512, 64, "latent", 16),
+     (1, 3, 48, 16, "heads", 32)],
+    [(b, kh, d1, d2, form, bs) for b in (0, 1, 7, 512, 4096) for kh, d1, d2, form in
+     ((1, 512, 64, "latent"), (16, 128, 64, "heads"), (3, 48, 16, "shared")) for bs in (16, 64)],
+)
+
+
+@pytest.mark.parametrize("cache_dtype", (torch.bfloat16, torch.float16, *FP8), ids=str)
+@pytest.mark.parametrize("b,kh,d1,d2,form,bs", SHUFFLED, ids=str)
+def test_mla_shuffled(b, kh, d1, d2, form, bs, cache_dtype):
+    """The Triton op and the reference write the same bits (fp8: the same values); decoded
+    independently, exactly the tokens' slots hold their values, every other element its
+    sentinel bits."""
+    _storable(cache_dtype)
+    if (d1 | d2) % (16 // cache_dtype.itemsize):
+        pytest.skip("parts not made of 16-byte chunks of this dtype")
+    k_nope, k_pe = _mla_inputs(b, kh, d1, d2, form, _io_dtype(cache_dtype))
+    nb = (b + 3) // bs + 2
+    kv_cache = _sentinel((nb, kh, bs, d1 + d2), cache_dtype)
+    slot_mapping = _slot_mapping(b, nb * bs, "padded", torch.int64 if b % 2 else torch.int32)
+    k_scale, _, apply = _scales("scaled" if cache_dtype in FP8 else "none")
+    before = kv_cache.clone()
+    ref_cache = kv_cache.clone()
+    native.cat_and_cache_mla(k_nope, k_pe, ref_cache, slot_mapping, k_scale, apply, shuffled_kv_cache=True)
+    assert fusions.cat_and_cache_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale, apply, True) is None
+    toks, s = _written(slot_mapping, b)
+    kn = k_nope if k_nope.dim() == 3 else k_nope[:, None]
+    kp = k_pe if k_pe.dim() == 3 else k_pe[:, None]
+    want = _cache_values(torch.cat([kn, kp.expand(b, kn.shape[1], d2)], -1)[toks], k_scale, apply, cache_dtype)
+    index = _slot_index(s, bs, kh, d1 + d2, "flash")
+    plain_before = _unshuffle(before, d1)
+    _assert_cache("reference kv_cache, decoded", _unshuffle(ref_cache, d1), plain_before, index, want[0])
+    _assert_cache("kv_cache, decoded", _unshuffle(kv_cache, d1), plain_before, index, want)
+    if cache_dtype not in FP8 and (ON_GPU or cache_dtype != torch.bfloat16):
+        assert_bits("kv_cache", kv_cache, ref_cache)
+
+
+@pytest.mark.parametrize("cache_dtype", (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e4m3fnuz), ids=str)
+def test_mla_shuffled_is_aiters_layout(cache_dtype):
+    """As aiter's test checks its kernel: a zeroed cache written at random slots equals aiter's
+    shuffle of the plain cache holding the same values (DeepSeek's 512 + 64, blocks of 64)."""
+    _storable(cache_dtype)
+    t, kh, d1, d2, bs = by_device(40, 2048), 1, 512, 64, 64
+    nb = by_device(2, 32)
+    k_nope, k_pe = _mla_inputs(t, kh, d1, d2, "latent", torch.bfloat16)
+    slot_mapping = torch.randperm(nb * bs, device=DEVICE)[:t]
+    k_scale = torch.tensor([0.37], device=DEVICE) if cache_dtype in FP8 else None
+    plain = torch.zeros(nb * bs, kh, d1 + d2, dtype=cache_dtype, device=DEVICE)
+    fusions.cat_and_cache_mla(k_nope, k_pe, plain, slot_mapping, k_scale)
+    shuffled = torch.zeros(nb, kh, bs, d1 + d2, dtype=cache_dtype, device=DEVICE)
+    fusions.cat_and_cache_mla(k_nope, k_pe, shuffled, slot_mapping, k_scale, shuffled_kv_cache=True)
+    assert_bits("kv_cache", shuffled, _aiter_shuffle(plain.view(nb, bs, kh, d1 + d2), d1))
+
+
+def _bad_shuffled_calls():
+    def t(*s, dtype=torch.bfloat16):
+        return torch.zeros(*s, device=DEVICE, dtype=dtype)
+
+    return [
+        (ValueError, "not supported", {"kv_cache": t(2, 1, 16, 576, dtype=torch.float32)}),  # no 16-byte chunks
+        (ValueError, "kv_cache must be", {"kv_cache": t(32, 1, 576)}),      # the plain flat layout
+        (ValueError, "kv_cache must be", {"kv_cache": t(2, 16, 1, 576)}),   # the plain paged layout
+        (ValueError, "block_size must be a multiple of 16", {"kv_cache": t(4, 1, 8, 576)}),
+        (ValueError, "multiples of 8", {"k_nope": t(3, 500), "kv_cache": t(2, 1, 16, 564)}),
+        (ValueError, "multiples of 8", {"k_pe": t(3, 60), "kv_cache": t(2, 1, 16, 572)}),
+        (ValueError, "plane of each block and head must be contiguous", {"kv_cache": t(2, 1, 16, 600)[..., :576]}),
+        (ValueError, "plane of each block and head must be contiguous",  # the plain paged cache, transposed
+         {"k_nope": t(3, 2, 512), "k_pe": t(3, 1, 64), "kv_cache": t(2, 16, 2, 576).transpose(1, 2)}),
+        (TypeError, "shuffled_kv_cache must be a bool", {"shuffled_kv_cache": "yes"}),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_bad_shuffled_calls())))
+def test_mla_shuffled_bad_arguments(case):
+    exc, what, change = _bad_shuffled_calls()[case]
+    a = {"k_nope": torch.randn(3, 512, device=DEVICE).to(torch.bfloat16),
+         "k_pe": torch.randn(3, 64, device=DEVICE).to(torch.bfloat16),
+         "kv_cache": torch.zeros(2, 1, 16, 576, device=DEVICE, dtype=torch.bfloat16),
+         "slot_mapping": torch.arange(3, device=DEVICE), "k_scale": None, "shuffled_kv_cache": True}
+    a.update(change)
+    with pytest.raises(exc, match=f"cat_and_cache_mla: .*{what}"):
+        fusions.cat_and_cache_mla(**a)

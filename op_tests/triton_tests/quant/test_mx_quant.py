@@ -79,12 +79,33 @@ def _equal(got, want, name):
 _GRID = torch.tensor(native.E2M1_VALUES)
 
 
+def _near_scales(s, s_ref, name):
+    """e8m0 scales of fused math: equal but where fp32 rounding in another order moved a
+    block's amax across a power of 2 (the GPU's exp, a norm's sum): then one exponent apart,
+    at most 1 in 500 blocks, never a NaN byte. The blocks apart (a mask of s's shape)."""
+    if torch.equal(s, s_ref):
+        return torch.zeros(s.shape, dtype=torch.bool, device=s.device)
+    assert s.shape == s_ref.shape and s.stride() == s_ref.stride(), f"{name}: scales' layout"
+    d = (s.int() - s_ref.int()).abs()
+    apart = d != 0
+    assert d.max() <= 1 and not (s_ref[apart] == 0xFF).any() and int(apart.sum()) <= max(1, d.numel() // 500), \
+        f"{name}: scales: {int(apart.sum())} of {d.numel()} differ, by up to {int(d.max())}"
+    return apart
+
+
 def _assert_fp4_close(q, s, q_ref, s_ref, name, block=native.MX_BLOCK, unshuffled=None):
-    """Scales equal; e2m1 codes equal but where fp32 rounding of the fused math moved a value
-    across a boundary: then one step apart, at most 1 in 500 of them."""
-    _equal(s, s_ref, f"{name}: scales")
+    """Scales as :func:`_near_scales` (a block one exponent apart decoded within the larger
+    scale's step: row-major scales); e2m1 codes equal but where fp32 rounding of the fused
+    math moved a value across a boundary: then one step apart, at most 1 in 500 of them."""
+    apart = _near_scales(s, s_ref, name)
     assert q.shape == q_ref.shape and q.dtype == torch.uint8, name
     got, want = native.e2m1_to_float(q).cpu(), native.e2m1_to_float(q_ref).cpu()
+    if apart.any():
+        assert s.shape[0] == q.shape[0], f"{name}: scales apart in a padded or shuffled layout"
+        cols = apart.repeat_interleave(block, -1)[:, :got.shape[-1]].cpu()
+        sc = [native.e8m0_to_float(t).repeat_interleave(block, -1)[:, :got.shape[-1]].cpu() for t in (s, s_ref)]
+        assert ((got * sc[0] - want * sc[1]).abs()[cols] <= 2 * torch.maximum(*sc)[cols]).all(), name
+        got, want = got[~cols], want[~cols]
     off = got != want
     if off.any():
         idx = lambda v: (v.abs()[..., None] == _GRID).float().argmax(-1)  # noqa: E731
@@ -371,7 +392,12 @@ def test_fused_rms_mxfp8_quant(m, n, dtype, qdtype):
     got = fused_mxfp8_quant.fused_rms_mxfp8_quant(x, w, 1e-6, y, scale)
     want = native.fused_rms_mxfp8_quant(x, w, 1e-6, None if y is None else torch.empty_like(y))
     assert y is None or (got[0] is y and got[1] is scale)
-    _equal(got[1], want[1], "scales")
+    apart = _near_scales(got[1], want[1], "scales")
+    if apart.any():  # those blocks decoded: within a step of the larger scale's top value
+        cols = apart.repeat_interleave(32, -1)[:, :n]
+        g, r = native.mxfp8_dequant(*got), native.mxfp8_dequant(*want)
+        assert ((g - r).abs()[cols] <= (g.abs() + r.abs())[cols] / 4 + 1e-30).all()
+        got, want = (got[0][~cols.any(-1)], None), (want[0][~cols.any(-1)], None)
     _assert_codes(got[0], want[0], "values")
 
 

@@ -8,6 +8,8 @@ orders (aiter's). RoPE as :mod:`aiter_lite.ops.native.fusions._common` says; cac
   and value ``[num_blocks, kv_heads, head_dim, block_size]``. Token ``t`` goes to slot
   ``slot_mapping[t]`` = ``block * block_size + offset``; a negative slot, or a token past
   the end of ``slot_mapping`` (CUDA-graph padding), writes nothing.
+* MLA's latent cache: ``[slots, kv_heads, d]``, ``[num_blocks, block_size, kv_heads, d]``,
+  or aiter's preshuffled ``[num_blocks, kv_heads, block_size, d]`` (``cat_and_cache_mla``).
 * Values written to a cache are scaled as the quant ops scale, ``x * (1 / scale)`` in
   fp32, when a scale is given and ``apply_scale``; fp8 caches are saturated to the
   format's range (never inf), other dtypes rounded.
@@ -75,11 +77,27 @@ def fused_qk_rope_reshape_and_cache(q, k, v, key_cache, value_cache, slot_mappin
 def cat_and_cache_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale, apply_scale=True, shuffled_kv_cache=False):
     """cat(k_nope, k_pe) of each token (scaled, saturated for fp8) written at its slot of
     ``kv_cache`` ([slots, kv_heads, d] or [num_blocks, block_size, kv_heads, d]); inputs
-    [B, kv_heads, d] or [B, d] (one head), k_pe of one head shared by every head."""
+    [B, kv_heads, d] or [B, d] (one head), k_pe of one head shared by every head.
+
+    ``shuffled_kv_cache``: aiter's preshuffled cache [num_blocks, kv_heads, block_size, d],
+    each (block, head)'s plane flat: k_nope's parts of the block's tokens, then k_pe's,
+    each viewed (block_size / 16, part width / E, 16, E) for E = 16 bytes of the cache's
+    dtype: token o's chunk j at [o // 16, j, o % 16]."""
     kn = k_nope if k_nope.dim() == 3 else k_nope[:, None, :]
     kp = k_pe if k_pe.dim() == 3 else k_pe[:, None, :]
     kv = torch.cat([kn, pe_heads(kp, kn.shape[1])], -1)
     toks, slots = _slots(slot_mapping, kn.shape[0])
+    values = _to_cache(kv[toks], k_scale, apply_scale, kv_cache.dtype)
+    if shuffled_kv_cache:
+        nb, kh, bs, d = kv_cache.shape
+        e, d1 = 16 // kv_cache.element_size(), kn.shape[2]
+        plane = kv_cache.view(torch.uint8 if e == 16 else torch.int16).view(nb, kh, bs * d)  # bits: fp8 indexing
+        blk, off = slots // bs, slots % bs
+        for lo, hi in ((0, d1), (d1, d)):
+            part = plane[..., bs * lo:bs * hi].view(nb, kh, bs // 16, (hi - lo) // e, 16, e)
+            part[blk, :, off // 16, :, off % 16, :] = values[..., lo:hi].view(plane.dtype).reshape(
+                len(slots), kh, (hi - lo) // e, e)
+        return None
     flat = kv_cache.view(-1, *kv_cache.shape[-2:]) if kv_cache.dim() == 4 else kv_cache
-    flat[slots] = _to_cache(kv[toks], k_scale, apply_scale, kv_cache.dtype)
+    flat[slots] = values
     return None

@@ -8,7 +8,9 @@ where aiter is limited this does more, and checks it:
   no cache entry); ``k_out`` is written for every token, padding included;
 * fp8 caches saturate (vLLM's convert; never inf), scaled by ``x * (1 / scale)`` as the
   quant ops; a slot past the cache is never written (a ValueError on the host where
-  ``slot_mapping`` is there, or with ``AITER_KV_CACHE_CHECK_SLOTS=1``).
+  ``slot_mapping`` is there, or with ``AITER_KV_CACHE_CHECK_SLOTS=1``);
+* ``cat_and_cache_mla`` also writes aiter's preshuffled MLA cache (``shuffled_kv_cache=True``),
+  bf16, fp16 and fp8, in the same launch as the plain layouts (``_cat_kernel``'s SHUFFLE).
 """
 
 from __future__ import annotations
@@ -230,8 +232,9 @@ def mla_launch_config(n_tokens: int, n_heads: int, d: int) -> RopeLaunchConfig:
 @launcher(mutates=("kv_cache",))
 def _launch_cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
                               slot_mapping: torch.Tensor, k_scale: torch.Tensor | None, geometry: list[int],
-                              config: RopeLaunchConfig | None = None) -> None:
-    """``_cat_kernel`` writing cat(k_nope, k_pe) of each token into its cache slot."""
+                              config: RopeLaunchConfig | None = None, shuffle: int = 0) -> None:
+    """``_cat_kernel`` writing cat(k_nope, k_pe) of each token into its cache slot; ``shuffle``
+    > 0: into aiter's preshuffled cache, channel chunks that wide (``_cat_kernel``'s SHUFFLE)."""
     n_cache_slots, block_size, s_blk, s_off, s_h, s_d = geometry
     n_tokens, n_heads, d1 = k_nope.shape
     d2 = k_pe.shape[2]
@@ -253,8 +256,32 @@ def _launch_cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache
         O1_FP8=False, O2_FP8=kv_cache.dtype.itemsize == 1, SOFT_ROUND=soft_round(kv_cache.dtype),
         HALF=1, BLOCK_HALF=1, BLOCK_D1=next_power_of_2(d1), BLOCK_D2=next_power_of_2(d2),
         BLOCK_T=block_t, BLOCK_H=block_h, INT64=max_offset(k_nope, k_pe) >= 2**31,
-        num_warps=cfg.num_warps,
+        num_warps=cfg.num_warps, **({"SHUFFLE": shuffle} if shuffle else {}),
     )
+
+
+def _shuffled_cache(op: str, kv_cache: torch.Tensor, n_heads: int, d1: int, d2: int) -> tuple[int, int, tuple]:
+    """aiter's preshuffled MLA cache checked: (block_size, chunk width, strides for the kernel)."""
+    shape = tuple(kv_cache.shape)
+    if kv_cache.element_size() not in (1, 2):
+        raise ValueError(f"{op}: shuffled_kv_cache=True with a {kv_cache.dtype} kv_cache is not supported: the "
+                         "preshuffled layout holds 16-byte chunks of bf16 / fp16 (8) or fp8 (16) values")
+    chunk = 16 // kv_cache.element_size()
+    d = d1 + d2
+    if kv_cache.dim() != 4 or shape[1] != n_heads or shape[3] != d:
+        raise ValueError(f"{op}: kv_cache must be (num_blocks, {n_heads}, block_size, {d}) with "
+                         f"shuffled_kv_cache=True for k_nope of {d1} and k_pe of {d2} channels, got {shape}")
+    if shape[2] % 16:
+        raise ValueError(f"{op}: kv_cache's block_size must be a multiple of 16 with shuffled_kv_cache=True "
+                         f"(tokens go in tiles of 16), got {shape[2]} in shape {shape}")
+    if d1 % chunk or d2 % chunk:
+        raise ValueError(f"{op}: k_nope's and k_pe's channels must be multiples of {chunk} with "
+                         f"shuffled_kv_cache=True and a {kv_cache.dtype} cache (16-byte chunks), got {d1} and {d2}")
+    s = kv_cache.stride()
+    if (s[3] != 1 and d > 1) or (s[2] != d and shape[2] > 1):
+        raise ValueError(f"{op}: kv_cache's (block_size, {d}) plane of each block and head must be contiguous "
+                         f"with shuffled_kv_cache=True (the layout is a flat plane), got strides {s}")
+    return shape[2], chunk, (s[0], 0, s[1], 1)
 
 
 @public_op(mutates=("kv_cache",), unless=envs.kv_cache_check_slots, no_grad=_NO_GRAD)
@@ -265,12 +292,17 @@ def cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.
     heads or one, shared) into ``kv_cache`` ([slots, KH, D1 + D2] or [num_blocks,
     block_size, KH, D1 + D2]) at ``slot_mapping``; scaled by ``1 / k_scale`` when given and
     ``apply_scale``, saturated for an fp8 cache. Returns None (kv_cache is written).
-    ``shuffled_kv_cache`` (aiter's preshuffled gfx950 cache layout): False; True raises
-    ValueError, the layout not being written yet."""
+
+    ``shuffled_kv_cache``: aiter's preshuffled cache (the layout gfx950's MLA decode kernels
+    read), ``kv_cache`` [num_blocks, KH, block_size, D1 + D2] with each (block, head)'s
+    (block_size, D1 + D2) plane flat: the block's k_nope parts first, then its k_pe parts,
+    each in tiles of 16 tokens whose 16-byte channel chunks sit side by side (chunk c // E
+    of the token at offset o of a part D wide at ``(o // 16) * 16 D + (c // E) * 16 E + (o
+    % 16) * E``, E = 8 for bf16 / fp16, 16 for fp8), as aiter's kernel writes it. block_size
+    a multiple of 16, D1 and D2 multiples of E (aiter's assumptions, checked here); fp16
+    caches too (aiter: bf16 and fp8); aiter's uint8 (NVFP4) cache is not supported."""
     op = "cat_and_cache_mla"
-    if check_bool(op, "shuffled_kv_cache", shuffled_kv_cache):
-        raise ValueError(f"{op}: shuffled_kv_cache=True (aiter's preshuffled cache layout) is not supported; "
-                         "pass a cache in the plain layout with shuffled_kv_cache=False")
+    shuffled = check_bool(op, "shuffled_kv_cache", shuffled_kv_cache)
     k_nope = _mla_part(op, "k_nope", k_nope, None)
     k_pe = _mla_part(op, "k_pe", k_pe, k_nope)
     n_tokens, n_heads, d1 = k_nope.shape
@@ -285,9 +317,13 @@ def cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.
     if kv_cache.device != k_nope.device:
         raise ValueError(f"{op}: kv_cache must be on k_nope's device {k_nope.device}, got {kv_cache.device}")
     check_out_dtype(op, "kv_cache", kv_cache.dtype, kv_cache.device, CACHE_DTYPES)
-    d = d1 + k_pe.shape[2]
+    d2 = k_pe.shape[2]
+    d = d1 + d2
     shape = tuple(kv_cache.shape)
-    if kv_cache.dim() == 3 and shape[1:] == (n_heads, d):
+    shuffle = 0
+    if shuffled:
+        block_size, shuffle, strides = _shuffled_cache(op, kv_cache, n_heads, d1, d2)
+    elif kv_cache.dim() == 3 and shape[1:] == (n_heads, d):
         block_size, s = 1, kv_cache.stride()
         strides = (s[0], 0, s[1], s[2])
     elif kv_cache.dim() == 4 and shape[2:] == (n_heads, d):
@@ -301,7 +337,7 @@ def cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.
     check_scale(op, "k_scale", k_scale, k_nope, "k_nope")
     if debug_on():
         log_call(op, k_nope=k_nope, k_pe=k_pe, kv_cache=kv_cache, slot_mapping=slot_mapping, k_scale=k_scale,
-                 apply_scale=apply_scale)
+                 apply_scale=apply_scale, shuffled_kv_cache=shuffled)
     _launch_cat_and_cache_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale if apply_scale else None,
-                [n_cache_slots, block_size, *strides])
+                              [n_cache_slots, block_size, *strides], None, shuffle)
     return None

@@ -352,10 +352,11 @@ def _launch_norm_fwd(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | No
                      eps: float, is_rms: bool, residual: torch.Tensor | None = None,
                      residual_out: torch.Tensor | None = None, x_bias: torch.Tensor | None = None,
                      weight_offset: float = 0.0, mean: torch.Tensor | None = None, rstd: torch.Tensor | None = None,
-                     config: NormLaunchConfig | None = None, casting_mode: str = "gemma") -> None:
+                     config: NormLaunchConfig | None = None, casting_mode: str = "gemma", pad_to: int = 0) -> None:
     """The forward over 2-D row views (x, y, residual, residual_out); the statistics into
     mean (LayerNorm) and rstd when given; ``casting_mode`` "llama": RMSNorm's roundings as
-    Hugging Face Llama's (module doc)."""
+    Hugging Face Llama's (module doc). ``pad_to`` > 0: y is ``cdiv(n_cols, pad_to) * pad_to``
+    wide, zeros past n_cols (``fused_add_rmsnorm_pad``)."""
     n_rows, n_cols = x.shape
     has_res = residual is not None
     cfg = config or norm_launch_config(n_rows, n_cols, device_profile(x.device), has_res, is_rms)
@@ -363,6 +364,8 @@ def _launch_norm_fwd(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | No
     flags = dict(IS_RMS=is_rms, HAS_RESIDUAL=has_res, HAS_X_BIAS=x_bias is not None, HAS_WEIGHT=weight is not None,
                  HAS_BIAS=bias is not None, STORE_STATS=rstd is not None, CASTING_LLAMA=casting_mode == "llama",
                  EVICT=cfg.EVICT, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps)
+    if pad_to:
+        flags["PAD_TO"] = pad_to
     if cfg.SPLIT and cdiv(n_cols, cfg.BLOCK_N) > 1:
         n_segs, slots, phases = split_row_slots("norm", n_rows, n_cols, cfg.BLOCK_N, x.device)
         for phase in phases:

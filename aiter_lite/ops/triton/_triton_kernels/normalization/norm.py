@@ -17,6 +17,11 @@ registers while the programs of the row exchange their statistics.
 
 Masked lanes load 0 and are excluded from every sum, so odd widths are exact.
 
+``PAD_TO`` (0: off; compiled out) writes the output ``cdiv(n_cols, PAD_TO) * PAD_TO`` wide:
+columns past n_cols hold 0 (``fused_add_rmsnorm_pad``, which pads the hidden size for the
+next GEMM). The multiple is a model constant (128 or 256), so it is compiled in and the
+padded width follows the runtime n_cols.
+
 ``CASTING_LLAMA`` (RMSNorm, ``casting_mode="llama"``) rounds where Hugging Face's
 ``LlamaRMSNorm`` rounds, as Liger-Kernel's casting mode of the same name: the fused add's
 sum is normalized as stored in residual_out, and ``x * rstd`` is rounded to the dtype of
@@ -104,6 +109,18 @@ def _round_xhat(xhat, x_ptr, r_out_ptr, HAS_RESIDUAL: tl.constexpr, CASTING_LLAM
 
 
 @triton.jit
+def _store_pad(y_rows, row_mask, n_cols, PAD_TO: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Zeros in columns [n_cols, n_out) of the rows at ``y_rows`` ((R,) row pointers) where
+    ``row_mask``; n_out is n_cols rounded up to a multiple of PAD_TO. Stored apart from the
+    normalized values (before them: nothing is held in registers yet), so a row's NaN stays
+    in its n_cols columns."""
+    n_out = tl.cdiv(n_cols, PAD_TO) * PAD_TO
+    for start in tl.range(n_cols, n_out, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        tl.store(y_rows[:, None] + cols[None, :], 0.0, mask=row_mask[:, None] & (cols < n_out)[None, :])
+
+
+@triton.jit
 def _accumulate(x, col_mask, shift, acc, acc_sq, IS_RMS: tl.constexpr):
     """A looped first pass's per-lane sums: of x^2 (RMSNorm), of x - shift and its square."""
     if IS_RMS:
@@ -179,6 +196,7 @@ def _norm_fwd_kernel(
     LOOPED: tl.constexpr,         # row wider than BLOCK_N: one row per program, two passes
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    PAD_TO: tl.constexpr = 0,     # y is n_cols rounded up to a multiple of this wide, zeros past n_cols (0: off)
 ):
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     eps = tl.cast(eps, tl.float32)
@@ -192,6 +210,8 @@ def _norm_fwd_kernel(
         row_mask = rows < n_rows
         col_mask = cols < n_cols
         mask = row_mask[:, None] & col_mask[None, :]
+        if PAD_TO > 0:  # first: the zeros need no data, and no registers are held yet
+            _store_pad(y_ptr + rows * stride_y_row, row_mask, n_cols, PAD_TO, BLOCK_N)
         if W_FIRST:  # weight and bias in flight with the row: one memory round trip, not two
             w, b = _load_scale_shift(w_ptr, b_ptr, cols[None, :], col_mask[None, :], HAS_WEIGHT, HAS_BIAS)
         x = _load_row_input(x_ptr, r_ptr, r_out_ptr, xb_ptr,
@@ -221,6 +241,9 @@ def _norm_fwd_kernel(
         r_row = r_ptr + row * stride_r_row if HAS_RESIDUAL else r_ptr
         r_out_row = r_out_ptr + row * stride_r_out_row if HAS_RESIDUAL else r_out_ptr
         y_row = y_ptr + row * stride_y_row
+        if PAD_TO > 0:
+            one = tl.arange(0, 1)
+            _store_pad(y_row + one, one < 1, n_cols, PAD_TO, BLOCK_N)
         # Pass 1: per-lane sums (LayerNorm: of x - shift), reduced once at the end.
         shift = _looped_shift(x_row, r_row, xb_ptr, IS_RMS, HAS_RESIDUAL, HAS_X_BIAS)
         acc = tl.zeros([BLOCK_N], dtype=tl.float32)
@@ -344,6 +367,7 @@ def _norm_fwd_split_kernel(
     PHASE: tl.constexpr,          # 0 all at once; 1 / 2 first / second half alone (interpreter)
     BLOCK_N: tl.constexpr,        # the segment: one tile, held in registers
     BLOCK_S: tl.constexpr,        # next power of 2 >= n_segs
+    PAD_TO: tl.constexpr = 0,     # as _norm_fwd_kernel's; the last segment's program writes the zeros
 ):
     """A wide row split into BLOCK_N-wide segments, one program each, each segment read
     once and held in registers: the programs of a row publish their segment's
@@ -355,6 +379,9 @@ def _norm_fwd_split_kernel(
     eps = tl.cast(eps, tl.float32)
     weight_offset = tl.cast(weight_offset, tl.float32)
     row, seg = _segment_ticket(slot_ptr, n_rows, n_segs, PHASE)
+    if PAD_TO > 0:
+        one = tl.arange(0, 1)
+        _store_pad(y_ptr + row * stride_y_row + one, one < (seg == n_segs - 1).to(tl.int32), n_cols, PAD_TO, BLOCK_N)
     cols = seg * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
     x_row = x_ptr + row * stride_x_row

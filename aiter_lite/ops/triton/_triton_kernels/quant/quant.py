@@ -68,8 +68,10 @@ def _quantize(x, inv_scale, q_min, q_max, dtype: tl.constexpr, SOFT_ROUND: tl.co
     to fp8 without carrying a rounded-up mantissa into the exponent, and NaN to a number);
     int8 truncated toward zero (aiter's kernels' bits, ``AITER_INT8_ROUNDING=truncate``)."""
     y = tl.clamp(x * inv_scale, q_min, q_max, propagate_nan=tl.PropagateNan.ALL)
-    if dtype.is_int():  # SOFT_ROUND: toward zero, the conversion's own
-        return tl.where(y != y, 0.0, y if SOFT_ROUND else _rint(y)).to(dtype)
+    if dtype.is_int():
+        if not SOFT_ROUND:  # else toward zero, the conversion's own
+            y = _rint(y)
+        return tl.where(y != y, 0.0, y).to(dtype)
     if SOFT_ROUND:
         nan_bits = 0x80 if dtype == tl.float8e4b8 else 0x7F  # e4m3fnuz's one NaN; e4m3fn's, an e5m2 NaN
         bits = _fp8_grid(y, dtype).to(dtype).to(tl.uint8, bitcast=True)
