@@ -139,6 +139,9 @@ def _positional(fn: Callable, signature: inspect.Signature) -> Callable:
 
     @functools.wraps(fn)
     def by_name(*args, **kwargs):
+        if len(args) > len(names):
+            raise TypeError(f"{fn.__name__}: takes at most {len(names)} positional arguments (the registered "
+                            f"op's), got {len(args)}")
         return fn(**dict(zip(names, args)), **kwargs)
 
     by_name.__signature__ = signature

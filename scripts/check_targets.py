@@ -238,8 +238,8 @@ def dtype_checks(profile: DeviceProfile) -> list[str]:
                 args[3], args[4] = (torch.empty(a.shape, dtype=dtype, device="meta") for a in args[3:5])
             elif name == "act_mul_and_fp8_quant":  # (x, activation, scale, dtype_quant, scale_ub)
                 args[3] = dtype
-            elif name == "scaled_fp8_quant":  # (input, scale, scale_ub, per_token, output, dtype)
-                args.append(dtype)
+            elif name == "scaled_fp8_quant":  # the registered op's (input, scale, scale_ub, per_token, dtype)
+                args[4] = dtype
             try:
                 with use_profile(profile):
                     OPS[name].triton(*args)

@@ -71,12 +71,14 @@ def _quantize(x, inv_scale, q_min, q_max, dtype: tl.constexpr, SOFT_ROUND: tl.co
     if dtype.is_int():
         if not SOFT_ROUND:  # else toward zero, the conversion's own
             y = _rint(y)
-        return tl.where(y != y, 0.0, y).to(dtype)
-    if SOFT_ROUND:
+        q = tl.where(y != y, 0.0, y).to(dtype)
+    elif SOFT_ROUND:  # one if / elif chain: the compiler builds every branch a constexpr return does not end
         nan_bits = 0x80 if dtype == tl.float8e4b8 else 0x7F  # e4m3fnuz's one NaN; e4m3fn's, an e5m2 NaN
         bits = _fp8_grid(y, dtype).to(dtype).to(tl.uint8, bitcast=True)
-        return tl.where(y != y, nan_bits, bits).to(tl.uint8).to(dtype, bitcast=True)
-    return y.to(dtype)
+        q = tl.where(y != y, nan_bits, bits).to(tl.uint8).to(dtype, bitcast=True)
+    else:
+        q = y.to(dtype)
+    return q
 
 
 @triton.jit
