@@ -128,6 +128,15 @@ def int8_rounding() -> str:
     return _read_choice("AITER_INT8_ROUNDING", ("nearest", "truncate"), "nearest")
 
 
+@functools.lru_cache(maxsize=1)
+def int8_truncates() -> bool:
+    """Whether int8 outputs truncate toward zero (``AITER_INT8_ROUNDING=truncate``: aiter's
+    bits) rather than round to nearest, ties to even. Read once, for every op and backend
+    alike (launch plans hold the rounding they were made with); ``int8_truncates.cache_clear()``
+    and ``utils.fast_launch.reset()`` read it again."""
+    return int8_rounding() == "truncate"
+
+
 def test_compile() -> bool:
     """AITER_TEST_COMPILE=1: ``op_tests`` swaps each public Triton op for
     ``torch.compile(op, fullgraph=True)`` before the tests import them, so the op tests

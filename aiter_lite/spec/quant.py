@@ -1,13 +1,11 @@
 """Quantized dtypes: which exist, each one's range, the e4m3 flavour a device computes in,
-the floor of a dynamic scale, the group-quant amax floor and how int8 rounds."""
+the floor of a dynamic scale and the group-quant amax floor."""
 
 from __future__ import annotations
 
 import functools
 
 import torch
-
-from aiter_lite import envs
 
 QUANT_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.int8)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2)
@@ -73,11 +71,3 @@ def min_scale(dtype: torch.dtype) -> float:
     fp8 kernels'): an all-zero input quantizes to zeros with a finite scale."""
     return 1.0 / (quant_range(dtype)[1] * 512.0)
 
-
-@functools.lru_cache(maxsize=1)
-def int8_truncates() -> bool:
-    """Whether int8 outputs truncate toward zero (``AITER_INT8_ROUNDING=truncate``: aiter's
-    bits) rather than round to nearest, ties to even (the default). Read once, for every
-    op and backend alike (launch plans hold the rounding they were made with);
-    ``int8_truncates.cache_clear()`` and ``utils.fast_launch.reset()`` read it again."""
-    return envs.int8_rounding() == "truncate"

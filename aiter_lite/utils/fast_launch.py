@@ -55,7 +55,6 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from aiter_lite import envs
-from aiter_lite.spec.quant import int8_truncates
 from aiter_lite.utils.checks import TRITON_INTERPRET
 from aiter_lite.utils.logger import debug_on
 
@@ -119,7 +118,7 @@ def reset() -> None:
         plans.entries.clear()
         plans.shapes.clear()
     _enabled = None
-    int8_truncates.cache_clear()
+    envs.int8_truncates.cache_clear()
 
 
 @contextlib.contextmanager

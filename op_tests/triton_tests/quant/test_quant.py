@@ -593,7 +593,7 @@ def test_int8_truncates_toward_zero_where_asked(_truncating, monkeypatch):
     from aiter_lite.ops.native.quant import fused_fp8_quant as native_ffq
     from aiter_lite.ops.native.quant import norm_quant as native_nq
     from aiter_lite.ops.triton.quant import act_quant, fused_fp8_quant, norm_quant
-    from aiter_lite.spec.quant import int8_truncates
+    from aiter_lite.envs import int8_truncates
 
     x = make_rows(6, 256, scale=3.0)
     w = torch.rand(256, device=DEVICE) + 0.5

@@ -10,7 +10,7 @@ import math
 import torch
 
 
-def routing_sigmoid_top1(x, w, topk, fused_shared_experts=False, config=None):
+def routing_sigmoid_top1(x, w, topk, fused_shared_experts=False):
     logits = x.reshape(math.prod(x.shape[:-1]), x.shape[-1]).float() @ w.float()
     ids = torch.argmax(logits, dim=-1, keepdim=True)
     weights = torch.sigmoid(logits.gather(1, ids))

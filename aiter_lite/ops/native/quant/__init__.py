@@ -6,3 +6,4 @@ from aiter_lite.ops.native.quant.act_quant import *  # noqa: F401,F403
 from aiter_lite.ops.native.quant.fused_fp8_quant import *  # noqa: F401,F403
 from aiter_lite.ops.native.quant.norm_quant import *  # noqa: F401,F403
 from aiter_lite.ops.native.quant.quant import *  # noqa: F401,F403
+from aiter_lite.ops.native.quant.mx_quant import *  # noqa: F401,F403

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from aiter_lite.spec.quant import GROUP_EPS, get_fp8_e4m3_dtype, int8_truncates, min_scale, quant_range
+from aiter_lite import envs
+from aiter_lite.spec.quant import GROUP_EPS, get_fp8_e4m3_dtype, min_scale, quant_range
 
 __all__ = ["static_per_tensor_quant_fp8_i8", "dynamic_per_tensor_quant_fp8_i8", "dynamic_per_token_quant_fp8_i8",
            "per_token_group_quant", "scaled_fp8_quant", "per_token_group_quant_fp8", "per_token_group_quant_int8"]
@@ -30,7 +31,7 @@ def round_to(y: torch.Tensor, dtype: torch.dtype, lo: float, hi: float) -> torch
     y = y.clamp(lo, hi)
     if dtype.is_floating_point:
         return y.to(dtype)
-    return (y.trunc() if int8_truncates() else y.round()).nan_to_num(nan=0.0).to(dtype)
+    return (y.trunc() if envs.int8_truncates() else y.round()).nan_to_num(nan=0.0).to(dtype)
 
 
 def _scale(amax: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

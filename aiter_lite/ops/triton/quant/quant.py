@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
+from aiter_lite import envs
 from aiter_lite.ops.triton._triton_kernels.quant.quant import (
     _amax_scale_kernel,
     _dynamic_per_tensor_kernel,
@@ -53,7 +54,6 @@ from aiter_lite.spec.quant import (
     GROUP_EPS,
     QUANT_DTYPES,
     get_fp8_e4m3_dtype,
-    int8_truncates,
     min_scale,
     quant_range,
 )
@@ -260,7 +260,7 @@ def _soft_round(dtype: torch.dtype) -> bool:
     ``AITER_INT8_ROUNDING=truncate`` (aiter's bits)."""
     if dtype.is_floating_point:
         return TRITON_INTERPRET
-    return int8_truncates()
+    return envs.int8_truncates()
 
 
 @launcher(mutates=("q2",))
