@@ -88,12 +88,6 @@ def flat_tensors(result) -> list[torch.Tensor]:
     return []
 
 
-def refusing_grad(reason: str) -> Callable[[Callable], Callable]:
-    """A decorator: the function raises as a ``public_op(no_grad=reason)`` does where autograd
-    would record its call (for functions not registered themselves, their launchers being)."""
-    return lambda fn: _refusing_grad(fn, fn, reason)
-
-
 def _refusing_grad(inner: Callable, fn: Callable, reason: str) -> Callable:
     """``inner`` after a ``ValueError`` where autograd would record the call (grad enabled
     and a tensor argument that requires grad): ``fn`` has no gradient, for ``reason``."""

@@ -16,6 +16,7 @@ import torch
 
 from aiter_lite.ops.native.quant import fused_fp8_quant as native
 from aiter_lite.ops.triton.quant import fused_fp8_quant as tri
+from aiter_lite.utils.registry import flat_tensors
 from op_tests.triton_tests.quant.test_quant import (  # noqa: F401 (_storable: autouse)
     Q_DTYPES,
     _assert_codes,
@@ -378,8 +379,6 @@ def test_further_forms_compile_whole(form, monkeypatch):
     torch._dynamo.reset()
     got = torch.compile(calls[form], backend=COMPILE_BACKEND, fullgraph=True)()
     want = calls[form]()
-    flat = lambda o: [t for v in (o if isinstance(o, tuple) else (o,)) for t in (flat(v) if isinstance(v, tuple)
-                                                                                 else [v]) if t is not None]
-    for g, w_ in zip(flat(got), flat(want)):
+    for g, w_ in zip(flat_tensors(got), flat_tensors(want)):
         assert torch.equal(g.view(torch.uint8) if g.element_size() == 1 else g,
                            w_.view(torch.uint8) if w_.element_size() == 1 else w_), form
