@@ -90,12 +90,16 @@ def _fused_rms_quant_kernel(
     row = tl.program_id(0)
     if INT64:
         row = row.to(tl.int64)
-    summing = False  # a program past the rows sums a row of x3 (HAS_X3)
-    if HAS_X3:
-        summing = row >= n_rows
-    if summing:
-        _sum_row(x3_ptr, y3_ptr, row - n_rows, stride_x3, stride_y3, stride_x3_split, n_cols3, n_split, SPLITK,
-                 BLOCK_N3)
+    if HAS_X3:  # (a flag set only under HAS_X3 would be a constexpr in one branch, a tensor in the other)
+        if row >= n_rows:
+            _sum_row(x3_ptr, y3_ptr, row - n_rows, stride_x3, stride_y3, stride_x3_split, n_cols3, n_split, SPLITK,
+                     BLOCK_N3)
+        else:
+            _quant_row(x1_ptr, w1_ptr, r1_ptr, r_out_ptr, y1_ptr, q_ptr, s_ptr, x2_ptr, w2_ptr, y2_ptr, row,
+                       stride_x1, stride_r1, stride_r_out, stride_y1, stride_q, stride_s_row, stride_s_group,
+                       stride_x2, stride_y2, stride_x1_split, stride_x2_split, n_cols1, n_cols2, n_split,
+                       eps1, eps2, q_min, q_max, group_eps, ACT, HAS_RES, STORE_Y1, HAS_X2, SPLITK, ROUND,
+                       SOFT_ROUND, GROUPED, GROUP, BLOCK_N1, BLOCK_N2)
     else:
         _quant_row(x1_ptr, w1_ptr, r1_ptr, r_out_ptr, y1_ptr, q_ptr, s_ptr, x2_ptr, w2_ptr, y2_ptr, row,
                    stride_x1, stride_r1, stride_r_out, stride_y1, stride_q, stride_s_row, stride_s_group,
