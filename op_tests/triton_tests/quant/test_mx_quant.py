@@ -371,14 +371,17 @@ def test_fused_flatten_quant(n1, n2):
     """The blocks run over the flattened row whatever N2 (aiter's MXFP4 kernel writes each
     segment at a power-of-2 stride of at least 32 and restarts its blocks per segment: wrong
     for every N2 but those powers of 2); leading dims of any strides, read without a copy."""
-    x = torch.randn(n1, 6, n2, device=DEVICE).bfloat16().transpose(0, 1)  # (6, n1, n2), rows not contiguous
-    for got, want in zip(fused_mxfp4_quant.fused_flatten_mxfp4_quant(x), native.fused_flatten_mxfp4_quant(x)):
-        _equal(got, want, f"mxfp4 {n1}x{n2}")
-    _equal(*[q.contiguous() for q in (tri.fused_flatten_mxfp4_quant(x)[0], tri.dynamic_mxfp4_quant(
-        x.reshape(6, n1 * n2))[0])], "as its flattened rows")
+    heads_first = torch.randn(n1, 6, n2, device=DEVICE).bfloat16().transpose(0, 1)  # (6, n1, n2), segments apart
+    flat = torch.randn(6, n1, n2, device=DEVICE).bfloat16()  # contiguous segments: read as plain rows
+    for layout, x in (("segmented", heads_first), ("contiguous", flat)):
+        for got, want in zip(fused_mxfp4_quant.fused_flatten_mxfp4_quant(x), native.fused_flatten_mxfp4_quant(x)):
+            _equal(got, want, f"mxfp4 {layout} {n1}x{n2}")
+        _equal(*[q.contiguous() for q in (tri.fused_flatten_mxfp4_quant(x)[0], tri.dynamic_mxfp4_quant(
+            x.reshape(6, n1 * n2))[0])], f"{layout}: as its flattened rows")
     _skip_unstorable(torch.float8_e4m3fn)
-    for got, want in zip(fused_mxfp8_quant.fused_flatten_mxfp8_quant(x), native.fused_flatten_mxfp8_quant(x)):
-        _equal(got, want, f"mxfp8 {n1}x{n2}")
+    for layout, x in (("segmented", heads_first), ("contiguous", flat)):
+        for got, want in zip(fused_mxfp8_quant.fused_flatten_mxfp8_quant(x), native.fused_flatten_mxfp8_quant(x)):
+            _equal(got, want, f"mxfp8 {layout} {n1}x{n2}")
 
 
 @pytest.mark.parametrize("qdtype", [None, *FP8], ids=str)
@@ -436,10 +439,13 @@ def test_nan_stays_in_its_block_or_row():
 def test_inf_saturates_under_the_largest_scale():
     x = torch.ones(2, 64, device=DEVICE)
     x[1, 4], x[1, 5] = float("inf"), -float("inf")
+    x[1, 6], x[1, 7] = 3.0e38, 2.0 ** 126  # finite values under the scale 2^127: 1.76 and 0.5
     q, s = tri.dynamic_mxfp4_quant(x)
     assert s[1, 0].item() == 254 and s[0, 0].item() == 125 and s[1, 1].item() == 125
     assert q[1, 2].item() == (0x7 | (0xF << 4))  # +inf: +6 (low nibble), -inf: -6 (high)
+    assert q[1, 3].item() == (0x4 | (0x1 << 4))  # 2.0 and 0.5: scaled by 2^-127 exactly, not 2^-126
     assert q[1, 0].item() == 0  # 1 / 2^127 rounds to 0
+    assert torch.equal(q, native.dynamic_mxfp4_quant(x)[0])
 
 
 @pytest.mark.skipif(not ON_GPU, reason="offsets past 2^31 need more memory than a CPU test may take")

@@ -137,18 +137,21 @@ class MxQuantLaunchConfig:
     num_warps: int
 
 
-# Unmeasured starting points (no GPU timing behind them yet), from the fp8 group quant's
-# measured tiles, whose traffic these kernels share (one read, about half as many bytes
-# written): tiles of _TILE elements up to _MAX_BLOCK_N wide at _PER_LANE elements a lane,
-# halved toward two programs an SM for small inputs; RMSNorm rows whole in registers, a row
-# a program, as the fused fp8 kernel holds them.
-_TILE = 4096
+# Measured on the H100 (16384 x 7168 bf16, 4096 x 16384 flattened, 16384 x 2048 gated; a
+# sweep of 13 tiles): the e2m1 forms are bound by instructions issued, not bytes, so each
+# lane takes 32 values (the per-program work amortized) in small programs: MXFP4 2 x 1024 on
+# 2 warps (88% of copy; 4 x 1024 on 4: 86%), NVFP4 4 x 1024 on 4 (84%), MXFP8 any (94-95%);
+# a gated producer reads two values an output, 16 outputs a lane in 1 x 1024 on 2 warps
+# (87%; 2 x 1024 on 4: 83%). Halved toward two programs an SM for small inputs.
+_TILE = {MX_BLOCK: 2048, NV_BLOCK: 4096}
+_ACT_TILE = 1024
 _MAX_BLOCK_N = 1024
-_PER_LANE = 16
-# A row in registers at _ROW_PER_LANE elements a lane, at most 16 warps (a 16384 row: 16
-# warps of 32 elements a lane on NVIDIA, 16 wavefronts of 16 on AMD). At 8 wavefronts gfx950
-# spilled scalar registers; at 32 warps (64 registers a thread) sm_120 spilled.
-_ROW_PER_LANE = 16
+_PER_LANE = 32
+_ACT_PER_LANE = 16
+# A row in registers at _ROW_PER_LANE elements a lane, 4 warps at least, at most 16 (a 7168
+# row, padded to 8192: 4 warps; 16384: 8). Measured at 16384 x 7168: RMSNorm + MXFP4 66% of
+# copy on 4 warps against 52% on 16, + MXFP8 98% against 78%; with a residual 97-99% on 4-16.
+_ROW_PER_LANE = 64
 # The interpreter runs programs one after another, each op a numpy call: fewer, larger tiles
 # (rows of a padded scale buffer included) are faster there.
 _INTERPRETER_TILE = 16384
@@ -160,7 +163,8 @@ def mx_quant_launch_config(producer: str, n_rows: int, n_cols: int, group: int,
     """Tile and warps of one launch over (n_rows, n_cols) outputs (``n_cols``: the scale
     columns covered, padding included) in blocks of ``group`` columns; ``producer`` "rms" holds
     a row a program."""
-    tile = _INTERPRETER_TILE if profile.interpreter else _TILE
+    tile = _INTERPRETER_TILE if profile.interpreter else _ACT_TILE if producer == "act" else _TILE[group]
+    per_lane = _ACT_PER_LANE if producer == "act" else _PER_LANE
     if producer == "rms":
         block_n = next_power_of_2(max(n_cols, group))
         block_m = min(max(tile // block_n, 1), next_power_of_2(max(n_rows, 1))) if profile.interpreter else 1
@@ -170,7 +174,7 @@ def mx_quant_launch_config(producer: str, n_rows: int, n_cols: int, group: int,
     if not profile.interpreter:
         while block_m > 1 and cdiv(n_rows, block_m) * cdiv(n_cols, block_n) < 2 * profile.sms:
             block_m //= 2
-    return MxQuantLaunchConfig(block_m, block_n, profile.warps_for(block_m * block_n, _PER_LANE, lo=1, hi=8))
+    return MxQuantLaunchConfig(block_m, block_n, profile.warps_for(block_m * block_n, per_lane, lo=1, hi=8))
 
 
 # ---------------------------------------------------------------------------
@@ -207,28 +211,35 @@ def _launch_mx_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, prod
                          f"got {cfg}")
     row_blocks = cdiv(scale_rows, cfg.BLOCK_M)
     col_blocks = cdiv(scale_cols * group, cfg.BLOCK_N)
+    if col_blocks > 65535:  # the grid's second axis
+        raise ValueError(f"mx_quant: {scale_cols * group} columns in {cfg.BLOCK_N}-column blocks make {col_blocks} "
+                         f"column programs, more than a grid's 65535; pin a wider BLOCK_N")
     rows = row_blocks * cfg.BLOCK_M
     cols = col_blocks * cfg.BLOCK_N
     if fmt == "mxfp4" or fmt == "nvfp4":
         q_max, s_max = E2M1_MAX, quant_range(scale.dtype)[1] if fmt == "nvfp4" else 0.0
     else:
         q_max, s_max = quant_range(q.dtype)[1], 0.0
+    seg_len = x.shape[2] if producer == "flatten" else 1
+    if producer == "flatten" and (x.stride(1) == seg_len or x.shape[1] == 1):  # contiguous segments: plain rows
+        producer, seg_len = "plain", 1
     segmented = producer == "flatten"
     s_span = (rows + 256) * scale_cols if shuffle else _span(scale, rows) + (cols // group) * scale.stride(-1)
     int64 = max(_span(x, rows) + 2 * cols, _span(q, rows) + cols, s_span,
                 *(_span(t, rows) + cols for t in (r, r_out, y1, x2, y2))) >= 2**31
     n_cols2 = 0 if x2 is None else x2.shape[1]
     launch(
-        _mx_quant_kernel, (row_blocks * col_blocks + (0 if x2 is None else cdiv(n_rows, cfg.BLOCK_M)),),
+        _mx_quant_kernel, (row_blocks + (0 if x2 is None else cdiv(n_rows, cfg.BLOCK_M)), col_blocks),
         x, q, scale, weight, r, r_out, y1, x2, w2, y2, global_scale,
         x.stride(0), x.stride(1) if segmented else 0, q.stride(0),
         0 if shuffle else scale.stride(0), 0 if shuffle else scale.stride(1),
         *(0 if t is None else t.stride(0) for t in (r, x2)),
-        n_rows, n_cols, x.shape[2] if segmented else 1, n_cols2, scale_rows, scale_cols,
+        n_rows, n_cols, seg_len, n_cols2, scale_rows, scale_cols,
         eps1, eps2, q_max, s_max,
         MODE=producer, ACTIVATION=activation, FORMAT=fmt, SCALING=scaling, HAS_RES=r is not None,
         STORE_Y1=y1 is not None, HAS_X2=x2 is not None, HAS_GLOBAL=global_scale is not None, SHUFFLE=shuffle,
-        INT64=int64, SOFT_ROUND=TRITON_INTERPRET, GROUP=group, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+        SEG_SHIFT=seg_len.bit_length() - 1 if seg_len & (seg_len - 1) == 0 else -1, INT64=int64,
+        SOFT_ROUND=TRITON_INTERPRET, GROUP=group, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
         BLOCK_N2=next_power_of_2(max(n_cols2, 1)), num_warps=cfg.num_warps,
     )
 

@@ -37,9 +37,11 @@ import triton
 import triton.language as tl
 
 from aiter_lite.ops.triton._triton_kernels.activation import _apply_activation
-from aiter_lite.ops.triton._triton_kernels.quant.quant import _amax, _fp8_grid, _quantize, _rint
+from aiter_lite.ops.triton._triton_kernels.quant.quant import _amax, _fp8_grid, _quantize
 
 _INF_BITS: tl.constexpr = tl.constexpr(0x7F800000)
+_MAGIC_MIN: tl.constexpr = tl.constexpr(0x4A800000)  # 2^22's bits: the step 0.5 below 2
+_MAGIC_OFFSET: tl.constexpr = tl.constexpr(22 << 23)  # 2^e -> 2^(e + 22) in the exponent field
 _RCP6: tl.constexpr = tl.constexpr(1.0 / 6.0)  # rounded to fp32 where it meets an fp32 value, as torch does
 
 
@@ -47,6 +49,23 @@ _RCP6: tl.constexpr = tl.constexpr(1.0 / 6.0)  # rounded to fp32 where it meets 
 def _pow2(k):
     """``2.0 ** k`` in fp32, exactly, for integer k in [-126, 127]."""
     return ((k + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _amax_nan(y, INTERPRETER: tl.constexpr):
+    """A block's ``max |y|`` (the tile's last axis), NaN where it holds one. On a GPU a
+    NaN-keeping float maximum: one instruction an element on NVIDIA (``max.NaN`` with the
+    absolute value folded into its operands), where an integer maximum of the bits takes
+    two. The interpreter runs a custom combine in Python, element by element: there the
+    integer maximum of the bits (the same result: NaN's bits order above inf's)."""
+    if INTERPRETER:
+        return _amax(y, 2)
+    return tl.reduce(tl.abs(y), 2, _max_nan)
 
 
 @triton.jit
@@ -72,14 +91,18 @@ def _e8m0_exponent(amax_bits, q_max, SCALING: tl.constexpr):
 @triton.jit
 def _e2m1(v):
     """fp32 ``v`` as e2m1 codes (int32, sign in bit 3), rounded to nearest even, saturated
-    to +-6; NaN is 0."""
-    a = tl.abs(v)
-    bits = tl.where(a < 6.0, a, 0.0).to(tl.int32, bitcast=True)
-    normal = ((bits + 0x1FFFFF + ((bits >> 22) & 1)) >> 22) - 252  # [1, 6): exponent and mantissa bit, rounded
-    sub = _rint(tl.where(a < 1.0, a, 0.0) * 2.0).to(tl.int32)  # [0, 1): 0, 0.5 or 1.0 in halves
-    code = tl.where(a >= 6.0, 7, tl.where(a < 1.0, sub, normal))
-    code = code | ((v.to(tl.int32, bitcast=True) >> 28) & 8)
-    return tl.where(v != v, 0, code)
+    to +-6; NaN gives an unspecified code (callers mask NaN blocks).
+
+    One fp32 addition rounds: e2m1's step is 0.5 below 2 and half the binade above (1 in
+    [2, 4), 2 in [4, 8)), so ``a + M`` with M = 2^22 (a < 2) or 2^(e + 22) (a in [2^e,
+    2^(e+1))) lands in M's binade, whose step is e2m1's: the sum's bits minus M's are
+    ``round(a / step)``, ties to even, and the code adds 2 a binade past 2. Eight integer and
+    float operations an element, no comparison chains."""
+    a = tl.minimum(tl.abs(v), 6.0)
+    m_bits = tl.maximum((a.to(tl.int32, bitcast=True) & _INF_BITS) + _MAGIC_OFFSET, _MAGIC_MIN)
+    steps = (a + m_bits.to(tl.float32, bitcast=True)).to(tl.int32, bitcast=True) - m_bits
+    code = steps + ((m_bits >> 22) - (_MAGIC_MIN >> 22))
+    return code | ((v.to(tl.int32, bitcast=True) >> 28) & 8)
 
 
 @triton.jit
@@ -107,6 +130,7 @@ def _mx_quant_kernel(
     HAS_X2: tl.constexpr,
     HAS_GLOBAL: tl.constexpr,
     SHUFFLE: tl.constexpr,        # scales in aiter's preshuffled layout (e8m0_shuffle) of the padded buffer
+    SEG_SHIFT: tl.constexpr,      # "flatten": log2(seg_len) where a power of 2, else -1
     INT64: tl.constexpr,          # offsets can pass 2^31
     SOFT_ROUND: tl.constexpr,     # fp8 rounded in fp32 before its conversion (the interpreter)
     GROUP: tl.constexpr,          # columns a block: 32 (MX) or 16 (NV)
@@ -120,19 +144,17 @@ def _mx_quant_kernel(
     q_max = tl.cast(q_max, tl.float32)
     s_max = tl.cast(s_max, tl.float32)
     NG: tl.constexpr = BLOCK_N // GROUP
-    n_col_blocks = tl.cdiv(scale_cols * GROUP, BLOCK_N)
-    pid = tl.program_id(0)
+    pid_m = tl.program_id(0)  # row blocks (then HAS_X2's), column blocks on axis 1: no division by a grid size
+    pid_n = tl.program_id(1)
     if HAS_X2:  # programs past the quantizing ones: the second input's rows (live apart from the first's)
-        n_quant = tl.cdiv(scale_rows, BLOCK_M) * n_col_blocks
-        if pid >= n_quant:
-            pid_2 = pid - n_quant
+        n_quant = tl.cdiv(scale_rows, BLOCK_M)
+        if pid_m >= n_quant:
+            pid_2 = pid_m - n_quant
             if INT64:
                 pid_2 = pid_2.to(tl.int64)
             _rms_rows(x2_ptr, w2_ptr, y2_ptr, pid_2 * BLOCK_M + tl.arange(0, BLOCK_M), stride_x2, n_cols2, n_rows,
                       n_cols2, eps2, BLOCK_N2)
             return
-    pid_m = pid // n_col_blocks
-    pid_n = pid % n_col_blocks
     if INT64:
         pid_m = pid_m.to(tl.int64)
         pid_n = pid_n.to(tl.int64)
@@ -144,7 +166,12 @@ def _mx_quant_kernel(
     mask = (r3 < n_rows) & (cols < n_cols)
     x_rows = x_ptr + r3 * stride_x_row
     if MODE == "flatten":
-        x = tl.load(x_rows + (cols // seg_len) * stride_x_seg + cols % seg_len, mask=mask, other=0.0).to(tl.float32)
+        if SEG_SHIFT >= 0:  # seg_len = 2^SEG_SHIFT, a constant: shifts, and runs of it contiguous (vector loads)
+            SEG: tl.constexpr = 1 << SEG_SHIFT
+            seg_offs = (cols // SEG) * stride_x_seg + cols % SEG
+        else:
+            seg_offs = (cols // seg_len) * stride_x_seg + cols % seg_len
+        x = tl.load(x_rows + seg_offs, mask=mask, other=0.0).to(tl.float32)
     else:
         x = tl.load(x_rows + cols, mask=mask, other=0.0).to(tl.float32)
     if MODE == "act":  # masked lanes: act(0) * 0 = 0, below any amax
@@ -163,7 +190,7 @@ def _mx_quant_kernel(
         y = x
 
     if FORMAT == "nvfp4":
-        amax = _amax(y, 2)
+        amax = _amax_nan(y, SOFT_ROUND)
         sf = amax * _RCP6
         if HAS_GLOBAL:
             g = tl.load(g_ptr).to(tl.float32)
@@ -178,9 +205,10 @@ def _mx_quant_kernel(
         if HAS_GLOBAL:
             s_val = s_val * tl.where(g == 0.0, 0.0, tl.math.div_rn(1.0, tl.where(g == 0.0, 1.0, g)))
         inv = tl.where(s_val == 0.0, 0.0, tl.math.div_rn(1.0, tl.where(s_val == 0.0, 1.0, s_val)))
+        nan = amax != amax
         codes = _e2m1(y * inv[:, :, None])
     else:
-        amax_bits = tl.max(tl.abs(y).to(tl.int32, bitcast=True), axis=2)  # NaN above inf, as integers
+        amax_bits = _amax_nan(y, SOFT_ROUND).to(tl.int32, bitcast=True)  # NaN: above inf's bits
         nan = amax_bits > _INF_BITS
         s = _e8m0_exponent(tl.minimum(amax_bits, _INF_BITS), q_max, SCALING)
         # 2^-s as two normal factors (2^-127 alone is a denormal, which a target may flush to 0)
@@ -194,12 +222,14 @@ def _mx_quant_kernel(
                      _quantize(v, 1.0, -q_max, q_max, q_ptr.dtype.element_ty, SOFT_ROUND), mask=mask)
         else:
             tl.static_assert(FORMAT == "mxfp4")
-            codes = tl.where(nan[:, :, None], 0, _e2m1(v))
+            codes = _e2m1(v)
     if FORMAT != "mxfp8":
+        codes = tl.where(nan[:, :, None], 0, codes)  # a NaN block: codes 0
         lo, hi = tl.split(tl.reshape(codes, (BLOCK_M, NG, GROUP // 2, 2)))
         byte = grp[None, :, None] * (GROUP // 2) + tl.arange(0, GROUP // 2)[None, None, :]
-        tl.store(q_ptr + r3 * stride_q_row + byte, (lo | (hi << 4)).to(tl.uint8),
-                 mask=(r3 < n_rows) & (2 * byte < n_cols))
+        packed = (lo + hi * 16).to(tl.uint8)
+        tl.store(q_ptr + r3 * stride_q_row + byte, packed,
+                 mask=(r3 < n_rows) & (byte < n_cols // 2))  # n_cols even
 
     s_mask = (rows < scale_rows)[:, None] & (grp < scale_cols)[None, :]
     if SHUFFLE:  # aiter's e8m0_shuffle: (m, n) of the (scale_rows, scale_cols) buffer, 32 x 8 tiles
