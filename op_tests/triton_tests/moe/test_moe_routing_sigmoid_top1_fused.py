@@ -143,7 +143,28 @@ def test_config():
             (want.BLOCK_M, want.BLOCK_K, want.num_warps, want.num_stages), f"{config} not honoured: {meta}"
 
 
+@pytest.mark.parametrize("m,k,n,split", [(1, 300, 16, 3), (37, 640, 100, 5), (5, 64, 3, 16), (2, 300, 128, 2)])
+def test_split_k(m, k, n, split):
+    """Few tokens spread the hidden dim over SPLIT_K programs: the same ids as the reference
+    (exact integer logits), fresh values call after call (nothing left over from the last
+    launch's partials), the row blocks' tickets left zeroed; splits past the BLOCK_K steps
+    there are shrink to them."""
+    from aiter_lite.utils.launch import stream_buffer
+
+    config = {"SPLIT_K": split, "BLOCK_K": 32}
+    for shared in (False, True):
+        for _ in range(2):
+            _check(_ints(m, k, dtype=torch.bfloat16), _ints(k, n, dtype=torch.bfloat16), shared=shared,
+                   config=config)
+    meta = record(lambda: routing_sigmoid_top1(_ints(m, k, dtype=torch.float32), _ints(k, n, dtype=torch.float32), 1,
+                                               False, config))[1][0]
+    assert meta[1] == (-(-m // meta[3]["BLOCK_M"]), min(split, -(-k // 32))), meta[1]
+    tickets = stream_buffer("routing_top1_tickets", 1, torch.int32, torch.device(DEVICE), zeroed=True)
+    assert tickets.eq(0).all(), "a ticket left set"
+
+
 @pytest.mark.parametrize("config,exc,what", [
+    ({"SPLIT_K": 0}, ValueError, "SPLIT_K must be in"),
     ({"BLOCK_N": 16}, ValueError, "unknown keys 'BLOCK_N'"),
     ({"BLOCK_M": 8}, ValueError, "BLOCK_M must be a power of 2 in"),
     ({"BLOCK_K": 100}, ValueError, "BLOCK_K must be a power of 2 in"),

@@ -58,7 +58,7 @@ from aiter_lite.utils.checks import (
     rows_view,
 )
 from aiter_lite.utils.fast_launch import launch
-from aiter_lite.utils.launch import cdiv, next_power_of_2
+from aiter_lite.utils.launch import cdiv, next_power_of_2, stream_buffer
 from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
@@ -80,26 +80,49 @@ class RoutingSigmoidTop1LaunchConfig:
     num_stages: int
     waves_per_eu: int = 0  # AMD: occupancy hint (0: the compiler's)
     kpack: int = 1  # AMD gfx942: MFMA operand packing
+    SPLIT_K: int = 1  # programs sharing a token block's hidden dim (few tokens: the GEMV spread over the GPU)
 
 
 _LIMITS = {"BLOCK_M": (16, 256), "BLOCK_K": (16, 1024), "num_warps": (1, 16), "num_stages": (1, 4),
-           "waves_per_eu": (0, 8), "kpack": (1, 2)}
+           "waves_per_eu": (0, 8), "kpack": (1, 2), "SPLIT_K": (1, 256)}
 _POW2 = ("BLOCK_M", "BLOCK_K", "num_warps")
 
 
-# aiter's tuned tables (configs/moe/gfx942- and gfx950-MOE_ROUTING_SIGMOID_TOPK1.json), not yet
-# timed here (op_benchmarks/bench_topk.py --op routing_sigmoid_top1 times them): 16 tokens a
-# program in 256-wide hidden slices, 4 warps, 2 stages for up to 16 experts (32 tokens in
-# 128-wide slices, 8 warps from 8192 tokens), 8 warps, 1 stage beyond. The slice is narrowed so
-# that a w slice stays within _W_TILE_BYTES (128 bf16 experts: 128 wide). aiter's 32-token tile
-# for more than 16 experts spills on gfx942 (43 B of SGPRs at 8192 x 128 in bf16, 159 VGPRs,
-# scripts/check_targets.py): those keep 16 tokens a program. fp32 inputs take half the slice (the
-# same bytes a stage as aiter's bf16): 256 wide spilled on gfx950 (4 B of SGPRs, 16 x 16 experts).
+# AMD: aiter's tuned tables (configs/moe/gfx942- and gfx950-MOE_ROUTING_SIGMOID_TOPK1.json): 16
+# tokens a program in 256-wide hidden slices, 4 warps, 2 stages for up to 16 experts (32 tokens
+# in 128-wide slices, 8 warps from 8192 tokens), 8 warps, 1 stage beyond. The slice is narrowed
+# so that a w slice stays within _W_TILE_BYTES (128 bf16 experts: 128 wide). aiter's 32-token
+# tile for more than 16 experts spills on gfx942 (43 B of SGPRs at 8192 x 128 in bf16, 159
+# VGPRs, scripts/check_targets.py): those keep 16 tokens a program. fp32 inputs take half the
+# slice (the same bytes a stage as aiter's bf16): 256 wide spilled on gfx950 (4 B of SGPRs, 16 x
+# 16 experts).
+# NVIDIA, measured on the H100 (hidden 5120, 16 and 128 bf16 experts, CUDA graphs, a sweep of
+# 24 tiles a shape): 64 tokens x 64-wide slices, 4 warps, 4 stages for up to 16 experts (13.0 /
+# 22.7 / 60.3 us at 1024 / 4096 / 16384 tokens); for more, 32 x 64 on 3 stages below 8192 tokens
+# (37.4 us at 4096), 64 x 32 on 4 from there (78.5 us at 16384; aiter's AMD tile: 240).
+# Few tokens, any GPU: 16-token blocks with the hidden dim split into 256-wide slices over up to
+# two programs an SM (_SPLIT_SLICE; 128 experts: 7.5-7.8 us from 1 to 128 tokens, against 42-44
+# unsplit), each storing partial logits that the row block's last program sums.
+_SPLIT_SLICE = 256
+
+
 @functools.lru_cache(maxsize=1024)
 def routing_sigmoid_top1_launch_config(n_tokens: int, n_experts: int, elem_size: int,
-                                       profile: DeviceProfile = INTERPRETER) -> RoutingSigmoidTop1LaunchConfig:
+                                       profile: DeviceProfile = INTERPRETER,
+                                       hidden: int = 0) -> RoutingSigmoidTop1LaunchConfig:
     """The launch config of ``n_tokens`` tokens routed over ``n_experts`` experts, inputs of
-    ``elem_size`` bytes."""
+    ``elem_size`` bytes, a hidden dim of ``hidden`` (0: unknown, no split)."""
+    row_blocks = cdiv(n_tokens, 16)
+    if hidden > _SPLIT_SLICE and 4 * row_blocks <= profile.sms:
+        split = min(cdiv(hidden, _SPLIT_SLICE), max(cdiv(2 * profile.sms, row_blocks), 1))
+        block_k = max(16, min(_SPLIT_SLICE * 2 // elem_size, _W_TILE_BYTES // (_block_n(n_experts) * elem_size)))
+        return RoutingSigmoidTop1LaunchConfig(16, block_k, 4, 2, SPLIT_K=split)
+    if profile.backend == "cuda":
+        if n_experts <= 16:
+            block_m, block_k, warps, stages = 64, 64, 4, 4
+        else:
+            block_m, block_k, warps, stages = (32, 64, 4, 3) if n_tokens < 8192 else (64, 32, 4, 4)
+        return RoutingSigmoidTop1LaunchConfig(block_m, max(16, block_k * 2 // elem_size), warps, stages)
     if n_experts <= 16:
         block_m, block_k, warps, stages, waves = (32, 128, 8, 2, 2) if n_tokens >= 8192 else (16, 256, 4, 2, 3)
     else:
@@ -156,17 +179,28 @@ def _launch_routing_sigmoid_top1(x: torch.Tensor, w: torch.Tensor, ids: torch.Te
     if n_tokens == 0:
         return
     profile = device_profile(x.device)
-    cfg = config or routing_sigmoid_top1_launch_config(n_tokens, n_experts, x.element_size(), profile)
+    cfg = config or routing_sigmoid_top1_launch_config(n_tokens, n_experts, x.element_size(), profile, hidden)
     amd = {}
     if profile.backend == "hip":
         amd["waves_per_eu"] = cfg.waves_per_eu
         if profile.arch != "gfx950":  # deprecated there (Triton overrides it to 1, with a warning)
             amd["kpack"] = cfg.kpack
+    row_blocks, block_n = cdiv(n_tokens, cfg.BLOCK_M), _block_n(n_experts)
+    # whole BLOCK_K steps a split, and no split left empty
+    k_split = cdiv(cdiv(hidden, cfg.SPLIT_K), cfg.BLOCK_K) * cfg.BLOCK_K if hidden else 0
+    splits = cdiv(hidden, k_split) if k_split else 1
+    if splits > 1:
+        parts = stream_buffer("routing_top1_parts", row_blocks * splits * cfg.BLOCK_M * block_n, torch.float32,
+                              x.device, zeroed=False)
+        tickets = stream_buffer("routing_top1_tickets", row_blocks, torch.int32, x.device, zeroed=True)
+    else:
+        parts, tickets = weights, ids  # not read
     launch(
-        _routing_sigmoid_top1_kernel, (cdiv(n_tokens, cfg.BLOCK_M),),
-        x, w, ids, weights, *x.stride(), *w.stride(), ids.stride(0), weights.stride(0), n_tokens, n_experts, hidden,
+        _routing_sigmoid_top1_kernel, (row_blocks, splits),
+        x, w, ids, weights, parts, tickets, *x.stride(), *w.stride(), ids.stride(0), weights.stride(0), n_tokens,
+        n_experts, hidden, k_split,
         SHARED=shared, INT64=_max_offset(x, w) >= 2**31, DOT_FP32=TRITON_INTERPRET and x.dtype == torch.bfloat16,
-        BLOCK_M=cfg.BLOCK_M, BLOCK_N=_block_n(n_experts),
+        SPLIT_K=splits, BLOCK_M=cfg.BLOCK_M, BLOCK_N=block_n,
         BLOCK_K=cfg.BLOCK_K, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **amd,
     )
 
@@ -200,7 +234,8 @@ def routing_sigmoid_top1(x: torch.Tensor, w: torch.Tensor, topk: int, fused_shar
     n_tokens = math.prod(x.shape[:-1])
     profile = device_profile(x.device)
     cfg = None if config is None else _config(
-        op, config, routing_sigmoid_top1_launch_config(n_tokens, n_experts, x.element_size(), profile), profile)
+        op, config, routing_sigmoid_top1_launch_config(n_tokens, n_experts, x.element_size(), profile, hidden),
+        profile)
     if debug_on():
         log_call(op, x=x, w=w, topk=topk, fused_shared_experts=shared, config=cfg)
     ids = torch.empty((n_tokens, 1 + shared), dtype=torch.int32, device=x.device)
