@@ -96,14 +96,18 @@ _POW2 = ("BLOCK_M", "BLOCK_K", "num_warps")
 # VGPRs, scripts/check_targets.py): those keep 16 tokens a program. fp32 inputs take half the
 # slice (the same bytes a stage as aiter's bf16): 256 wide spilled on gfx950 (4 B of SGPRs, 16 x
 # 16 experts).
-# NVIDIA, measured on the H100 (hidden 5120, 16 and 128 bf16 experts, CUDA graphs, a sweep of
-# 24 tiles a shape): 64 tokens x 64-wide slices, 4 warps, 4 stages for up to 16 experts (13.0 /
-# 22.7 / 60.3 us at 1024 / 4096 / 16384 tokens); for more, 32 x 64 on 3 stages below 8192 tokens
-# (37.4 us at 4096), 64 x 32 on 4 from there (78.5 us at 16384; aiter's AMD tile: 240).
-# Few tokens, any GPU: 16-token blocks with the hidden dim split into 256-wide slices over up to
-# two programs an SM (_SPLIT_SLICE; 128 experts: 7.5-7.8 us from 1 to 128 tokens, against 42-44
-# unsplit), each storing partial logits that the row block's last program sums.
-_SPLIT_SLICE = 256
+# NVIDIA, measured on the H100 (hidden 5120, 16 and 128 bf16 experts, CUDA graphs, sweeps of
+# 24-90 tiles a shape). From 4096 tokens, whole hidden dims: 64 tokens x 64-wide slices, 4
+# warps, 4 stages for up to 16 experts (22.7 / 60.3 us at 4096 / 16384 tokens); for more, 32 x
+# 64 on 3 stages below 8192 tokens (37.4 us at 4096), 64 x 32 on 4 from there (78.5 us at 16384;
+# aiter's AMD tile: 240). Fewer tokens leave most SMs idle, so the hidden dim is split (partial
+# logits summed by each block's last program): up to 512 tokens 16-token blocks over up to two
+# programs an SM (128 experts: 7.6-8.1 us from 1 to 128 tokens, 8.7 at 256, against 42-44
+# unsplit); then 32 tokens (64 for up to 16 experts or from 2048 tokens) in up to 8 splits
+# filling the SMs once (128 experts: 12.0 us at 1024, 15.7 at 2048; unsplit 22.7, 24.6);
+# 128-wide slices (bf16; fp32 64), 4 warps.
+# Other GPUs: aiter's tables, split alike for up to 4 token blocks an SM.
+_SPLIT_MAX = 8  # splits from 512 tokens
 
 
 @functools.lru_cache(maxsize=1024)
@@ -112,17 +116,25 @@ def routing_sigmoid_top1_launch_config(n_tokens: int, n_experts: int, elem_size:
                                        hidden: int = 0) -> RoutingSigmoidTop1LaunchConfig:
     """The launch config of ``n_tokens`` tokens routed over ``n_experts`` experts, inputs of
     ``elem_size`` bytes, a hidden dim of ``hidden`` (0: unknown, no split)."""
-    row_blocks = cdiv(n_tokens, 16)
-    if hidden > _SPLIT_SLICE and 4 * row_blocks <= profile.sms:
-        split = min(cdiv(hidden, _SPLIT_SLICE), max(cdiv(2 * profile.sms, row_blocks), 1))
-        block_k = max(16, min(_SPLIT_SLICE * 2 // elem_size, _W_TILE_BYTES // (_block_n(n_experts) * elem_size)))
-        return RoutingSigmoidTop1LaunchConfig(16, block_k, 4, 2, SPLIT_K=split)
+    block_k = max(16, min(256 // elem_size, _W_TILE_BYTES // (_block_n(n_experts) * elem_size)))
+    if profile.backend == "cuda" and n_tokens < 4096:
+        if n_tokens <= 512:
+            block_m, stages, programs = 16, 3, 2 * profile.sms
+        else:
+            block_m, stages, programs = 64 if n_experts <= 16 or n_tokens >= 2048 else 32, 4, profile.sms
+        blocks = cdiv(n_tokens, block_m)
+        split = min(cdiv(programs, blocks), cdiv(hidden, 2 * block_k), _SPLIT_MAX if n_tokens > 512 else hidden)
+        return RoutingSigmoidTop1LaunchConfig(block_m, block_k, 4, stages, SPLIT_K=max(split, 1))
     if profile.backend == "cuda":
         if n_experts <= 16:
             block_m, block_k, warps, stages = 64, 64, 4, 4
         else:
             block_m, block_k, warps, stages = (32, 64, 4, 3) if n_tokens < 8192 else (64, 32, 4, 4)
         return RoutingSigmoidTop1LaunchConfig(block_m, max(16, block_k * 2 // elem_size), warps, stages)
+    row_blocks = cdiv(n_tokens, 16)
+    if hidden > 2 * block_k and 4 * row_blocks <= profile.sms:
+        split = min(cdiv(hidden, 2 * block_k), max(cdiv(2 * profile.sms, row_blocks), 1))
+        return RoutingSigmoidTop1LaunchConfig(16, block_k, 4, 2, SPLIT_K=split)
     if n_experts <= 16:
         block_m, block_k, warps, stages, waves = (32, 128, 8, 2, 2) if n_tokens >= 8192 else (16, 256, 4, 2, 3)
     else:

@@ -119,13 +119,16 @@ def _token_block(n_blocks, n_tokens, BLOCK_T: tl.constexpr, INT64: tl.constexpr)
 
 @triton.jit
 def _turn(x1, x2, c1, c2, s1, s2, rot3, BACKWARD: tl.constexpr):
-    """The rotation of each pair; tokens outside every sequence (varlen) pass through."""
+    """The rotation of each pair; tokens outside every sequence (varlen) pass through. Each
+    output is one explicit fused multiply-add: left to the compiler, which product it fuses
+    depends on the surrounding code, so the fused kernels' fp32 outputs would differ from the
+    RoPE kernel's in the last bit."""
     if BACKWARD:  # the transpose of the forward
-        o1 = x1 * c1 + x2 * s2
-        o2 = x2 * c2 - x1 * s1
+        o1 = tl.fma(x1, c1, x2 * s2)
+        o2 = tl.fma(x2, c2, -(x1 * s1))
     else:
-        o1 = x1 * c1 - x2 * s1
-        o2 = x2 * c2 + x1 * s2
+        o1 = tl.fma(x1, c1, -(x2 * s1))
+        o2 = tl.fma(x2, c2, x1 * s2)
     return tl.where(rot3, o1, x1), tl.where(rot3, o2, x2)
 
 
