@@ -253,6 +253,45 @@ def test_reduce_act_mul_matches_native(m, n, spk, dtype, activation):
     _assert_outputs([y2], [y2_ref], torch.float16, "y2")
 
 
+# wider than any row held in registers (2N > 32768), an odd last group: on the GPU also
+# Qwen2.5-72B's and llama3-405B's intermediates, with Gemma2-27B's as x2
+@pytest.mark.parametrize("m, n, n2", [(3, 16447, 16500)] if not ON_GPU else
+                         [(3, 16447, 16500), (64, 29568, 8), (300, 53248, 36864)])
+def test_reduce_act_mul_any_width(m, n, n2):
+    x = make_rows(m, 2 * n, torch.float32, lead=(2,))
+    x2 = make_rows(m, n2, torch.float32, lead=(2,))
+    kw = dict(group_size=64, dtype_quant=torch.float8_e4m3fn, dtype=torch.bfloat16)
+    (q, s), y2 = tri.fused_reduce_act_mul_fp8_group_quant(x, "silu", x2, **kw)
+    (q_ref, s_ref), y2_ref = native.fused_reduce_act_mul_fp8_group_quant(x, "silu", x2, **kw)
+    assert_close(s, s_ref, atol=0.0, rtol=1e-5, name="scales")
+    _assert_codes(q, q_ref, "codes")
+    _assert_outputs([y2], [y2_ref], torch.bfloat16, "y2")
+
+
+@pytest.mark.parametrize("tile", [(1, 0), (1, 64), (4, 128), (2, 256)], ids=str)
+def test_reduce_act_mul_tiles_agree(tile):
+    """Every tile (rows, output columns of whole groups; 0: the whole row) gives the same
+    bits: each group is the same computation wherever its tile lies. x2 in tiles of its own."""
+    m, n, n2 = 7, 300, 520
+    x, x2 = make_rows(m, 2 * n, torch.bfloat16, lead=(3,), strided=True), make_rows(m, n2, torch.bfloat16, lead=(3,))
+    x[1, 2, 5] = float("nan")
+
+    def run(config):
+        q = torch.full((m, n), float("nan"), device=DEVICE).to(torch.float8_e4m3fn)
+        s = torch.full((m, 20), float("nan"), device=DEVICE)  # 10 groups, every other column
+        y2 = torch.full((m, n2), float("nan"), device=DEVICE, dtype=torch.float16)
+        tri._launch_fused_rms_quant(x, None, None, None, None, q, s[:, ::2], None, None, None, 0.0, 0.0, 32, False,
+                                    x2, y2, "gelu_tanh", config)
+        assert s[:, 1::2].isnan().all()
+        return q.view(torch.uint8), s[:, ::2], y2
+
+    want = run(None)
+    got = run(tri.FusedRmsQuantLaunchConfig(4, *tile))
+    for g, w, name in zip(got, want, ("codes", "scales", "y2")):
+        assert torch.equal(g.nan_to_num(), w.nan_to_num()) and torch.equal(g.isnan(), w.isnan()), name
+    assert not want[2].isnan().any() and want[1].isnan().any(dim=1).tolist() == [False, False, True] + [False] * 4
+
+
 GATED = [(0, 128, None), (1, 128, 128), (7, 192, 64), (5, 96, 96), (3, 1000, None)] if not ON_GPU else \
     [(0, 128, None), (1, 128, 128), (7, 192, 64), (4096, 128, 128), (300, 4096, 128), (9, 16384, None)]
 

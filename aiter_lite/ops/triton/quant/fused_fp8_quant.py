@@ -24,7 +24,8 @@ launch, each row read once.
 * ``fused_reduce_act_mul_fp8_group_quant(x, activation="silu", x2=None, group_size=128,
   dtype_quant=None, dtype=torch.bfloat16)``: ``act(x[..., :n]) * x[..., n:]`` quantized per
   group, x ``(M, 2n)`` or split-K ``(SPK, M, 2n)`` summed first, with ``x2`` ``(SPK, M, N2)``
-  summed into ``y2`` of ``dtype``; returns ``((y, y_scale), y2)``.
+  summed into ``y2`` of ``dtype``; returns ``((y, y_scale), y2)``. Any n and N2: tiles of
+  whole groups (llama3-405B's 53248-wide intermediate included).
 * ``fused_rms_gated_fp8_group_quant(x, weight, bias, z, eps, *, norm_before_gate=True,
   use_ue8m0=False, activation="silu", out_dtype=None, fp8_min=None, fp8_max=None,
   fp8_min_scaling_factor=None, group_size=None)`` (Qwen3-Next's gated norm, vLLM):
@@ -46,11 +47,11 @@ from the fp32 value (the static forms round it to the input's dtype first where 
 the outputs in inp1's dtype unless a ``dtype`` says otherwise; a group's scale
 ``max(amax, 1e-10) / q_max`` (the gated form's as above). ``dtype_quant`` None: the
 device's e4m3 (aiter's default); any quantized dtype the device stores (int8 rounds to
-nearest even, where aiter's int8 truncates toward zero). Rows in registers: up to 16384
-columns for each input (aiter's kernels hold whole rows too; DeepSeek-V3's widest is 7168);
-the flatten and silu forms tile any width. Where aiter asserts, these raise a
-``TypeError`` / ``ValueError`` naming the op and argument; ``gemm_out_zero_init`` is zeroed
-as aiter's prologue zeroes it.
+nearest even, where aiter's int8 truncates toward zero). The norm forms hold a row in
+registers: up to 16384 columns for each input (aiter's kernels hold whole rows too;
+DeepSeek-V3's widest is 7168); the gated activation, flatten and silu forms tile any
+width. Where aiter asserts, these raise a ``TypeError`` / ``ValueError`` naming the op and
+argument; ``gemm_out_zero_init`` is zeroed as aiter's prologue zeroes it.
 
 Where aiter's kernels go wrong, these do not (each has a test): ``fused_flatten_fp8_group_quant``
 with ``N2`` not a multiple of ``group_size`` (aiter restarts groups at each of the N1
@@ -73,7 +74,12 @@ from aiter_lite.ops.triton._triton_kernels.quant.fused_fp8_quant import (
     _fused_rms_quant_kernel,
 )
 from aiter_lite.ops.triton.normalization.norm import check_eps
-from aiter_lite.ops.triton.quant.act_quant import _ACTIVATIONS, Activation, _launch_act_quant
+from aiter_lite.ops.triton.quant.act_quant import (
+    _ACTIVATIONS,
+    Activation,
+    _launch_act_quant,
+    act_quant_launch_config,
+)
 from aiter_lite.ops.triton.quant.dtypes import check_quant_dtype_supported
 from aiter_lite.ops.triton.quant.quant import (
     _check_group,
@@ -100,23 +106,40 @@ from aiter_lite.utils.registry import public_op
 __all__ = ["fused_rms_fp8_group_quant", "fused_rms_fp8_per_tensor_static_quant", "fused_reduce_rms_fp8_group_quant",
            "fused_reduce_act_mul_fp8_group_quant", "fused_rms_gated_fp8_group_quant", "fused_flatten_fp8_group_quant",
            "fused_silu_mul_fp8_per_tensor_static_quant", "get_fp8_min_max_bounds", "FusedRmsQuantLaunchConfig",
-           "fused_rms_quant_launch_config", "GatedRmsQuantLaunchConfig", "gated_rms_quant_launch_config"]
+           "fused_rms_quant_launch_config", "fused_act_quant_launch_config", "GatedRmsQuantLaunchConfig",
+           "gated_rms_quant_launch_config"]
 
 # why the aiter forms here refuse a call autograd would record (utils.registry.public_op)
 _NO_GRAD = "its outputs are quantized values and scales"
-_MAX_COLS = 16384  # a row in registers (each input)
+_MAX_COLS = 16384  # a row in registers (each input of the norm forms)
+_MAX_GRID_Y = 65535  # CUDA and HIP limit of grid axis 1
 _STATIC_GROUP = 128  # the static form's tile rows (a row held as (BLOCK_N1 // 128, 128))
 _GATED_TILE = 4096  # the gated form's elements a program: narrow rows (Qwen3-Next's heads of 128) batched
 
 
 @dataclass(frozen=True)
 class FusedRmsQuantLaunchConfig:
-    num_warps: int  # one row a program, whole in registers
+    num_warps: int
+    BLOCK_M: int = 1  # the activation forms: rows a program (the norm forms: one row, whole in registers)
+    BLOCK_N: int = 0  # the activation forms: output columns a program, whole groups (0: the whole row)
 
 
 def fused_rms_quant_launch_config(n_cols: int, profile: DeviceProfile = INTERPRETER) -> FusedRmsQuantLaunchConfig:
-    """The warps of a program holding a row of ``n_cols`` (the wider input's) columns."""
+    """The norm forms: the warps of a program holding a row of ``n_cols`` (the wider
+    input's) columns."""
     return FusedRmsQuantLaunchConfig(profile.row_warps(next_power_of_2(max(n_cols, 1))))
+
+
+def fused_act_quant_launch_config(n_rows: int, n_cols: int, group_size: int,
+                                  profile: DeviceProfile = INTERPRETER) -> FusedRmsQuantLaunchConfig:
+    """The activation forms' tile over an (n_rows, n_cols) output: the op's 2-D form's
+    (``act_quant_launch_config``'s group tiles, act_and_mul's measured tiles, at least a
+    group wide). Nothing spans a row, so any width takes the same tiles. H100, 2 fp32
+    splits, 2048-53248 outputs: level with a whole row a program (within 2%) where that
+    fits, 6% ahead at 14336 x 4096, 3x at decode (7.2 -> 2.4 us at 14336 x 1, CUDA graphs);
+    85-97% of copy from 8192 rows; other tiles of 1-2 rows by 1024-4096 within 4% either way."""
+    cfg = act_quant_launch_config("group", n_rows, n_cols, profile, group_size)
+    return FusedRmsQuantLaunchConfig(cfg.num_warps, cfg.BLOCK_M, cfg.BLOCK_N)
 
 
 @dataclass(frozen=True)
@@ -128,9 +151,12 @@ class GatedRmsQuantLaunchConfig:
 def gated_rms_quant_launch_config(n_rows: int, row_tile: int,
                                   profile: DeviceProfile = INTERPRETER) -> GatedRmsQuantLaunchConfig:
     """Rows of ``row_tile`` (padded) elements batched to ``_GATED_TILE`` elements a program
-    (fewer where the rows are fewer); the warps as a register-held tile of that size."""
+    (fewer where the rows are fewer); the warps as a register-held tile of that size, with
+    at most 32 elements a lane where 16 warps allow it: x, the gate and y are live at once,
+    and a 16384-element row at 8 warps (64 a lane) spilled 8 bytes on sm_100."""
     block_m = max(1, min(_GATED_TILE // row_tile, next_power_of_2(max(n_rows, 1))))
-    return GatedRmsQuantLaunchConfig(block_m, profile.row_warps(block_m * row_tile))
+    tile = block_m * row_tile
+    return GatedRmsQuantLaunchConfig(block_m, max(profile.row_warps(tile), profile.warps_for(tile, 32, hi=16)))
 
 
 def _extent(t: torch.Tensor | None) -> int:
@@ -163,25 +189,57 @@ def _launch_fused_rms_quant(x1: torch.Tensor, w1: torch.Tensor | None, r1: torch
     """The fused row quant: q and, per ``group_size`` columns, the scales into ``scale``
     ((M, G), any strides), or by the one-element static ``scale`` (``group_size`` 0);
     r_out, y1 and the second input's y2 where given; x3's rows summed into y3. The row is
-    x1's RMSNorm, or with ``activation`` ``act(x1[:, :n]) * x1[:, n:]``. x1, x2, x3: 2-D
-    rows, or 3-D (SPK, M, N) partial products summed over their first dim (x1 3-D: all)."""
+    x1's RMSNorm (whole rows a program), or with ``activation`` ``act(x1[:, :n]) *
+    x1[:, n:]`` (grouped, no r1 / y1 / x2: tiles of ``config``'s BLOCK_M rows by BLOCK_N
+    output columns). x1, x2, x3: 2-D rows, or 3-D (SPK, M, N) partial products summed over
+    their first dim (x1 3-D: all)."""
     n_rows, n1 = q.shape
     if n_rows == 0:
         return
     splitk = x1.dim() == 3
     n2 = 0 if x2 is None else x2.shape[-1]
     n3 = 0 if x3 is None else x3.shape[-1]
-    block_n1 = max(next_power_of_2(max(n1, 1)), group_size)
-    tile_group = group_size or min(block_n1, _STATIC_GROUP)  # the static scale: any tile rows
-    block_n2 = next_power_of_2(max(n2, 1))
-    block_n3 = next_power_of_2(max(n3, 1))
-    cfg = config or fused_rms_quant_launch_config(max(block_n1, block_n2, block_n3), device_profile(x1.device))
-    q_min, q_max = quant_range(q.dtype)
+    profile = device_profile(x1.device)
     stride_x1, split_x1 = _split_strides(x1)
     stride_x2, split_x2 = _split_strides(x2)
     stride_x3, split_x3 = _split_strides(x3)
+    block_n2 = next_power_of_2(max(n2, 1))
+    if activation:
+        if not group_size or r1 is not None or y1 is not None or x2 is not None:
+            raise ValueError("fused act quant: the activation forms quantize per group and store q, the scales "
+                             "and y3 alone")
+        cfg = config or fused_act_quant_launch_config(n_rows, n1, group_size, profile)
+        block_m = cfg.BLOCK_M
+        block_n1 = cfg.BLOCK_N or max(next_power_of_2(max(n1, 1)), group_size)
+        if block_n1 % group_size:
+            raise ValueError(f"fused act quant: BLOCK_N must be a multiple of group_size {group_size}, got {cfg}")
+        # x3 an element a split, y two: x3's tiles twice as wide take about as many loads a program
+        block_n3 = min(next_power_of_2(max(n3, 1)), 2 * block_n1)
+        row_blocks = cdiv(n_rows, block_m)
+        grid = (row_blocks * (1 if x3 is None else 2), max(cdiv(n1, block_n1), cdiv(n3, block_n3)))
+        if grid[1] == 0:  # no columns
+            return
+        if grid[1] > _MAX_GRID_Y:
+            raise ValueError(f"fused act quant: {grid[1]} column tiles pass the grid's {_MAX_GRID_Y} (outputs {n1}, "
+                             f"x3 {n3} wide, {cfg})")
+        pad = block_m * max(stride_x1, q.stride(0), scale.stride(0), stride_x3, 0 if y3 is None else y3.stride(0)) \
+            + max(block_n1, block_n3) * max(scale.stride(1), 1)
+        int64 = _wide(x1, q, scale, x3, y3, pad=pad)
+        tile_group = group_size
+    else:
+        block_n1 = max(next_power_of_2(max(n1, 1)), group_size)
+        block_n3 = next_power_of_2(max(n3, 1))
+        cfg = config or fused_rms_quant_launch_config(max(block_n1, block_n2, block_n3), profile)
+        if cfg.BLOCK_M != 1 or cfg.BLOCK_N:
+            raise ValueError(f"fused rms quant: the norm forms hold one whole row a program (BLOCK_M 1, BLOCK_N 0), "
+                             f"got {cfg}")
+        block_m = 1
+        grid = (n_rows * (1 if x3 is None else 2),)
+        int64 = _wide(x1, r1, r_out, y1, q, x2, y2, x3, y3, pad=max(block_n1, block_n2, block_n3))
+        tile_group = group_size or min(block_n1, _STATIC_GROUP)  # the static scale: any tile rows
+    q_min, q_max = quant_range(q.dtype)
     launch(
-        _fused_rms_quant_kernel, (n_rows * (1 if x3 is None else 2),),
+        _fused_rms_quant_kernel, grid,
         x1, w1, r1, r_out, y1, q, scale, x2, w2, y2, x3, y3,
         stride_x1, 0 if r1 is None else r1.stride(0), 0 if r_out is None else r_out.stride(0),
         0 if y1 is None else y1.stride(0), q.stride(0), scale.stride(0) if group_size else 0,
@@ -189,10 +247,9 @@ def _launch_fused_rms_quant(x1: torch.Tensor, w1: torch.Tensor | None, r1: torch
         stride_x3, 0 if y3 is None else y3.stride(0), split_x1, split_x2, split_x3,
         n_rows, n1, n2, n3, x1.shape[0] if splitk else 1, eps1, eps2, q_min, q_max, GROUP_EPS,
         ACT=activation, HAS_RES=r1 is not None, STORE_Y1=y1 is not None, HAS_X2=x2 is not None,
-        HAS_X3=x3 is not None, SPLITK=splitk, ROUND=round_norm, SOFT_ROUND=_soft_round(q.dtype),
-        INT64=_wide(x1, r1, r_out, y1, q, x2, y2, x3, y3, pad=max(block_n1, block_n2, block_n3)),
-        GROUPED=group_size > 0, GROUP=tile_group, BLOCK_N1=block_n1, BLOCK_N2=block_n2, BLOCK_N3=block_n3,
-        num_warps=cfg.num_warps,
+        HAS_X3=x3 is not None, SPLITK=splitk, ROUND=round_norm, SOFT_ROUND=_soft_round(q.dtype), INT64=int64,
+        GROUPED=group_size > 0, GROUP=tile_group, BLOCK_M=block_m, BLOCK_N1=block_n1, BLOCK_N2=block_n2,
+        BLOCK_N3=block_n3, num_warps=cfg.num_warps,
     )
 
 
@@ -219,10 +276,11 @@ def _launch_fused_rms_gated_quant(x: torch.Tensor, z: torch.Tensor | None, w: to
 
 
 def _rows(op: str, name: str, t, n_rows: int | None = None, n_cols: int | None = None,
-          splits: int | None = None, max_cols: int = _MAX_COLS, like: str = "") -> torch.Tensor:
+          splits: int | None = None, max_cols: int | None = _MAX_COLS, like: str = "") -> torch.Tensor:
     """A float input of rows (unit stride along them) on a device Triton runs on: 2-D (M, N),
-    or with ``splits`` 3-D (splits, M, N) (``splits`` 0: 2-D or 3-D). ``like``: the input
-    whose rows (and splits) it must match, named in the error."""
+    or with ``splits`` 3-D (splits, M, N) (``splits`` 0: 2-D or 3-D), at most ``max_cols``
+    wide (None: any width). ``like``: the input whose rows (and splits) it must match, named
+    in the error."""
     check_row_input(op, name, t)
     want_dims = (2,) if splits is None else (3,) if splits else (2, 3)
     as_ = f" as {like} is" if like else ""
@@ -237,7 +295,7 @@ def _rows(op: str, name: str, t, n_rows: int | None = None, n_cols: int | None =
                          f"got {tuple(t.shape)}")
     if t.dim() == 3 and t.shape[0] == 0:
         raise ValueError(f"{op}: {name} must have at least one split (its first dim), got shape {tuple(t.shape)}")
-    if t.shape[-1] > max_cols:
+    if max_cols is not None and t.shape[-1] > max_cols:
         raise ValueError(f"{op}: {name} holds rows in registers, up to {max_cols} columns; got {t.shape[-1]}")
     return t
 
@@ -416,8 +474,7 @@ def fused_reduce_act_mul_fp8_group_quant(x: torch.Tensor, activation: Activation
     y2)``; y2 None where x2 is."""
     op = "fused_reduce_act_mul_fp8_group_quant"
     check_choice(op, "activation", activation, _ACTIVATIONS)
-    xr = _rows(op, "x", x, splits=0, max_cols=2 * _MAX_COLS) if isinstance(x, torch.Tensor) and x.dim() == 3 \
-        else None
+    xr = _rows(op, "x", x, splits=0, max_cols=None) if isinstance(x, torch.Tensor) and x.dim() == 3 else None
     if xr is None:  # 2-D: act_mul_and_fp8_group_quant's tiles, any width
         check_row_input(op, "x", x)
         if x.dim() != 2:
@@ -439,7 +496,7 @@ def fused_reduce_act_mul_fp8_group_quant(x: torch.Tensor, activation: Activation
         return (y, scale), None
     x3 = y2 = None
     if x2 is not None:
-        x3 = _rows(op, "x2", x2, n_rows=m, splits=xr.shape[0], like="x")
+        x3 = _rows(op, "x2", x2, n_rows=m, splits=xr.shape[0], max_cols=None, like="x")
         check_same_device(op, "x2", x3, "x", xr)
         y2 = torch.empty((m, x3.shape[-1]), dtype=y2_dtype, device=x.device)
     _launch_fused_rms_quant(xr, None, None, None, None, y, scale, None, None, None, 0.0, 0.0, group_size, False, x3,
