@@ -122,15 +122,19 @@ def routing_sigmoid_top1_launch_config(n_tokens: int, n_experts: int, elem_size:
             block_m, stages, programs = 16, 3, 2 * profile.sms
         else:
             block_m, stages, programs = 64 if n_experts <= 16 or n_tokens >= 2048 else 32, 4, profile.sms
+        block_m = min(block_m, max(16, _MAX_ACC // _block_n(n_experts)))
         blocks = cdiv(n_tokens, block_m)
         split = min(cdiv(programs, blocks), cdiv(hidden, 2 * block_k), _SPLIT_MAX if n_tokens > 512 else hidden)
-        return RoutingSigmoidTop1LaunchConfig(block_m, block_k, 4, stages, SPLIT_K=max(split, 1))
+        return RoutingSigmoidTop1LaunchConfig(block_m, block_k, _acc_warps(block_m, n_experts), stages,
+                                              SPLIT_K=max(split, 1))
     if profile.backend == "cuda":
         if n_experts <= 16:
             block_m, block_k, warps, stages = 64, 64, 4, 4
         else:
             block_m, block_k, warps, stages = (32, 64, 4, 3) if n_tokens < 8192 else (64, 32, 4, 4)
-        return RoutingSigmoidTop1LaunchConfig(block_m, max(16, block_k * 2 // elem_size), warps, stages)
+        block_m = min(block_m, max(16, _MAX_ACC // _block_n(n_experts)))
+        return RoutingSigmoidTop1LaunchConfig(block_m, max(16, block_k * 2 // elem_size),
+                                              max(warps, _acc_warps(block_m, n_experts)), stages)
     row_blocks = cdiv(n_tokens, 16)
     if hidden > 2 * block_k and 4 * row_blocks <= profile.sms:
         split = min(cdiv(hidden, 2 * block_k), max(cdiv(2 * profile.sms, row_blocks), 1))
@@ -142,6 +146,15 @@ def routing_sigmoid_top1_launch_config(n_tokens: int, n_experts: int, elem_size:
     kpack = 2 if n_tokens >= (4096 if n_experts <= 16 else 2048) else 1
     block_k = max(16, min(block_k * 2 // elem_size, _W_TILE_BYTES // (_block_n(n_experts) * elem_size)))
     return RoutingSigmoidTop1LaunchConfig(block_m, block_k, min(warps, profile.max_warps), stages, waves, kpack)
+
+
+_MAX_ACC = 16384  # NVIDIA: fp32 accumulators a program (tokens x padded experts); 64 x 512 on 8 warps spills
+
+
+def _acc_warps(block_m: int, n_experts: int) -> int:
+    """NVIDIA: 4 warps up to 64 fp32 accumulators a lane, 8 past (a 64 x 256 or 32 x 512
+    accumulator on 4 warps spills on sm_90)."""
+    return 4 if block_m * _block_n(n_experts) <= 8192 else 8
 
 
 def _block_n(n_experts: int) -> int:

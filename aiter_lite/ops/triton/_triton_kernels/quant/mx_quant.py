@@ -205,7 +205,7 @@ def _mx_quant_kernel(
         if HAS_GLOBAL:
             s_val = s_val * tl.where(g == 0.0, 0.0, tl.math.div_rn(1.0, tl.where(g == 0.0, 1.0, g)))
         inv = tl.where(s_val == 0.0, 0.0, tl.math.div_rn(1.0, tl.where(s_val == 0.0, 1.0, s_val)))
-        nan = amax != amax
+        nan = inv != inv  # a NaN in the block, or a NaN global scale
         codes = _e2m1(y * inv[:, :, None])
     else:
         amax_bits = _amax_nan(y, SOFT_ROUND).to(tl.int32, bitcast=True)  # NaN: above inf's bits
