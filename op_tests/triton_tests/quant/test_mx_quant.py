@@ -522,6 +522,38 @@ def test_a_pinned_launch_config_is_checked():
     _assert_fp4_close(q, s, q_ref, s_ref, "pinned")
 
 
+@pytest.mark.parametrize("fmt, producer", [("mxfp4", "plain"), ("nvfp4", "plain"), ("mxfp8", "plain"),
+                                           ("mxfp4", "act"), ("mxfp8", "flatten")])
+def test_grid_orders_agree(fmt, producer):
+    """The one-axis grid (a row block's column blocks in turn; MXFP8's on NVIDIA) and the
+    two-axis one (row blocks first) write the same bits, over an odd width, a partial last
+    column block and rows past a tile."""
+    m, n = 5, 200
+    x = make_rows(m, 2 * n if producer == "act" else n, torch.bfloat16, strided=True, scale=3.0)
+    if producer == "flatten":  # segments of 40 columns, heads-first in memory
+        x = make_rows(5, m * 40, torch.bfloat16).reshape(5, m, 40).transpose(0, 1)
+    group = 16 if fmt == "nvfp4" else 32
+
+    def launch(cfg):
+        q = torch.full((m, n // 2 if fmt != "mxfp8" else n), 0x5A, dtype=torch.uint8, device=DEVICE)
+        s = torch.full((m, -(-n // group)), 0xA5, dtype=torch.uint8, device=DEVICE)
+        if fmt == "nvfp4":
+            s = s.view(torch.float8_e4m3fn)
+        tri._launch_mx_quant(x, q.view(torch.float8_e4m3fn) if fmt == "mxfp8" else q, s, producer, fmt, n, "even",
+                             "silu", False, m, s.shape[1], None, None, None, None, None, None, None, None, 1e-6, 0.0,
+                             cfg)
+        return q, s.view(torch.uint8)
+
+    want = launch(tri.MxQuantLaunchConfig(2, 64, 1))
+    for cfg in (tri.MxQuantLaunchConfig(2, 64, 1, ROW_MAJOR=True), tri.MxQuantLaunchConfig(4, 128, 2, ROW_MAJOR=True)):
+        got = launch(cfg)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), cfg
+    q_ref, s_ref = {"plain": lambda: getattr(native, f"dynamic_{fmt}_quant")(x),
+                    "act": lambda: native.act_mul_and_mxfp4_quant(x, "silu"),
+                    "flatten": lambda: native.fused_flatten_mxfp8_quant(x)}[producer]()
+    assert torch.equal(want[1], s_ref.view(torch.uint8)), "scales"
+
+
 def test_aiter_paths_and_registration():
     assert tri_quant.dynamic_mxfp4_quant is tri.dynamic_mxfp4_quant
     assert tri_quant.dynamic_nvfp4_quant is tri.dynamic_nvfp4_quant

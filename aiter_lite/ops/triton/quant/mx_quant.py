@@ -135,22 +135,26 @@ class MxQuantLaunchConfig:
     BLOCK_M: int  # rows a program
     BLOCK_N: int  # columns a program, a multiple of the block (32 or 16); "rms": the whole (padded) row
     num_warps: int
+    ROW_MAJOR: bool = False  # a 1-D grid over row blocks' column blocks, columns fastest
 
 
-# Measured on the H100 (16384 x 7168 bf16, 4096 x 16384 flattened, 16384 x 2048 gated; a
-# sweep of 13 tiles): the e2m1 forms are bound by instructions issued, not bytes, so each
-# lane takes 32 values (the per-program work amortized) in small programs: MXFP4 2 x 1024 on
-# 2 warps (88% of copy; 4 x 1024 on 4: 86%), NVFP4 4 x 1024 on 4 (84%), MXFP8 any (94-95%);
-# a gated producer reads two values an output, 16 outputs a lane in 1 x 1024 on 2 warps
-# (87%; 2 x 1024 on 4: 83%). Halved toward two programs an SM for small inputs.
+# Measured on the H100 (16384 x 7168 bf16, 4096 x 16384 flattened, 16384 x 2048 and 4096 x
+# 16384 gated; sweeps of 12-14 tiles): the e2m1 forms are bound by instructions issued, not
+# bytes (about 20 an element for MXFP4, 11 for MXFP8), so each lane takes 32 values (the
+# per-program work amortized) in small programs: MXFP4 2 x 1024 on 2 warps (85% of copy;
+# 4 x 1024 on 4: 83%), NVFP4 4 x 1024 on 4 (86%), the gated producer as MXFP4 (86% / 91%;
+# 1 x 1024 on 2: 85% / 89%). MXFP8 is bound by bytes: any tile, 95% with row blocks on the
+# grid's first axis and 100% over one axis with a row block's column blocks in turn (the
+# e2m1 forms lose 2-5% in that order). Halved toward two programs an SM for small inputs.
 _TILE = {MX_BLOCK: 2048, NV_BLOCK: 4096}
-_ACT_TILE = 1024
 _MAX_BLOCK_N = 1024
 _PER_LANE = 32
-_ACT_PER_LANE = 16
 # A row in registers at _ROW_PER_LANE elements a lane, 4 warps at least, at most 16 (a 7168
-# row, padded to 8192: 4 warps; 16384: 8). Measured at 16384 x 7168: RMSNorm + MXFP4 66% of
-# copy on 4 warps against 52% on 16, + MXFP8 98% against 78%; with a residual 97-99% on 4-16.
+# row, padded to 8192: 4 warps; 16384: 8). Measured at 16384 x 7168: RMSNorm + MXFP4 70% of
+# copy on 4 warps against 64% on 8, + MXFP8 99% against 97%; with a residual 98-99% on 4-8.
+# The row in 1024- or 2048-column chunks (read twice, the loops unrolled by 1-8) measured
+# 45-60% with MXFP4 and 53-74% with MXFP8: per-chunk reductions and layout changes cost more
+# than the padded row's masked lanes.
 _ROW_PER_LANE = 64
 # The interpreter runs programs one after another, each op a numpy call: fewer, larger tiles
 # (rows of a padded scale buffer included) are faster there.
@@ -158,13 +162,13 @@ _INTERPRETER_TILE = 16384
 
 
 @functools.lru_cache(maxsize=1024)
-def mx_quant_launch_config(producer: str, n_rows: int, n_cols: int, group: int,
+def mx_quant_launch_config(producer: str, fmt: str, n_rows: int, n_cols: int,
                            profile: DeviceProfile = INTERPRETER) -> MxQuantLaunchConfig:
-    """Tile and warps of one launch over (n_rows, n_cols) outputs (``n_cols``: the scale
-    columns covered, padding included) in blocks of ``group`` columns; ``producer`` "rms" holds
-    a row a program."""
-    tile = _INTERPRETER_TILE if profile.interpreter else _ACT_TILE if producer == "act" else _TILE[group]
-    per_lane = _ACT_PER_LANE if producer == "act" else _PER_LANE
+    """Tile and warps of one launch of format ``fmt`` over (n_rows, n_cols) outputs
+    (``n_cols``: the scale columns covered, padding included); ``producer`` "rms" holds a row
+    a program."""
+    group = NV_BLOCK if fmt == "nvfp4" else MX_BLOCK
+    tile = _INTERPRETER_TILE if profile.interpreter else _TILE[group]
     if producer == "rms":
         block_n = next_power_of_2(max(n_cols, group))
         block_m = min(max(tile // block_n, 1), next_power_of_2(max(n_rows, 1))) if profile.interpreter else 1
@@ -174,7 +178,8 @@ def mx_quant_launch_config(producer: str, n_rows: int, n_cols: int, group: int,
     if not profile.interpreter:
         while block_m > 1 and cdiv(n_rows, block_m) * cdiv(n_cols, block_n) < 2 * profile.sms:
             block_m //= 2
-    return MxQuantLaunchConfig(block_m, block_n, profile.warps_for(block_m * block_n, per_lane, lo=1, hi=8))
+    return MxQuantLaunchConfig(block_m, block_n, profile.warps_for(block_m * block_n, _PER_LANE, lo=1, hi=8),
+                               ROW_MAJOR=fmt == "mxfp8" and profile.backend == "cuda")
 
 
 # ---------------------------------------------------------------------------
@@ -204,14 +209,15 @@ def _launch_mx_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, prod
     if scale_rows == 0 or scale_cols == 0:
         return
     group = NV_BLOCK if fmt == "nvfp4" else MX_BLOCK
-    cfg = config or mx_quant_launch_config(producer, scale_rows, scale_cols * group, group, device_profile(x.device))
+    cfg = config or mx_quant_launch_config(producer, fmt, scale_rows, scale_cols * group, device_profile(x.device))
     if cfg.BLOCK_N % group or (producer == "rms" and cfg.BLOCK_N < scale_cols * group):
         raise ValueError(f"mx_quant: a launch's BLOCK_N must be a multiple of the {group}-column block"
                          f"{f' holding the whole {scale_cols * group}-column row' if producer == 'rms' else ''}, "
                          f"got {cfg}")
     row_blocks = cdiv(scale_rows, cfg.BLOCK_M)
     col_blocks = cdiv(scale_cols * group, cfg.BLOCK_N)
-    if col_blocks > 65535:  # the grid's second axis
+    row_major = cfg.ROW_MAJOR and x2 is None
+    if col_blocks > 65535 and not row_major:  # the grid's second axis
         raise ValueError(f"mx_quant: {scale_cols * group} columns in {cfg.BLOCK_N}-column blocks make {col_blocks} "
                          f"column programs, more than a grid's 65535; pin a wider BLOCK_N")
     rows = row_blocks * cfg.BLOCK_M
@@ -228,8 +234,10 @@ def _launch_mx_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, prod
     int64 = max(_span(x, rows) + 2 * cols, _span(q, rows) + cols, s_span,
                 *(_span(t, rows) + cols for t in (r, r_out, y1, x2, y2))) >= 2**31
     n_cols2 = 0 if x2 is None else x2.shape[1]
+    grid = ((row_blocks * col_blocks,) if row_major
+            else (row_blocks + (0 if x2 is None else cdiv(n_rows, cfg.BLOCK_M)), col_blocks))
     launch(
-        _mx_quant_kernel, (row_blocks + (0 if x2 is None else cdiv(n_rows, cfg.BLOCK_M)), col_blocks),
+        _mx_quant_kernel, grid,
         x, q, scale, weight, r, r_out, y1, x2, w2, y2, global_scale,
         x.stride(0), x.stride(1) if segmented else 0, q.stride(0),
         0 if shuffle else scale.stride(0), 0 if shuffle else scale.stride(1),
@@ -240,7 +248,7 @@ def _launch_mx_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, prod
         STORE_Y1=y1 is not None, HAS_X2=x2 is not None, HAS_GLOBAL=global_scale is not None, SHUFFLE=shuffle,
         SEG_SHIFT=seg_len.bit_length() - 1 if seg_len & (seg_len - 1) == 0 else -1, INT64=int64,
         SOFT_ROUND=TRITON_INTERPRET, GROUP=group, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-        BLOCK_N2=next_power_of_2(max(n_cols2, 1)), num_warps=cfg.num_warps,
+        BLOCK_N2=next_power_of_2(max(n_cols2, 1)), ROW_MAJOR=row_major, num_warps=cfg.num_warps,
     )
 
 

@@ -89,20 +89,23 @@ def _e8m0_exponent(amax_bits, q_max, SCALING: tl.constexpr):
 
 
 @triton.jit
-def _e2m1(v):
-    """fp32 ``v`` as e2m1 codes (int32, sign in bit 3), rounded to nearest even, saturated
-    to +-6; NaN gives an unspecified code (callers mask NaN blocks).
+def _e2m1(v, lim, m_min, sign):
+    """fp32 ``v * 2^-k`` as e2m1 codes (int32, sign in bit 3), rounded to nearest even,
+    saturated to +-6; ``lim`` = 6 * 2^k and ``m_min`` = the bits of 2^(22 + k), for k 0 or 1
+    (a block's scalars: MXFP4's scale 2^127 is applied as 2^126, the last halving folded in
+    here); ``sign`` 8. A block holding a NaN passes ``lim`` 0 and ``sign`` 0: every code 0 (the
+    minimum takes the number where one operand is NaN), with no select an element.
 
     One fp32 addition rounds: e2m1's step is 0.5 below 2 and half the binade above (1 in
     [2, 4), 2 in [4, 8)), so ``a + M`` with M = 2^22 (a < 2) or 2^(e + 22) (a in [2^e,
     2^(e+1))) lands in M's binade, whose step is e2m1's: the sum's bits minus M's are
-    ``round(a / step)``, ties to even, and the code adds 2 a binade past 2. Eight integer and
-    float operations an element, no comparison chains."""
-    a = tl.minimum(tl.abs(v), 6.0)
-    m_bits = tl.maximum((a.to(tl.int32, bitcast=True) & _INF_BITS) + _MAGIC_OFFSET, _MAGIC_MIN)
+    ``round(a / step)``, ties to even, and the code adds 2 a binade past 2 (k scales a and M
+    alike). Eight integer and float operations an element, no comparison chains."""
+    a = tl.minimum(tl.abs(v), lim)
+    m_bits = tl.maximum((a.to(tl.int32, bitcast=True) & _INF_BITS) + _MAGIC_OFFSET, m_min)
     steps = (a + m_bits.to(tl.float32, bitcast=True)).to(tl.int32, bitcast=True) - m_bits
-    code = steps + ((m_bits >> 22) - (_MAGIC_MIN >> 22))
-    return code | ((v.to(tl.int32, bitcast=True) >> 28) & 8)
+    code = steps + ((m_bits >> 22) - (m_min >> 22))
+    return code | ((v.to(tl.int32, bitcast=True) >> 28) & sign)
 
 
 @triton.jit
@@ -137,6 +140,7 @@ def _mx_quant_kernel(
     BLOCK_M: tl.constexpr,        # rows a program
     BLOCK_N: tl.constexpr,        # columns a program, a multiple of GROUP ("rms": the whole, padded, row)
     BLOCK_N2: tl.constexpr,       # HAS_X2: the second input's row
+    ROW_MAJOR: tl.constexpr,      # a 1-D grid, column blocks fastest (not with HAS_X2)
 ):
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     eps1 = tl.cast(eps1, tl.float32)
@@ -144,8 +148,13 @@ def _mx_quant_kernel(
     q_max = tl.cast(q_max, tl.float32)
     s_max = tl.cast(s_max, tl.float32)
     NG: tl.constexpr = BLOCK_N // GROUP
-    pid_m = tl.program_id(0)  # row blocks (then HAS_X2's), column blocks on axis 1: no division by a grid size
-    pid_n = tl.program_id(1)
+    if ROW_MAJOR:  # one axis, a row block's column blocks one after another (the order of the bytes)
+        n_col_blocks = tl.cdiv(scale_cols * GROUP, BLOCK_N)
+        pid_m = tl.program_id(0) // n_col_blocks
+        pid_n = tl.program_id(0) % n_col_blocks
+    else:
+        pid_m = tl.program_id(0)  # row blocks (then HAS_X2's), column blocks on axis 1
+        pid_n = tl.program_id(1)
     if HAS_X2:  # programs past the quantizing ones: the second input's rows (live apart from the first's)
         n_quant = tl.cdiv(scale_rows, BLOCK_M)
         if pid_m >= n_quant:
@@ -165,18 +174,8 @@ def _mx_quant_kernel(
     r3 = rows[:, None, None]
     mask = (r3 < n_rows) & (cols < n_cols)
     x_rows = x_ptr + r3 * stride_x_row
-    if MODE == "flatten":
-        if SEG_SHIFT >= 0:  # seg_len = 2^SEG_SHIFT, a constant: shifts, and runs of it contiguous (vector loads)
-            SEG: tl.constexpr = 1 << SEG_SHIFT
-            seg_offs = (cols // SEG) * stride_x_seg + cols % SEG
-        else:
-            seg_offs = (cols // seg_len) * stride_x_seg + cols % seg_len
-        x = tl.load(x_rows + seg_offs, mask=mask, other=0.0).to(tl.float32)
-    else:
+    if MODE == "rms":
         x = tl.load(x_rows + cols, mask=mask, other=0.0).to(tl.float32)
-    if MODE == "act":  # masked lanes: act(0) * 0 = 0, below any amax
-        y = _apply_activation(x, ACTIVATION) * tl.load(x_rows + n_cols + cols, mask=mask, other=0.0).to(tl.float32)
-    elif MODE == "rms":
         if HAS_RES:
             x += tl.load(r_ptr + r3 * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
             tl.store(r_out_ptr + r3 * n_cols + cols, x.to(r_out_ptr.dtype.element_ty), mask=mask)
@@ -186,9 +185,33 @@ def _mx_quant_kernel(
         if STORE_Y1:
             tl.store(y1_ptr + r3 * n_cols + cols, y.to(y1_ptr.dtype.element_ty), mask=mask)
     else:
-        tl.static_assert((MODE == "plain") | (MODE == "flatten"))
-        y = x
+        if MODE == "flatten":
+            if SEG_SHIFT >= 0:  # seg_len = 2^SEG_SHIFT, a constant: shifts, and runs of it contiguous (vector loads)
+                SEG: tl.constexpr = 1 << SEG_SHIFT
+                seg_offs = (cols // SEG) * stride_x_seg + cols % SEG
+            else:
+                seg_offs = (cols // seg_len) * stride_x_seg + cols % seg_len
+            x = tl.load(x_rows + seg_offs, mask=mask, other=0.0).to(tl.float32)
+        else:
+            x = tl.load(x_rows + cols, mask=mask, other=0.0).to(tl.float32)
+        if MODE == "act":  # masked lanes: act(0) * 0 = 0, below any amax
+            y = _apply_activation(x, ACTIVATION) * tl.load(x_rows + n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+        else:
+            tl.static_assert((MODE == "plain") | (MODE == "flatten"))
+            y = x
+    _mx_store(y, rows, grp, q_ptr, s_ptr, g_ptr, stride_q_row, stride_s_row, stride_s_group, n_rows, n_cols,
+              scale_rows, scale_cols, q_max, s_max, FORMAT, SCALING, HAS_GLOBAL, SHUFFLE, SOFT_ROUND, GROUP)
 
+
+@triton.jit
+def _mx_store(y, rows, grp, q_ptr, s_ptr, g_ptr, stride_q_row, stride_s_row, stride_s_group, n_rows, n_cols,
+              scale_rows, scale_cols, q_max, s_max, FORMAT: tl.constexpr, SCALING: tl.constexpr,
+              HAS_GLOBAL: tl.constexpr, SHUFFLE: tl.constexpr, SOFT_ROUND: tl.constexpr, GROUP: tl.constexpr):
+    """The (rows, blocks ``grp``, GROUP columns) tile y quantized: values into q, scales into s."""
+    BLOCK_M: tl.constexpr = y.shape[0]
+    NG: tl.constexpr = y.shape[1]
+    r3 = rows[:, None, None]
+    cols = grp[None, :, None] * GROUP + tl.arange(0, GROUP)[None, None, :]
     if FORMAT == "nvfp4":
         amax = _amax_nan(y, SOFT_ROUND)
         sf = amax * _RCP6
@@ -206,25 +229,28 @@ def _mx_quant_kernel(
             s_val = s_val * tl.where(g == 0.0, 0.0, tl.math.div_rn(1.0, tl.where(g == 0.0, 1.0, g)))
         inv = tl.where(s_val == 0.0, 0.0, tl.math.div_rn(1.0, tl.where(s_val == 0.0, 1.0, s_val)))
         nan = inv != inv  # a NaN in the block, or a NaN global scale
-        codes = _e2m1(y * inv[:, :, None])
+        codes = _e2m1(y * inv[:, :, None], tl.where(nan, 0.0, 6.0)[:, :, None], _MAGIC_MIN,
+                      tl.where(nan, 0, 8)[:, :, None])
     else:
         amax_bits = _amax_nan(y, SOFT_ROUND).to(tl.int32, bitcast=True)  # NaN: above inf's bits
         nan = amax_bits > _INF_BITS
         s = _e8m0_exponent(tl.minimum(amax_bits, _INF_BITS), q_max, SCALING)
-        # 2^-s as two normal factors (2^-127 alone is a denormal, which a target may flush to 0)
-        v = y * _pow2(tl.maximum(-s, -126))[:, :, None] * tl.where(s > 126, 0.5, 1.0)[:, :, None]
+        # 2^-s as 2^-126 where s = 127 (2^-127 alone is a denormal, which a target may flush to 0),
+        # the last halving in _e2m1's scalars (MXFP4) or a second factor (MXFP8)
+        v = y * _pow2(tl.maximum(-s, -126))[:, :, None]
         s_out = tl.where(nan, 255, s + 127)
         s_out = tl.where((rows < n_rows)[:, None] & (grp * GROUP < n_cols)[None, :], s_out, 127)  # padding: 1.0
         s_out = s_out.to(tl.uint8)
         if FORMAT == "mxfp8":
-            v = tl.where(nan[:, :, None], float("nan"), v)
+            v = tl.where(nan[:, :, None], float("nan"), v * tl.where(s > 126, 0.5, 1.0)[:, :, None])
             tl.store(q_ptr + r3 * stride_q_row + cols,
-                     _quantize(v, 1.0, -q_max, q_max, q_ptr.dtype.element_ty, SOFT_ROUND), mask=mask)
+                     _quantize(v, 1.0, -q_max, q_max, q_ptr.dtype.element_ty, SOFT_ROUND),
+                     mask=(r3 < n_rows) & (cols < n_cols))
         else:
             tl.static_assert(FORMAT == "mxfp4")
-            codes = _e2m1(v)
+            codes = _e2m1(v * tl.where(s > 126, 0.5, 1.0)[:, :, None], tl.where(nan, 0.0, 6.0)[:, :, None], _MAGIC_MIN,
+                          tl.where(nan, 0, 8)[:, :, None])
     if FORMAT != "mxfp8":
-        codes = tl.where(nan[:, :, None], 0, codes)  # a NaN block: codes 0
         lo, hi = tl.split(tl.reshape(codes, (BLOCK_M, NG, GROUP // 2, 2)))
         byte = grp[None, :, None] * (GROUP // 2) + tl.arange(0, GROUP // 2)[None, None, :]
         packed = (lo + hi * 16).to(tl.uint8)
@@ -239,13 +265,7 @@ def _mx_quant_kernel(
                   + (m // 32) * 32 * scale_cols)
     else:
         s_offs = rows[:, None] * stride_s_row + grp[None, :] * stride_s_group
-    # stored from the tile's layout, by the lane holding a block's first column: a byte-wide
-    # value moved to another layout goes through shared memory as single bytes, which the
-    # NVPTX backend lowers with a stack frame
-    shape3: tl.constexpr = (BLOCK_M, NG, GROUP)
-    first = tl.broadcast_to(s_mask[:, :, None], shape3) & (tl.arange(0, GROUP)[None, None, :] == 0)
-    tl.store(tl.broadcast_to(s_ptr + s_offs[:, :, None], shape3), tl.broadcast_to(s_out[:, :, None], shape3),
-             mask=first)
+    tl.store(s_ptr + s_offs, s_out, mask=s_mask)
 
 
 @triton.jit
