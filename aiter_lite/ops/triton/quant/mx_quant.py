@@ -138,24 +138,25 @@ class MxQuantLaunchConfig:
     ROW_MAJOR: bool = False  # a 1-D grid over row blocks' column blocks, columns fastest
 
 
-# Measured on the H100 (16384 x 7168 bf16, 4096 x 16384 flattened, 16384 x 2048 and 4096 x
-# 16384 gated; sweeps of 12-14 tiles): the e2m1 forms are bound by instructions issued, not
-# bytes (about 20 an element for MXFP4, 11 for MXFP8), so each lane takes 32 values (the
-# per-program work amortized) in small programs: MXFP4 2 x 1024 on 2 warps (85% of copy;
-# 4 x 1024 on 4: 83%), NVFP4 4 x 1024 on 4 (86%), the gated producer as MXFP4 (86% / 91%;
-# 1 x 1024 on 2: 85% / 89%). MXFP8 is bound by bytes: any tile, 95% with row blocks on the
-# grid's first axis and 100% over one axis with a row block's column blocks in turn (the
-# e2m1 forms lose 2-5% in that order). Halved toward two programs an SM for small inputs.
-_TILE = {MX_BLOCK: 2048, NV_BLOCK: 4096}
-_MAX_BLOCK_N = 1024
+# Measured on the H200 (16384 x 7168, 16384 x 2048 and 4096 x 16384 bf16; sweeps of 12 tiles;
+# scripts/tune_mx.py): the e2m1 forms are bound by instructions issued (about 15 an element
+# for MXFP4, 21 NVFP4, 12 MXFP8; scripts/sass_count.py), so each lane takes whole blocks, 32
+# values, in programs of several rows: MXFP4 4 x 1024 on 4 warps (76 / 64 / 71% of copy;
+# 2 x 1024 on 2: 71 / 61 / 69%; a row a program: 44-51%), NVFP4 8 x 512 on 4 (76 / 64 / 70%),
+# the gated producer 2 x 512 on 1 (82 / 72 / 79%). MXFP8 is bound by bytes: 2 x 1024 on 2,
+# 93% over one axis with a row block's column blocks in turn (the e2m1 forms lose 2-5% in that
+# order). Halved toward two programs an SM for small inputs.
+_TILE = {"mxfp4": 4096, "nvfp4": 4096, "mxfp8": 2048, "act": 1024}
+_MAX_BLOCK_N = {"mxfp4": 1024, "nvfp4": 512, "mxfp8": 1024, "act": 512}
 _PER_LANE = 32
-# A row in registers at _ROW_PER_LANE elements a lane, 4 warps at least, at most 16 (a 7168
-# row, padded to 8192: 4 warps; 16384: 8). Measured at 16384 x 7168: RMSNorm + MXFP4 70% of
-# copy on 4 warps against 64% on 8, + MXFP8 99% against 97%; with a residual 98-99% on 4-8.
-# The row in 1024- or 2048-column chunks (read twice, the loops unrolled by 1-8) measured
+# A row in registers at _ROW_PER_LANE elements a lane, 2 warps at least, at most 16 (a 2048
+# row: 2 warps; 7168, padded to 8192: 8; 16384: 16). Measured on the H200 (tune_mx.py):
+# RMSNorm + MXFP4 52 / 55% of copy at 2048 / 7168 columns (64 a lane: 44 / 56%), with a
+# residual 73 / 86% (64 a lane: 76 / 76%). The row in 1024- or 2048-column chunks (read
+# twice, the loops unrolled by 1-8; measured on the H100 with lanes sharing blocks) measured
 # 45-60% with MXFP4 and 53-74% with MXFP8: per-chunk reductions and layout changes cost more
 # than the padded row's masked lanes.
-_ROW_PER_LANE = 64
+_ROW_PER_LANE = 32
 # The interpreter runs programs one after another, each op a numpy call: fewer, larger tiles
 # (rows of a padded scale buffer included) are faster there.
 _INTERPRETER_TILE = 16384
@@ -168,12 +169,13 @@ def mx_quant_launch_config(producer: str, fmt: str, n_rows: int, n_cols: int,
     (``n_cols``: the scale columns covered, padding included); ``producer`` "rms" holds a row
     a program."""
     group = NV_BLOCK if fmt == "nvfp4" else MX_BLOCK
-    tile = _INTERPRETER_TILE if profile.interpreter else _TILE[group]
+    kind = "act" if producer == "act" else fmt
+    tile = _INTERPRETER_TILE if profile.interpreter else _TILE[kind]
     if producer == "rms":
         block_n = next_power_of_2(max(n_cols, group))
         block_m = min(max(tile // block_n, 1), next_power_of_2(max(n_rows, 1))) if profile.interpreter else 1
-        return MxQuantLaunchConfig(block_m, block_n, profile.warps_for(block_m * block_n, _ROW_PER_LANE, hi=16))
-    block_n = min(max(next_power_of_2(n_cols), group), _MAX_BLOCK_N)
+        return MxQuantLaunchConfig(block_m, block_n, profile.warps_for(block_m * block_n, _ROW_PER_LANE, lo=2, hi=16))
+    block_n = min(max(next_power_of_2(n_cols), group), _MAX_BLOCK_N[kind])
     block_m = min(max(tile // block_n, 1), next_power_of_2(max(n_rows, 1)))
     if not profile.interpreter:
         while block_m > 1 and cdiv(n_rows, block_m) * cdiv(n_cols, block_n) < 2 * profile.sms:
@@ -247,8 +249,9 @@ def _launch_mx_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, prod
         MODE=producer, ACTIVATION=activation, FORMAT=fmt, SCALING=scaling, HAS_RES=r is not None,
         STORE_Y1=y1 is not None, HAS_X2=x2 is not None, HAS_GLOBAL=global_scale is not None, SHUFFLE=shuffle,
         SEG_SHIFT=seg_len.bit_length() - 1 if seg_len & (seg_len - 1) == 0 else -1, INT64=int64,
-        SOFT_ROUND=TRITON_INTERPRET, GROUP=group, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-        BLOCK_N2=next_power_of_2(max(n_cols2, 1)), ROW_MAJOR=row_major, num_warps=cfg.num_warps,
+        SOFT_ROUND=TRITON_INTERPRET, GROUP=group, VEC=min(16 // x.element_size(), group), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+        BLOCK_N2=next_power_of_2(max(n_cols2, 1)), ROW_MAJOR=row_major,
+        num_warps=cfg.num_warps,
     )
 
 

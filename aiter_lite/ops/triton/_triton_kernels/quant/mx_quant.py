@@ -40,8 +40,7 @@ from aiter_lite.ops.triton._triton_kernels.activation import _apply_activation
 from aiter_lite.ops.triton._triton_kernels.quant.quant import _amax, _fp8_grid, _quantize
 
 _INF_BITS: tl.constexpr = tl.constexpr(0x7F800000)
-_MAGIC_MIN: tl.constexpr = tl.constexpr(0x4A800000)  # 2^22's bits: the step 0.5 below 2
-_MAGIC_OFFSET: tl.constexpr = tl.constexpr(22 << 23)  # 2^e -> 2^(e + 22) in the exponent field
+_E2M1_M0: tl.constexpr = tl.constexpr(8388608.0)  # 2^23: fp32's step is 1 in [2^23, 2^24)
 _RCP6: tl.constexpr = tl.constexpr(1.0 / 6.0)  # rounded to fp32 where it meets an fp32 value, as torch does
 
 
@@ -58,14 +57,14 @@ def _max_nan(a, b):
 
 @triton.jit
 def _amax_nan(y, INTERPRETER: tl.constexpr):
-    """A block's ``max |y|`` (the tile's last axis), NaN where it holds one. On a GPU a
+    """A block's ``max |y|`` (the tile's last two axes), NaN where it holds one. On a GPU a
     NaN-keeping float maximum: one instruction an element on NVIDIA (``max.NaN`` with the
     absolute value folded into its operands), where an integer maximum of the bits takes
     two. The interpreter runs a custom combine in Python, element by element: there the
     integer maximum of the bits (the same result: NaN's bits order above inf's)."""
     if INTERPRETER:
-        return _amax(y, 2)
-    return tl.reduce(tl.abs(y), 2, _max_nan)
+        return _amax(_amax(y, 3), 2)
+    return tl.reduce(tl.reduce(tl.abs(y), 3, _max_nan), 2, _max_nan)
 
 
 @triton.jit
@@ -89,23 +88,28 @@ def _e8m0_exponent(amax_bits, q_max, SCALING: tl.constexpr):
 
 
 @triton.jit
-def _e2m1(v, lim, m_min, sign):
-    """fp32 ``v * 2^-k`` as e2m1 codes (int32, sign in bit 3), rounded to nearest even,
-    saturated to +-6; ``lim`` = 6 * 2^k and ``m_min`` = the bits of 2^(22 + k), for k 0 or 1
-    (a block's scalars: MXFP4's scale 2^127 is applied as 2^126, the last halving folded in
-    here); ``sign`` 8. A block holding a NaN passes ``lim`` 0 and ``sign`` 0: every code 0 (the
-    minimum takes the number where one operand is NaN), with no select an element.
+def _e2m1(a, h, lim):
+    """e2m1 codes of ``v = sign(y) * a * h`` (a = |v| / h, fp32 >= 0; h a block's 1 or 0.5,
+    MXFP4's scale 2^127 applied as 2^126 and this halving), rounded to nearest even and
+    saturated to +-6, as int32 whose low 4 bits are the code (sign in bit 3) and whose bits
+    above are the same in every code (a pack keeps the low byte of ``lo + 16 * hi``).
+    ``lim``: 6 / h, or 0 in a block holding a NaN, with ``sign`` 0 there (8 else): every
+    code of that block 0 (the minimum takes the number where one operand is NaN).
 
-    One fp32 addition rounds: e2m1's step is 0.5 below 2 and half the binade above (1 in
-    [2, 4), 2 in [4, 8)), so ``a + M`` with M = 2^22 (a < 2) or 2^(e + 22) (a in [2^e,
-    2^(e+1))) lands in M's binade, whose step is e2m1's: the sum's bits minus M's are
-    ``round(a / step)``, ties to even, and the code adds 2 a binade past 2 (k scales a and M
-    alike). Eight integer and float operations an element, no comparison chains."""
-    a = tl.minimum(tl.abs(v), lim)
-    m_bits = tl.maximum((a.to(tl.int32, bitcast=True) & _INF_BITS) + _MAGIC_OFFSET, m_min)
-    steps = (a + m_bits.to(tl.float32, bitcast=True)).to(tl.int32, bitcast=True) - m_bits
-    code = steps + ((m_bits >> 22) - (m_min >> 22))
-    return code | ((v.to(tl.int32, bitcast=True) >> 28) & sign)
+    The code is a concave piecewise-linear function of e2m1's value r: ``min(2r, r + 2,
+    r / 2 + 4)`` (0, 0.5, 1, 1.5, 2, 3, 4, 6 -> 0 ... 7), linear between neighbouring values,
+    so midpoints map to half-integers and the nearest even value to the even code: the code
+    of v is that function of v rounded to an integer, ties to even. Each line plus 2^23 is
+    one multiply-add (a power-of-2 product, exact, then one rounding to fp32's step 1 in
+    [2^23, 2^24)); rounding is monotone, so the minimum of the three rounded lines is the
+    rounded minimum, and its bits are 2^23's plus the code. The clamp comes first: no
+    multiply that made ``a`` is fused into the additions (NVFP4's ``a`` is a rounded
+    product, which a fused multiply-add would not round). Three multiply-adds (the FMA pipe)
+    and three minima an element, no integer arithmetic but the sign; equal to the
+    reference on every fp32 in [0, 16]."""
+    a = tl.minimum(a, lim)
+    c = tl.minimum(tl.minimum(a * (2.0 * h) + _E2M1_M0, a * h + (_E2M1_M0 + 2.0)), a * (0.5 * h) + (_E2M1_M0 + 4.0))
+    return c.to(tl.int32, bitcast=True)
 
 
 @triton.jit
@@ -137,6 +141,7 @@ def _mx_quant_kernel(
     INT64: tl.constexpr,          # offsets can pass 2^31
     SOFT_ROUND: tl.constexpr,     # fp8 rounded in fp32 before its conversion (the interpreter)
     GROUP: tl.constexpr,          # columns a block: 32 (MX) or 16 (NV)
+    VEC: tl.constexpr,            # columns of one 16-byte load of x (GROUP // VEC of them a block)
     BLOCK_M: tl.constexpr,        # rows a program
     BLOCK_N: tl.constexpr,        # columns a program, a multiple of GROUP ("rms": the whole, padded, row)
     BLOCK_N2: tl.constexpr,       # HAS_X2: the second input's row
@@ -169,49 +174,86 @@ def _mx_quant_kernel(
         pid_n = pid_n.to(tl.int64)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     grp = pid_n * NG + tl.arange(0, NG)
-    # the tile as (rows, blocks, GROUP columns): a block's amax is a reduction along its last axis
-    cols = grp[None, :, None] * GROUP + tl.arange(0, GROUP)[None, None, :]
-    r3 = rows[:, None, None]
-    mask = (r3 < n_rows) & (cols < n_cols)
-    x_rows = x_ptr + r3 * stride_x_row
     if MODE == "rms":
-        x = tl.load(x_rows + cols, mask=mask, other=0.0).to(tl.float32)
+        # the tile as (rows, blocks, GROUP // VEC vectors, VEC columns): see _tile_offsets
+        cols = _block_cols(grp, GROUP, VEC)
+        r4 = rows[:, None, None, None]
+        mask = (r4 < n_rows) & (cols < n_cols)
+        x = tl.load(x_ptr + r4 * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
         if HAS_RES:
-            x += tl.load(r_ptr + r3 * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
-            tl.store(r_out_ptr + r3 * n_cols + cols, x.to(r_out_ptr.dtype.element_ty), mask=mask)
-        ss = tl.sum(tl.sum(x * x, axis=2), axis=1)
+            x += tl.load(r_ptr + r4 * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(r_out_ptr + r4 * n_cols + cols, x.to(r_out_ptr.dtype.element_ty), mask=mask)
+        ss = tl.sum(tl.sum(tl.sum(x * x, axis=3), axis=2), axis=1)
         rstd = tl.math.rsqrt(tl.math.div_rn(ss, tl.cast(n_cols, tl.float32)) + eps1)
-        y = x * rstd[:, None, None] * tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        y = x * rstd[:, None, None, None] * tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
         if STORE_Y1:
-            tl.store(y1_ptr + r3 * n_cols + cols, y.to(y1_ptr.dtype.element_ty), mask=mask)
+            tl.store(y1_ptr + r4 * n_cols + cols, y.to(y1_ptr.dtype.element_ty), mask=mask)
     else:
-        if MODE == "flatten":
-            if SEG_SHIFT >= 0:  # seg_len = 2^SEG_SHIFT, a constant: shifts, and runs of it contiguous (vector loads)
-                SEG: tl.constexpr = 1 << SEG_SHIFT
-                seg_offs = (cols // SEG) * stride_x_seg + cols % SEG
-            else:
-                seg_offs = (cols // seg_len) * stride_x_seg + cols % seg_len
-            x = tl.load(x_rows + seg_offs, mask=mask, other=0.0).to(tl.float32)
-        else:
-            x = tl.load(x_rows + cols, mask=mask, other=0.0).to(tl.float32)
-        if MODE == "act":  # masked lanes: act(0) * 0 = 0, below any amax
-            y = _apply_activation(x, ACTIVATION) * tl.load(x_rows + n_cols + cols, mask=mask, other=0.0).to(tl.float32)
-        else:
-            tl.static_assert((MODE == "plain") | (MODE == "flatten"))
-            y = x
+        x, u = _load_rows(x_ptr, rows, grp, stride_x_row, stride_x_seg, n_rows, n_cols, seg_len, MODE, SEG_SHIFT,
+                          GROUP, VEC)
+        y = _produce(x, u, ACTIVATION, MODE)
     _mx_store(y, rows, grp, q_ptr, s_ptr, g_ptr, stride_q_row, stride_s_row, stride_s_group, n_rows, n_cols,
               scale_rows, scale_cols, q_max, s_max, FORMAT, SCALING, HAS_GLOBAL, SHUFFLE, SOFT_ROUND, GROUP)
+
+
+@triton.jit
+def _load_rows(x_ptr, rows, grp, stride_x_row, stride_x_seg, n_rows, n_cols, seg_len, MODE: tl.constexpr,
+               SEG_SHIFT: tl.constexpr, GROUP: tl.constexpr, VEC: tl.constexpr):
+    """The producer's inputs of rows x blocks ``grp``, as loaded (x's dtype): ("act") the gate and
+    the up halves, else x twice. The tile is (rows, blocks, GROUP // VEC vectors, VEC columns):
+    the compiler gives each lane whole blocks (a 16-byte vector is its fastest axis; the
+    blocks, not the vectors, go across the lanes), so a block's amax and scale are one lane's
+    work, with no shuffles between lanes."""
+    cols = _block_cols(grp, GROUP, VEC)
+    r4 = rows[:, None, None, None]
+    mask = (r4 < n_rows) & (cols < n_cols)
+    x_rows = x_ptr + r4 * stride_x_row
+    if MODE == "flatten":
+        if SEG_SHIFT >= 0:  # seg_len = 2^SEG_SHIFT, a constant: shifts, and runs of it contiguous (vector loads)
+            SEG: tl.constexpr = 1 << SEG_SHIFT
+            seg_offs = (cols // SEG) * stride_x_seg + cols % SEG
+        else:
+            seg_offs = (cols // seg_len) * stride_x_seg + cols % seg_len
+        x = tl.load(x_rows + seg_offs, mask=mask, other=0.0)
+    else:
+        x = tl.load(x_rows + cols, mask=mask, other=0.0)
+    if MODE == "act":  # masked lanes: act(0) * 0 = 0, below any amax
+        u = tl.load(x_rows + n_cols + cols, mask=mask, other=0.0)
+    else:  # one if / else: the compiler builds every branch a constexpr return does not end
+        tl.static_assert((MODE == "plain") | (MODE == "flatten"))
+        u = x
+    return x, u
+
+
+@triton.jit
+def _produce(x, u, ACTIVATION: tl.constexpr, MODE: tl.constexpr):
+    """The values to quantize, fp32, from _load_rows's pair."""
+    if MODE == "act":
+        y = _apply_activation(x.to(tl.float32), ACTIVATION) * u.to(tl.float32)
+    else:
+        y = x.to(tl.float32)
+    return y
+
+
+@triton.jit
+def _block_cols(grp, GROUP: tl.constexpr, VEC: tl.constexpr):
+    """Columns of blocks ``grp`` as (1, blocks, GROUP // VEC, VEC)."""
+    return (grp[None, :, None, None] * GROUP + tl.arange(0, GROUP // VEC)[None, None, :, None] * VEC
+            + tl.arange(0, VEC)[None, None, None, :])
 
 
 @triton.jit
 def _mx_store(y, rows, grp, q_ptr, s_ptr, g_ptr, stride_q_row, stride_s_row, stride_s_group, n_rows, n_cols,
               scale_rows, scale_cols, q_max, s_max, FORMAT: tl.constexpr, SCALING: tl.constexpr,
               HAS_GLOBAL: tl.constexpr, SHUFFLE: tl.constexpr, SOFT_ROUND: tl.constexpr, GROUP: tl.constexpr):
-    """The (rows, blocks ``grp``, GROUP columns) tile y quantized: values into q, scales into s."""
+    """The (rows, blocks ``grp``, GROUP // VEC, VEC columns) tile y quantized: values into q,
+    scales into s."""
     BLOCK_M: tl.constexpr = y.shape[0]
     NG: tl.constexpr = y.shape[1]
-    r3 = rows[:, None, None]
-    cols = grp[None, :, None] * GROUP + tl.arange(0, GROUP)[None, None, :]
+    NV: tl.constexpr = y.shape[2]
+    VEC: tl.constexpr = y.shape[3]
+    r4 = rows[:, None, None, None]
+    cols = _block_cols(grp, GROUP, VEC)
     if FORMAT == "nvfp4":
         amax = _amax_nan(y, SOFT_ROUND)
         sf = amax * _RCP6
@@ -229,33 +271,38 @@ def _mx_store(y, rows, grp, q_ptr, s_ptr, g_ptr, stride_q_row, stride_s_row, str
             s_val = s_val * tl.where(g == 0.0, 0.0, tl.math.div_rn(1.0, tl.where(g == 0.0, 1.0, g)))
         inv = tl.where(s_val == 0.0, 0.0, tl.math.div_rn(1.0, tl.where(s_val == 0.0, 1.0, s_val)))
         nan = inv != inv  # a NaN in the block, or a NaN global scale
-        codes = _e2m1(y * inv[:, :, None], tl.where(nan, 0.0, 6.0)[:, :, None], _MAGIC_MIN,
-                      tl.where(nan, 0, 8)[:, :, None])
+        codes = _e2m1(tl.abs(y) * inv[:, :, None, None], 1.0, tl.where(nan, 0.0, 6.0)[:, :, None, None])
     else:
         amax_bits = _amax_nan(y, SOFT_ROUND).to(tl.int32, bitcast=True)  # NaN: above inf's bits
         nan = amax_bits > _INF_BITS
         s = _e8m0_exponent(tl.minimum(amax_bits, _INF_BITS), q_max, SCALING)
         # 2^-s as 2^-126 where s = 127 (2^-127 alone is a denormal, which a target may flush to 0),
-        # the last halving in _e2m1's scalars (MXFP4) or a second factor (MXFP8)
-        v = y * _pow2(tl.maximum(-s, -126))[:, :, None]
+        # the last halving h in _e2m1's lines (MXFP4) or a second factor (MXFP8)
+        f = _pow2(tl.maximum(-s, -126))[:, :, None, None]
+        h = tl.where(s > 126, 0.5, 1.0)[:, :, None, None]
         s_out = tl.where(nan, 255, s + 127)
         s_out = tl.where((rows < n_rows)[:, None] & (grp * GROUP < n_cols)[None, :], s_out, 127)  # padding: 1.0
         s_out = s_out.to(tl.uint8)
         if FORMAT == "mxfp8":
-            v = tl.where(nan[:, :, None], float("nan"), v * tl.where(s > 126, 0.5, 1.0)[:, :, None])
-            tl.store(q_ptr + r3 * stride_q_row + cols,
+            v = tl.where(nan[:, :, None, None], float("nan"), y * f * h)
+            tl.store(q_ptr + r4 * stride_q_row + cols,
                      _quantize(v, 1.0, -q_max, q_max, q_ptr.dtype.element_ty, SOFT_ROUND),
-                     mask=(r3 < n_rows) & (cols < n_cols))
+                     mask=(r4 < n_rows) & (cols < n_cols))
         else:
             tl.static_assert(FORMAT == "mxfp4")
-            codes = _e2m1(v * tl.where(s > 126, 0.5, 1.0)[:, :, None], tl.where(nan, 0.0, 6.0)[:, :, None], _MAGIC_MIN,
-                          tl.where(nan, 0, 8)[:, :, None])
+            codes = _e2m1(tl.abs(y) * f, h, tl.where(nan, 0.0, tl.where(s > 126, 12.0, 6.0))[:, :, None, None])
     if FORMAT != "mxfp8":
-        lo, hi = tl.split(tl.reshape(codes, (BLOCK_M, NG, GROUP // 2, 2)))
-        byte = grp[None, :, None] * (GROUP // 2) + tl.arange(0, GROUP // 2)[None, None, :]
-        packed = (lo + hi * 16).to(tl.uint8)
-        tl.store(q_ptr + r3 * stride_q_row + byte, packed,
-                 mask=(r3 < n_rows) & (byte < n_cols // 2))  # n_cols even
+        lo, hi = tl.split(tl.reshape(codes, (BLOCK_M, NG, NV, VEC // 2, 2)))
+        # the signs (bit 3 of each code; none in a NaN block): each value's sign bit, 0 or 1,
+        # times 8 or 0 a block, by multiply-adds (the FMA pipe) where shifts and masks take the
+        # integer one
+        two = tl.where(nan, 0, 2).to(tl.uint32)[:, :, None, None]  # a value the compiler cannot fold
+        s_lo, s_hi = tl.split(tl.reshape(tl.umulhi(y.to(tl.uint32, bitcast=True), two).to(tl.int32),
+                                         (BLOCK_M, NG, NV, VEC // 2, 2)))
+        byte = _block_cols(grp, GROUP // 2, VEC // 2)
+        packed = (lo + hi * 16 + s_lo * 8 + s_hi * 128).to(tl.uint8)
+        tl.store(q_ptr + r4 * stride_q_row + byte, packed,
+                 mask=(r4 < n_rows) & (byte < n_cols // 2))  # n_cols even
 
     s_mask = (rows < scale_rows)[:, None] & (grp < scale_cols)[None, :]
     if SHUFFLE:  # aiter's e8m0_shuffle: (m, n) of the (scale_rows, scale_cols) buffer, 32 x 8 tiles

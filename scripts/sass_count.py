@@ -1,0 +1,133 @@
+"""SASS instructions a kernel issues for one program, counted offline (no GPU): what an
+instruction-bound kernel costs an element, before and after a change.
+
+    python scripts/sass_count.py mxfp4 nvfp4 rms_mxfp4 --shape 16384x7168 [--target 90] [--dump DIR]
+
+Each case calls a public op on meta tensors with the launch config chosen for the H100
+(or the target's profile), records its launches, builds the first for ``cuda:<target>``
+and counts the SASS of its entry function (cuobjdump from Triton's bundled tools): all
+instructions, and per element of the program's tile (straight-line code: the kernels
+counted here have no loops over the tile). Registers and spills come from the build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.pop("TRITON_INTERPRET", None)
+
+import torch  # noqa: E402
+
+
+def _meta(*shape, dtype=torch.bfloat16):
+    return torch.empty(*shape, device="meta", dtype=dtype)
+
+
+# Hopper's integer / logic pipe (16 lanes a scheduler: half the issue rate), after Nsight
+# Compute's pipe names; FP32 arithmetic and IMAD go to the FMA pipe (32 lanes).
+ALU = {"LOP3", "IADD3", "SHF", "LEA", "PRMT", "ISETP", "SEL", "VIADDMNMX", "VIMNMX", "VIADD", "FMNMX", "FSEL",
+       "FSETP", "PLOP3", "P2R", "R2P", "IABS", "SGXT", "BMSK", "MOV", "IMNMX", "FLO", "POPC", "BREV", "LOP"}
+FMA = {"FMUL", "FADD", "FFMA", "IMAD", "HFMA2", "HADD2", "HMUL2", "IMUL", "FMUL2", "FADD2", "FFMA2"}
+
+
+def cases(m: int, n: int) -> dict:
+    from aiter_lite.ops.triton.quant import mx_quant as mx
+
+    x = _meta(m, n)
+    w = _meta(n)
+    return {
+        "mxfp4": lambda: mx.dynamic_mxfp4_quant(x),
+        "mxfp8": lambda: mx.dynamic_mxfp8_quant(x, None, torch.float8_e4m3fn),
+        "nvfp4": lambda: mx.dynamic_nvfp4_quant(x, _meta(1, dtype=torch.float32)),
+        "silu_mxfp4": lambda: mx.act_mul_and_mxfp4_quant(_meta(m, 2 * n), "silu"),
+        "rms_mxfp4": lambda: mx.fused_rms_mxfp4_quant(x, w, 1e-6),
+        "add_rms_mxfp4": lambda: mx.fused_rms_mxfp4_quant(x, w, 1e-6, None, None, 0.0, _meta(m, n)),
+        "rms_mxfp8": lambda: mx.fused_rms_mxfp8_quant(x, w, 1e-6),
+        "flatten_mxfp4": lambda: mx.fused_flatten_mxfp4_quant(_meta(m, n // 128, 128)),
+        "flatten_mxfp4_strided": lambda: mx.fused_flatten_mxfp4_quant(
+            _meta(n // 128, m, 128).transpose(0, 1)),
+    }
+
+
+def sass(kernel, args, meta, target: int, dump: Path | None, name: str) -> dict:
+    import triton
+    from triton.compiler import ASTSource, make_backend
+    from triton.backends.compiler import GPUTarget
+
+    from op_tests.utils import kernel_builds as kb
+
+    tgt = GPUTarget("cuda", target, 32)
+    backend = make_backend(tgt)
+    signature, constexprs, attrs, options, _ = kb._typed(kernel, args, meta, backend, fp64=False)
+    compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=tgt,
+                              options=options.__dict__)
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        text = subprocess.run([str(tool), "-sass", f.name], capture_output=True, text=True, check=True).stdout
+        res = subprocess.run([str(tool), "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+    ops = [m.group(1).split(".")[0] for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", text)]
+    ops = [o for o in ops if o not in ("NOP",)]
+    if dump is not None:
+        dump.mkdir(parents=True, exist_ok=True)
+        (dump / f"{name}.sass").write_text(text)
+        (dump / f"{name}.ptx").write_text(compiled.asm["ptx"])
+    usage = dict(re.findall(r"(REG|LOCAL):(\d+)", res))
+    return dict(total=len(ops), hist=Counter(ops), regs=int(usage["REG"]), spills=int(usage["LOCAL"]))
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("ops", nargs="+")
+    p.add_argument("--shape", default="16384x7168")
+    p.add_argument("--target", type=int, default=90)
+    p.add_argument("--dump", type=Path)
+    p.add_argument("--hist", action="store_true", help="print each op's opcode histogram")
+    p.add_argument("--mx", help="MX ops' launch config fields over the chosen one, e.g. PER_SM=8,BLOCK_M=4")
+    args = p.parse_args(argv)
+    m, n = (int(v) for v in args.shape.split("x"))
+
+    from aiter_lite.spec.device import B200, H100, use_profile
+    from aiter_lite.utils.fast_launch import record
+    from op_tests.utils import kernel_builds as kb
+
+    kb.offline()
+    if args.mx:
+        import dataclasses
+
+        from aiter_lite.ops.triton.quant import mx_quant as mx
+
+        chooser = mx.mx_quant_launch_config
+        fields = {k: int(v) for k, v in (kv.split("=") for kv in args.mx.split(","))}
+        mx.mx_quant_launch_config = lambda *a, **k: dataclasses.replace(chooser(*a, **k), **fields)
+    profile = {90: H100, 100: B200}.get(args.target, H100)
+    table = cases(m, n)
+    print(f"{'op':24s} {'tile':>14s} {'warps':>5s} {'regs':>4s} {'spill':>5s} {'SASS':>6s} {'/elem':>6s} "
+          f"{'ALU/el':>6s} {'FMA/el':>6s}")
+    for name in args.ops:
+        with use_profile(profile):
+            _, launches = record(table[name])
+        kernel, grid, kargs, meta = launches[0]
+        elems = meta.get("BLOCK_M", 1) * meta.get("BLOCK_N", 1)  # a persistent program: one tile an iteration
+        r = sass(kernel, kargs, meta, args.target, args.dump, name)
+        lanes = 32 * meta["num_warps"]
+        tile = f"{meta.get('BLOCK_M')}x{meta.get('BLOCK_N')}"
+        print(f"{name:24s} {tile:>14s} {meta['num_warps']:5d} {r['regs']:4d} {r['spills']:5d} {r['total']:6d} "
+              f"{r['total'] * lanes / elems:6.1f} {sum(r['hist'][k] for k in ALU) * lanes / elems:6.1f} "
+              f"{sum(r['hist'][k] for k in FMA) * lanes / elems:6.1f}")
+        if args.hist:
+            print("   ", ", ".join(f"{k} {v}" for k, v in r["hist"].most_common(30)))
+
+
+if __name__ == "__main__":
+    main()

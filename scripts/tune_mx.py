@@ -1,0 +1,97 @@
+"""Tile sweep of the MX / NV quantization kernel on a GPU: each op timed with each pinned
+launch config beside the default, and a device copy, in one run.
+
+    python scripts/tune_mx.py [--ops mxfp4 nvfp4 ...] [--shapes 16384x7168 ...] [-o tune_mx.csv]
+
+Bytes as bench_mx_quant.py counts them. Each config is pinned by replacing the module's
+config chooser (launch plans reset between configs, so each call takes the new tile).
+Prints, per op and shape, every config's µs and % of copy, the default's marked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from aiter_lite.ops.triton.quant import mx_quant as tri  # noqa: E402
+from aiter_lite.utils import fast_launch  # noqa: E402
+from op_benchmarks import bench_mx_quant as bench  # noqa: E402
+from op_benchmarks.utils import harness  # noqa: E402
+
+Config = tri.MxQuantLaunchConfig
+ROW_TILES = [Config(m, n, w) for m, n, w in (
+    (1, 1024, 1), (2, 1024, 2), (4, 1024, 4), (1, 512, 1), (2, 512, 1), (4, 512, 2), (8, 512, 4),
+    (1, 2048, 2), (2, 2048, 4), (4, 256, 1), (8, 256, 2), (16, 256, 4))]
+RMS_TILES = [Config(1, 0, w) for w in (2, 4, 8)]  # BLOCK_N 0: the row's padded width
+
+
+def _name(c: Config) -> str:
+    return f"{c.BLOCK_M}x{c.BLOCK_N or 'row'}w{c.num_warps}"
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ops", nargs="+", default=["mxfp4", "nvfp4", "mxfp8", "silu_mxfp4", "rms_mxfp4", "add_rms_mxfp4",
+                                                 "rms_mxfp8"])
+    p.add_argument("--shapes", nargs="+", default=["16384x7168", "16384x2048", "4096x16384"])
+    p.add_argument("--rep", type=int, default=50)
+    p.add_argument("-o", "--output")
+    args = p.parse_args(argv)
+    copy = harness.copy_bandwidth_gbps()
+    print(f"copy {copy:.0f} GB/s on {torch.cuda.get_device_name()}")
+    chooser = tri.mx_quant_launch_config
+    rows = []
+    for op in args.ops:
+        for shape in args.shapes:
+            m, n = (int(v) for v in shape.split("x"))
+            if op.startswith(("rms", "add_rms")) and n > bench.RMS_MAX_N:
+                continue
+            case = bench._case(op, "tune", m, n, torch.bfloat16)
+            inputs = case.make_inputs()
+            tiles = RMS_TILES if "rms" in op else ROW_TILES
+            for cfg in [None, *tiles]:
+                used = []
+
+                def pinned(producer, fmt, n_rows, n_cols, profile=None, _cfg=cfg, _used=used):
+                    c = chooser(producer, fmt, n_rows, n_cols, profile)
+                    if _cfg is not None:
+                        c = Config(_cfg.BLOCK_M, _cfg.BLOCK_N or c.BLOCK_N, _cfg.num_warps, c.ROW_MAJOR)
+                    _used.append(c)
+                    return c
+
+                tri.mx_quant_launch_config = pinned
+                fast_launch.reset()
+                fn = bench._call(tri, case, inputs)
+                try:
+                    ms = triton.testing.do_bench(fn, warmup=25, rep=args.rep, return_mode="median")
+                except Exception as e:  # noqa: BLE001 (a tile that does not build is a row of the table)
+                    print(f"{op} {shape} {cfg}: {type(e).__name__}: {str(e)[:120]}")
+                    continue
+                gbps = case.nbytes / ms / 1e6
+                c = used[-1]
+                rows.append(dict(op=op, shape=shape, config="default" if cfg is None else _name(cfg),
+                                 tile=_name(c), us=ms * 1e3, gbps=gbps,
+                                 pct_copy=100 * gbps / copy))
+            tri.mx_quant_launch_config = chooser
+    if args.output:
+        with open(args.output, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    for (op, shape) in dict.fromkeys((r["op"], r["shape"]) for r in rows):
+        group = [r for r in rows if r["op"] == op and r["shape"] == shape]
+        best = max(group, key=lambda r: r["gbps"])
+        default = group[0]
+        print(f"{op:14s} {shape:11s} default {default['tile']:>15s} {default['us']:7.1f} us {default['pct_copy']:5.1f}%"
+              f" | best {best['config']:>15s} {best['us']:7.1f} us {best['pct_copy']:5.1f}%")
+
+
+if __name__ == "__main__":
+    main()
