@@ -149,10 +149,11 @@ class MxQuantLaunchConfig:
 _TILE = {"mxfp4": 4096, "nvfp4": 4096, "mxfp8": 2048, "act": 1024}
 _MAX_BLOCK_N = {"mxfp4": 1024, "nvfp4": 512, "mxfp8": 1024, "act": 512}
 _PER_LANE = 32
-# A row in registers at _ROW_PER_LANE elements a lane, 2 warps at least, at most 16 (a 2048
-# row: 2 warps; 7168, padded to 8192: 8; 16384: 16). Measured on the H200 (tune_mx.py):
-# RMSNorm + MXFP4 52 / 55% of copy at 2048 / 7168 columns (64 a lane: 44 / 56%), with a
-# residual 73 / 86% (64 a lane: 76 / 76%). The row in 1024- or 2048-column chunks (read
+# A row in registers at _ROW_PER_LANE elements a lane, 2 warps at least, at most 8 (a 2048
+# row: 2 warps; 7168, padded to 8192: 8; 16384: 8, 64 a lane; 4 at 16384 measured 44%, 16
+# not measured). Measured on the H200 (tune_mx.py) at 2048 / 7168 columns: RMSNorm + MXFP4
+# 52 / 55% of copy (64 a lane: 44 / 56%), with a residual 73 / 86% (64 a lane: 76 / 76%),
+# + MXFP8 69 / 71% (64 a lane: 59 / 66%). The row in 1024- or 2048-column chunks (read
 # twice, the loops unrolled by 1-8; measured on the H100 with lanes sharing blocks) measured
 # 45-60% with MXFP4 and 53-74% with MXFP8: per-chunk reductions and layout changes cost more
 # than the padded row's masked lanes.
@@ -174,7 +175,7 @@ def mx_quant_launch_config(producer: str, fmt: str, n_rows: int, n_cols: int,
     if producer == "rms":
         block_n = next_power_of_2(max(n_cols, group))
         block_m = min(max(tile // block_n, 1), next_power_of_2(max(n_rows, 1))) if profile.interpreter else 1
-        return MxQuantLaunchConfig(block_m, block_n, profile.warps_for(block_m * block_n, _ROW_PER_LANE, lo=2, hi=16))
+        return MxQuantLaunchConfig(block_m, block_n, profile.warps_for(block_m * block_n, _ROW_PER_LANE, lo=2, hi=8))
     block_n = min(max(next_power_of_2(n_cols), group), _MAX_BLOCK_N[kind])
     block_m = min(max(tile // block_n, 1), next_power_of_2(max(n_rows, 1)))
     if not profile.interpreter:
