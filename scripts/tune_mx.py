@@ -26,9 +26,11 @@ from op_benchmarks import bench_mx_quant as bench  # noqa: E402
 from op_benchmarks.utils import harness  # noqa: E402
 
 Config = tri.MxQuantLaunchConfig
+# 32 values a lane (one MX block), and 64 (two blocks: twice the loads in flight a warp)
 ROW_TILES = [Config(m, n, w) for m, n, w in (
     (1, 1024, 1), (2, 1024, 2), (4, 1024, 4), (1, 512, 1), (2, 512, 1), (4, 512, 2), (8, 512, 4),
-    (1, 2048, 2), (2, 2048, 4), (4, 256, 1), (8, 256, 2), (16, 256, 4))]
+    (1, 2048, 2), (2, 2048, 4), (4, 256, 1), (8, 256, 2), (16, 256, 4),
+    (2, 1024, 1), (4, 1024, 2), (8, 1024, 4), (8, 512, 2), (16, 256, 2))]
 RMS_TILES = [Config(1, 0, w) for w in (2, 4, 8)]  # BLOCK_N 0: the row's padded width
 
 
