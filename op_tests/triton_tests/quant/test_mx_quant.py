@@ -24,6 +24,7 @@ from aiter_lite.ops.triton.quant import fused_mxfp4_quant, fused_mxfp8_quant
 from aiter_lite.ops.triton.quant import mx_quant as tri
 from aiter_lite.ops.triton.quant import quant as tri_quant
 from aiter_lite.ops.triton.quant.dtypes import supported_quant_dtypes
+from aiter_lite.utils import fast_launch
 from op_tests.triton_tests.quant.test_quant import _assert_codes
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device, make_rows
 from op_tests.utils.inputs import poison_allocations
@@ -355,6 +356,34 @@ def test_fused_rms_mxfp4_quant(m, n, dtype, options):
     _assert_rms4(fused_mxfp4_quant.fused_rms_mxfp4_quant(*args), native.fused_rms_mxfp4_quant(*args), dtype,
                  f"{m}x{n} {options}", m, n, layout)
     assert all(torch.equal(t, b) for t, b in zip((x, w, x2, w2, r), before))
+
+
+@pytest.mark.parametrize("cfg", [tri.MxQuantLaunchConfig(1, 64, 1, ROW_LOOP=True),
+                                 tri.MxQuantLaunchConfig(2, 128, 2, ROW_LOOP=True)], ids=str)
+@pytest.mark.parametrize("options", ["plain", "res1, x2, out1, shuffled", "padded", "mxfp8"])
+def test_fused_rms_row_loop(options, cfg, monkeypatch):
+    """The norm's rows in chunks (the sum of squares, then each chunk read again and
+    quantized) give the reference's results: a partial last chunk, a residual, the
+    unquantized outputs, padded and shuffled scales (their padding columns past the row's
+    chunks), MXFP8."""
+    m, n = 5, 200
+    x, w, x2, w2, r = _rms_inputs(m, n, torch.bfloat16)
+    monkeypatch.setattr(tri, "mx_quant_launch_config", lambda *a: cfg)  # every launch here is an RMSNorm's
+    fast_launch.reset()  # no launch plan recorded with another config
+    try:
+        if options == "mxfp8":
+            got = fused_mxfp8_quant.fused_rms_mxfp8_quant(x, w, 1e-6)
+            want = native.fused_rms_mxfp8_quant(x, w, 1e-6)
+            assert torch.equal(got[1], want[1]), "scales"
+            _assert_codes(got[0], want[0], "values")
+            return
+        args = {"plain": (x, w, 1e-6), "padded": (x, w, 1e-6, None, None, 0.0, None, False, True)}.get(
+            options, (x, w, 1e-6, x2, w2, 1e-5, r, True, False, True))
+        layout = "shuffled" if "shuffled" in options else options
+        _assert_rms4(fused_mxfp4_quant.fused_rms_mxfp4_quant(*args), native.fused_rms_mxfp4_quant(*args),
+                     torch.bfloat16, f"row loop {options}", m, n, layout)
+    finally:
+        fast_launch.reset()
 
 
 def test_fused_rms_mxfp4_quant_sglang_call():

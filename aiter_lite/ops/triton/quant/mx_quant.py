@@ -136,6 +136,8 @@ class MxQuantLaunchConfig:
     BLOCK_N: int  # columns a program, a multiple of the block (32 or 16); "rms": the whole (padded) row
     num_warps: int
     ROW_MAJOR: bool = False  # a 1-D grid over row blocks' column blocks, columns fastest
+    ROW_LOOP: bool = False  # "rms": a program's rows in BLOCK_N-column chunks, read twice (the sum of
+                            # squares, then from the cache the quantization), not whole in registers
 
 
 # Measured on the H200 (16384 x 7168, 16384 x 2048 and 4096 x 16384 bf16; sweeps of 12 tiles;
@@ -213,18 +215,19 @@ def _launch_mx_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, prod
         return
     group = NV_BLOCK if fmt == "nvfp4" else MX_BLOCK
     cfg = config or mx_quant_launch_config(producer, fmt, scale_rows, scale_cols * group, device_profile(x.device))
-    if cfg.BLOCK_N % group or (producer == "rms" and cfg.BLOCK_N < scale_cols * group):
+    row_loop = cfg.ROW_LOOP and producer == "rms"
+    if cfg.BLOCK_N % group or (producer == "rms" and not row_loop and cfg.BLOCK_N < scale_cols * group):
         raise ValueError(f"mx_quant: a launch's BLOCK_N must be a multiple of the {group}-column block"
                          f"{f' holding the whole {scale_cols * group}-column row' if producer == 'rms' else ''}, "
                          f"got {cfg}")
     row_blocks = cdiv(scale_rows, cfg.BLOCK_M)
-    col_blocks = cdiv(scale_cols * group, cfg.BLOCK_N)
+    col_blocks = 1 if row_loop else cdiv(scale_cols * group, cfg.BLOCK_N)
     row_major = cfg.ROW_MAJOR and x2 is None
     if col_blocks > 65535 and not row_major:  # the grid's second axis
         raise ValueError(f"mx_quant: {scale_cols * group} columns in {cfg.BLOCK_N}-column blocks make {col_blocks} "
                          f"column programs, more than a grid's 65535; pin a wider BLOCK_N")
     rows = row_blocks * cfg.BLOCK_M
-    cols = col_blocks * cfg.BLOCK_N
+    cols = cdiv(scale_cols * group, cfg.BLOCK_N) * cfg.BLOCK_N  # a row loop's chunks too
     if fmt == "mxfp4" or fmt == "nvfp4":
         q_max, s_max = E2M1_MAX, quant_range(scale.dtype)[1] if fmt == "nvfp4" else 0.0
     else:
@@ -252,7 +255,7 @@ def _launch_mx_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, prod
         SEG_SHIFT=seg_len.bit_length() - 1 if seg_len & (seg_len - 1) == 0 else -1, INT64=int64,
         SOFT_ROUND=TRITON_INTERPRET, GROUP=group, VEC=min(16 // x.element_size(), group), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
         BLOCK_N2=next_power_of_2(max(n_cols2, 1)), ROW_MAJOR=row_major,
-        num_warps=cfg.num_warps,
+        ROW_LOOP=row_loop, num_warps=cfg.num_warps,
     )
 
 

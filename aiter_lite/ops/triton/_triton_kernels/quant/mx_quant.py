@@ -143,9 +143,11 @@ def _mx_quant_kernel(
     GROUP: tl.constexpr,          # columns a block: 32 (MX) or 16 (NV)
     VEC: tl.constexpr,            # columns of one 16-byte load of x (GROUP // VEC of them a block)
     BLOCK_M: tl.constexpr,        # rows a program
-    BLOCK_N: tl.constexpr,        # columns a program, a multiple of GROUP ("rms": the whole, padded, row)
+    BLOCK_N: tl.constexpr,        # columns a program, a multiple of GROUP ("rms": the whole, padded, row,
+                                  # or with ROW_LOOP the columns of a chunk)
     BLOCK_N2: tl.constexpr,       # HAS_X2: the second input's row
     ROW_MAJOR: tl.constexpr,      # a 1-D grid, column blocks fastest (not with HAS_X2)
+    ROW_LOOP: tl.constexpr,       # "rms": each row in BLOCK_N-column chunks, read twice
 ):
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     eps1 = tl.cast(eps1, tl.float32)
@@ -175,25 +177,73 @@ def _mx_quant_kernel(
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     grp = pid_n * NG + tl.arange(0, NG)
     if MODE == "rms":
-        # the tile as (rows, blocks, GROUP // VEC vectors, VEC columns): see _tile_offsets
-        cols = _block_cols(grp, GROUP, VEC)
-        r4 = rows[:, None, None, None]
-        mask = (r4 < n_rows) & (cols < n_cols)
-        x = tl.load(x_ptr + r4 * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
-        if HAS_RES:
-            x += tl.load(r_ptr + r4 * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
-            tl.store(r_out_ptr + r4 * n_cols + cols, x.to(r_out_ptr.dtype.element_ty), mask=mask)
-        ss = tl.sum(tl.sum(tl.sum(x * x, axis=3), axis=2), axis=1)
-        rstd = tl.math.rsqrt(tl.math.div_rn(ss, tl.cast(n_cols, tl.float32)) + eps1)
-        y = x * rstd[:, None, None, None] * tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-        if STORE_Y1:
-            tl.store(y1_ptr + r4 * n_cols + cols, y.to(y1_ptr.dtype.element_ty), mask=mask)
+        if ROW_LOOP:
+            _rms_loop(x_ptr, q_ptr, s_ptr, w_ptr, r_ptr, r_out_ptr, y1_ptr, g_ptr, rows, stride_x_row, stride_q_row,
+                      stride_s_row, stride_s_group, stride_r, n_rows, n_cols, scale_rows, scale_cols, eps1, q_max,
+                      s_max, FORMAT, SCALING, HAS_RES, STORE_Y1, HAS_GLOBAL, SHUFFLE, SOFT_ROUND, GROUP, VEC, NG)
+        else:  # the whole row in registers, as (rows, blocks, GROUP // VEC vectors, VEC columns): see _load_rows
+            cols = _block_cols(grp, GROUP, VEC)
+            r4 = rows[:, None, None, None]
+            mask = (r4 < n_rows) & (cols < n_cols)
+            x = _rms_input(x_ptr, r_ptr, rows, cols, mask, stride_x_row, stride_r)
+            if HAS_RES:
+                tl.store(r_out_ptr + r4 * n_cols + cols, x.to(r_out_ptr.dtype.element_ty), mask=mask)
+            ss = tl.sum(tl.sum(tl.sum(x * x, axis=3), axis=2), axis=1)
+            rstd = tl.math.rsqrt(tl.math.div_rn(ss, tl.cast(n_cols, tl.float32)) + eps1)
+            y = x * rstd[:, None, None, None] * tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+            if STORE_Y1:
+                tl.store(y1_ptr + r4 * n_cols + cols, y.to(y1_ptr.dtype.element_ty), mask=mask)
+            _mx_store(y, rows, grp, q_ptr, s_ptr, g_ptr, stride_q_row, stride_s_row, stride_s_group, n_rows, n_cols,
+                      scale_rows, scale_cols, q_max, s_max, FORMAT, SCALING, HAS_GLOBAL, SHUFFLE, SOFT_ROUND, GROUP)
     else:
         x, u = _load_rows(x_ptr, rows, grp, stride_x_row, stride_x_seg, n_rows, n_cols, seg_len, MODE, SEG_SHIFT,
                           GROUP, VEC)
-        y = _produce(x, u, ACTIVATION, MODE)
-    _mx_store(y, rows, grp, q_ptr, s_ptr, g_ptr, stride_q_row, stride_s_row, stride_s_group, n_rows, n_cols,
-              scale_rows, scale_cols, q_max, s_max, FORMAT, SCALING, HAS_GLOBAL, SHUFFLE, SOFT_ROUND, GROUP)
+        _mx_store(_produce(x, u, ACTIVATION, MODE), rows, grp, q_ptr, s_ptr, g_ptr, stride_q_row, stride_s_row,
+                  stride_s_group, n_rows, n_cols, scale_rows, scale_cols, q_max, s_max, FORMAT, SCALING, HAS_GLOBAL,
+                  SHUFFLE, SOFT_ROUND, GROUP)
+
+
+@triton.jit
+def _rms_input(x_ptr, r_ptr, rows, cols, mask, stride_x_row, stride_r):
+    """x (+ the residual, where r_ptr is not None) at (rows, cols), fp32."""
+    r4 = rows[:, None, None, None]
+    x = tl.load(x_ptr + r4 * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
+    if r_ptr is not None:
+        x += tl.load(r_ptr + r4 * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
+    return x
+
+
+@triton.jit
+def _rms_loop(x_ptr, q_ptr, s_ptr, w_ptr, r_ptr, r_out_ptr, y1_ptr, g_ptr, rows, stride_x_row, stride_q_row,
+              stride_s_row, stride_s_group, stride_r, n_rows, n_cols, scale_rows, scale_cols, eps, q_max, s_max,
+              FORMAT: tl.constexpr, SCALING: tl.constexpr, HAS_RES: tl.constexpr, STORE_Y1: tl.constexpr,
+              HAS_GLOBAL: tl.constexpr, SHUFFLE: tl.constexpr, SOFT_ROUND: tl.constexpr, GROUP: tl.constexpr,
+              VEC: tl.constexpr, NG: tl.constexpr):
+    """RMSNorm + quantization of ``rows`` in chunks of NG blocks: the sum of squares over
+    the row's chunks, then each chunk read again (from the cache: the program read it just
+    before), normalized and quantized. No lane idles on a padded row, and only a chunk is
+    live in registers."""
+    BLOCK_M: tl.constexpr = rows.shape[0]
+    r4 = rows[:, None, None, None]
+    ss = tl.zeros([BLOCK_M], tl.float32)
+    for c0 in range(0, n_cols, NG * GROUP):
+        cols = _block_cols(c0 // GROUP + tl.arange(0, NG), GROUP, VEC)
+        mask = (r4 < n_rows) & (cols < n_cols)
+        x = _rms_input(x_ptr, r_ptr, rows, cols, mask, stride_x_row, stride_r)
+        if HAS_RES:
+            tl.store(r_out_ptr + r4 * n_cols + cols, x.to(r_out_ptr.dtype.element_ty), mask=mask)
+        ss += tl.sum(tl.sum(tl.sum(x * x, axis=3), axis=2), axis=1)
+    rstd = tl.math.rsqrt(tl.math.div_rn(ss, tl.cast(n_cols, tl.float32)) + eps)[:, None, None, None]
+    for c0 in range(0, scale_cols * GROUP, NG * GROUP):  # the scale buffer's padding columns included
+        grp = c0 // GROUP + tl.arange(0, NG)
+        cols = _block_cols(grp, GROUP, VEC)
+        mask = (r4 < n_rows) & (cols < n_cols)
+        x = _rms_input(x_ptr, r_ptr, rows, cols, mask, stride_x_row, stride_r)
+        y = x * rstd * tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        if STORE_Y1:
+            tl.store(y1_ptr + r4 * n_cols + cols, y.to(y1_ptr.dtype.element_ty), mask=mask)
+        _mx_store(y, rows, grp, q_ptr, s_ptr, g_ptr, stride_q_row, stride_s_row, stride_s_group, n_rows, n_cols,
+                  scale_rows, scale_cols, q_max, s_max, FORMAT, SCALING, HAS_GLOBAL, SHUFFLE, SOFT_ROUND, GROUP)
 
 
 @triton.jit
