@@ -133,7 +133,8 @@ _PAD_ROWS, _PAD_COLS = 256, 8  # aiter's shuffled / padded scale buffer: rows an
 @dataclass(frozen=True)
 class MxQuantLaunchConfig:
     BLOCK_M: int  # rows a program
-    BLOCK_N: int  # columns a program, a multiple of the block (32 or 16); "rms": the whole (padded) row
+    BLOCK_N: int  # columns a program, a multiple of the block (32 or 16); "rms": the whole (padded) row, or
+                  # with ROW_LOOP a chunk
     num_warps: int
     ROW_MAJOR: bool = False  # a 1-D grid over row blocks' column blocks, columns fastest
     ROW_LOOP: bool = False  # "rms": a program's rows in BLOCK_N-column chunks, read twice (the sum of
@@ -250,12 +251,12 @@ def _launch_mx_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, prod
         *(0 if t is None else t.stride(0) for t in (r, x2)),
         n_rows, n_cols, seg_len, n_cols2, scale_rows, scale_cols,
         eps1, eps2, q_max, s_max,
-        MODE=producer, ACTIVATION=activation, FORMAT=fmt, SCALING=scaling, HAS_RES=r is not None,
+        MODE=producer, ACTIVATION=activation, FORMAT=fmt, SCALING=scaling,
         STORE_Y1=y1 is not None, HAS_X2=x2 is not None, HAS_GLOBAL=global_scale is not None, SHUFFLE=shuffle,
         SEG_SHIFT=seg_len.bit_length() - 1 if seg_len & (seg_len - 1) == 0 else -1, INT64=int64,
-        SOFT_ROUND=TRITON_INTERPRET, GROUP=group, VEC=min(16 // x.element_size(), group), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-        BLOCK_N2=next_power_of_2(max(n_cols2, 1)), ROW_MAJOR=row_major,
-        ROW_LOOP=row_loop, num_warps=cfg.num_warps,
+        SOFT_ROUND=TRITON_INTERPRET, GROUP=group, VEC=min(16 // x.element_size(), group), BLOCK_M=cfg.BLOCK_M,
+        BLOCK_N=cfg.BLOCK_N, BLOCK_N2=next_power_of_2(max(n_cols2, 1)), ROW_MAJOR=row_major, ROW_LOOP=row_loop,
+        num_warps=cfg.num_warps,
     )
 
 

@@ -89,12 +89,12 @@ def _e8m0_exponent(amax_bits, q_max, SCALING: tl.constexpr):
 
 @triton.jit
 def _e2m1(a, h, lim):
-    """e2m1 codes of ``v = sign(y) * a * h`` (a = |v| / h, fp32 >= 0; h a block's 1 or 0.5,
+    """e2m1 magnitude codes of ``a * h`` (a fp32 >= 0; h a block's 1 or 0.5,
     MXFP4's scale 2^127 applied as 2^126 and this halving), rounded to nearest even and
-    saturated to +-6, as int32 whose low 4 bits are the code (sign in bit 3) and whose bits
-    above are the same in every code (a pack keeps the low byte of ``lo + 16 * hi``).
-    ``lim``: 6 / h, or 0 in a block holding a NaN, with ``sign`` 0 there (8 else): every
-    code of that block 0 (the minimum takes the number where one operand is NaN).
+    saturated to 6: int32 whose low 3 bits are the magnitude's code and whose bits above are
+    the same in every code (the pack adds the sign in bit 3 and keeps the low byte of ``lo +
+    16 * hi``). ``lim``: 6 / h, or 0 in a block holding a NaN: every code of that block 0
+    (the minimum takes the number where one operand is NaN; the pack adds no sign there).
 
     The code is a concave piecewise-linear function of e2m1's value r: ``min(2r, r + 2,
     r / 2 + 4)`` (0, 0.5, 1, 1.5, 2, 3, 4, 6 -> 0 ... 7), linear between neighbouring values,
@@ -132,7 +132,6 @@ def _mx_quant_kernel(
     ACTIVATION: tl.constexpr,     # "act": y = ACTIVATION(gate) * up
     FORMAT: tl.constexpr,         # "mxfp4" | "mxfp8" | "nvfp4"
     SCALING: tl.constexpr,        # e8m0 rule: "even" | "floor" | "ceil" | "rceil"
-    HAS_RES: tl.constexpr,
     STORE_Y1: tl.constexpr,
     HAS_X2: tl.constexpr,
     HAS_GLOBAL: tl.constexpr,
@@ -177,24 +176,9 @@ def _mx_quant_kernel(
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     grp = pid_n * NG + tl.arange(0, NG)
     if MODE == "rms":
-        if ROW_LOOP:
-            _rms_loop(x_ptr, q_ptr, s_ptr, w_ptr, r_ptr, r_out_ptr, y1_ptr, g_ptr, rows, stride_x_row, stride_q_row,
-                      stride_s_row, stride_s_group, stride_r, n_rows, n_cols, scale_rows, scale_cols, eps1, q_max,
-                      s_max, FORMAT, SCALING, HAS_RES, STORE_Y1, HAS_GLOBAL, SHUFFLE, SOFT_ROUND, GROUP, VEC, NG)
-        else:  # the whole row in registers, as (rows, blocks, GROUP // VEC vectors, VEC columns): see _load_rows
-            cols = _block_cols(grp, GROUP, VEC)
-            r4 = rows[:, None, None, None]
-            mask = (r4 < n_rows) & (cols < n_cols)
-            x = _rms_input(x_ptr, r_ptr, rows, cols, mask, stride_x_row, stride_r)
-            if HAS_RES:
-                tl.store(r_out_ptr + r4 * n_cols + cols, x.to(r_out_ptr.dtype.element_ty), mask=mask)
-            ss = tl.sum(tl.sum(tl.sum(x * x, axis=3), axis=2), axis=1)
-            rstd = tl.math.rsqrt(tl.math.div_rn(ss, tl.cast(n_cols, tl.float32)) + eps1)
-            y = x * rstd[:, None, None, None] * tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-            if STORE_Y1:
-                tl.store(y1_ptr + r4 * n_cols + cols, y.to(y1_ptr.dtype.element_ty), mask=mask)
-            _mx_store(y, rows, grp, q_ptr, s_ptr, g_ptr, stride_q_row, stride_s_row, stride_s_group, n_rows, n_cols,
-                      scale_rows, scale_cols, q_max, s_max, FORMAT, SCALING, HAS_GLOBAL, SHUFFLE, SOFT_ROUND, GROUP)
+        _rms_quant(x_ptr, q_ptr, s_ptr, w_ptr, r_ptr, r_out_ptr, y1_ptr, g_ptr, rows, stride_x_row, stride_q_row,
+                   stride_s_row, stride_s_group, stride_r, n_rows, n_cols, scale_rows, scale_cols, eps1, q_max, s_max,
+                   FORMAT, SCALING, STORE_Y1, HAS_GLOBAL, SHUFFLE, SOFT_ROUND, GROUP, VEC, NG, ROW_LOOP)
     else:
         x, u = _load_rows(x_ptr, rows, grp, stride_x_row, stride_x_seg, n_rows, n_cols, seg_len, MODE, SEG_SHIFT,
                           GROUP, VEC)
@@ -204,46 +188,71 @@ def _mx_quant_kernel(
 
 
 @triton.jit
-def _rms_input(x_ptr, r_ptr, rows, cols, mask, stride_x_row, stride_r):
-    """x (+ the residual, where r_ptr is not None) at (rows, cols), fp32."""
+def _rms_quant(x_ptr, q_ptr, s_ptr, w_ptr, r_ptr, r_out_ptr, y1_ptr, g_ptr, rows, stride_x_row, stride_q_row,
+               stride_s_row, stride_s_group, stride_r, n_rows, n_cols, scale_rows, scale_cols, eps, q_max, s_max,
+               FORMAT: tl.constexpr, SCALING: tl.constexpr, STORE_Y1: tl.constexpr, HAS_GLOBAL: tl.constexpr,
+               SHUFFLE: tl.constexpr, SOFT_ROUND: tl.constexpr, GROUP: tl.constexpr, VEC: tl.constexpr,
+               NG: tl.constexpr, LOOP: tl.constexpr):
+    """RMSNorm (x + the residual where r_ptr is not None, its sum stored) of ``rows``,
+    quantized. The whole (padded) row of NG blocks in registers; or (LOOP) in chunks of NG
+    blocks: the sum of squares over the row's chunks, then each chunk read again (from the
+    cache: the program read it just before), normalized and quantized, so no lane idles on a
+    padded row and only a chunk is live."""
+    ss = tl.zeros([rows.shape[0]], tl.float32)
+    if LOOP:
+        for c0 in range(0, n_cols, NG * GROUP):
+            x = _rms_input(x_ptr, r_ptr, r_out_ptr, rows, c0 // GROUP + tl.arange(0, NG), stride_x_row, stride_r,
+                           n_rows, n_cols, GROUP, VEC, True)
+            ss += tl.sum(tl.sum(tl.sum(x * x, axis=3), axis=2), axis=1)
+    else:
+        x = _rms_input(x_ptr, r_ptr, r_out_ptr, rows, tl.arange(0, NG), stride_x_row, stride_r, n_rows, n_cols,
+                       GROUP, VEC, True)
+        ss += tl.sum(tl.sum(tl.sum(x * x, axis=3), axis=2), axis=1)
+    rstd = tl.math.rsqrt(tl.math.div_rn(ss, tl.cast(n_cols, tl.float32)) + eps)[:, None, None, None]
+    if LOOP:
+        for c0 in range(0, scale_cols * GROUP, NG * GROUP):  # the scale buffer's padding columns included
+            grp = c0 // GROUP + tl.arange(0, NG)
+            x = _rms_input(x_ptr, r_ptr, r_out_ptr, rows, grp, stride_x_row, stride_r, n_rows, n_cols, GROUP, VEC,
+                           False)
+            _rms_out(x * rstd, w_ptr, y1_ptr, q_ptr, s_ptr, g_ptr, rows, grp, stride_q_row, stride_s_row,
+                     stride_s_group, n_rows, n_cols, scale_rows, scale_cols, q_max, s_max, FORMAT, SCALING,
+                     STORE_Y1, HAS_GLOBAL, SHUFFLE, SOFT_ROUND, GROUP)
+    else:
+        _rms_out(x * rstd, w_ptr, y1_ptr, q_ptr, s_ptr, g_ptr, rows, tl.arange(0, NG), stride_q_row, stride_s_row,
+                 stride_s_group, n_rows, n_cols, scale_rows, scale_cols, q_max, s_max, FORMAT, SCALING, STORE_Y1,
+                 HAS_GLOBAL, SHUFFLE, SOFT_ROUND, GROUP)
+
+
+@triton.jit
+def _rms_input(x_ptr, r_ptr, r_out_ptr, rows, grp, stride_x_row, stride_r, n_rows, n_cols, GROUP: tl.constexpr,
+               VEC: tl.constexpr, STORE_SUM: tl.constexpr):
+    """x (+ the residual, where r_ptr is not None; the sum stored with STORE_SUM) of rows x
+    blocks ``grp``, fp32, as (rows, blocks, GROUP // VEC vectors, VEC columns): see _load_rows."""
+    cols = _block_cols(grp, GROUP, VEC)
     r4 = rows[:, None, None, None]
+    mask = (r4 < n_rows) & (cols < n_cols)
     x = tl.load(x_ptr + r4 * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
     if r_ptr is not None:
         x += tl.load(r_ptr + r4 * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
+        if STORE_SUM:
+            tl.store(r_out_ptr + r4 * n_cols + cols, x.to(r_out_ptr.dtype.element_ty), mask=mask)
     return x
 
 
 @triton.jit
-def _rms_loop(x_ptr, q_ptr, s_ptr, w_ptr, r_ptr, r_out_ptr, y1_ptr, g_ptr, rows, stride_x_row, stride_q_row,
-              stride_s_row, stride_s_group, stride_r, n_rows, n_cols, scale_rows, scale_cols, eps, q_max, s_max,
-              FORMAT: tl.constexpr, SCALING: tl.constexpr, HAS_RES: tl.constexpr, STORE_Y1: tl.constexpr,
-              HAS_GLOBAL: tl.constexpr, SHUFFLE: tl.constexpr, SOFT_ROUND: tl.constexpr, GROUP: tl.constexpr,
-              VEC: tl.constexpr, NG: tl.constexpr):
-    """RMSNorm + quantization of ``rows`` in chunks of NG blocks: the sum of squares over
-    the row's chunks, then each chunk read again (from the cache: the program read it just
-    before), normalized and quantized. No lane idles on a padded row, and only a chunk is
-    live in registers."""
-    BLOCK_M: tl.constexpr = rows.shape[0]
-    r4 = rows[:, None, None, None]
-    ss = tl.zeros([BLOCK_M], tl.float32)
-    for c0 in range(0, n_cols, NG * GROUP):
-        cols = _block_cols(c0 // GROUP + tl.arange(0, NG), GROUP, VEC)
-        mask = (r4 < n_rows) & (cols < n_cols)
-        x = _rms_input(x_ptr, r_ptr, rows, cols, mask, stride_x_row, stride_r)
-        if HAS_RES:
-            tl.store(r_out_ptr + r4 * n_cols + cols, x.to(r_out_ptr.dtype.element_ty), mask=mask)
-        ss += tl.sum(tl.sum(tl.sum(x * x, axis=3), axis=2), axis=1)
-    rstd = tl.math.rsqrt(tl.math.div_rn(ss, tl.cast(n_cols, tl.float32)) + eps)[:, None, None, None]
-    for c0 in range(0, scale_cols * GROUP, NG * GROUP):  # the scale buffer's padding columns included
-        grp = c0 // GROUP + tl.arange(0, NG)
-        cols = _block_cols(grp, GROUP, VEC)
-        mask = (r4 < n_rows) & (cols < n_cols)
-        x = _rms_input(x_ptr, r_ptr, rows, cols, mask, stride_x_row, stride_r)
-        y = x * rstd * tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-        if STORE_Y1:
-            tl.store(y1_ptr + r4 * n_cols + cols, y.to(y1_ptr.dtype.element_ty), mask=mask)
-        _mx_store(y, rows, grp, q_ptr, s_ptr, g_ptr, stride_q_row, stride_s_row, stride_s_group, n_rows, n_cols,
-                  scale_rows, scale_cols, q_max, s_max, FORMAT, SCALING, HAS_GLOBAL, SHUFFLE, SOFT_ROUND, GROUP)
+def _rms_out(x_rstd, w_ptr, y1_ptr, q_ptr, s_ptr, g_ptr, rows, grp, stride_q_row, stride_s_row, stride_s_group,
+             n_rows, n_cols, scale_rows, scale_cols, q_max, s_max, FORMAT: tl.constexpr, SCALING: tl.constexpr,
+             STORE_Y1: tl.constexpr, HAS_GLOBAL: tl.constexpr, SHUFFLE: tl.constexpr, SOFT_ROUND: tl.constexpr,
+             GROUP: tl.constexpr):
+    """``x * rstd`` of rows x blocks ``grp`` times the weight: stored unquantized (STORE_Y1)
+    and quantized."""
+    cols = _block_cols(grp, GROUP, x_rstd.shape[3])
+    y = x_rstd * tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+    if STORE_Y1:
+        r4 = rows[:, None, None, None]
+        tl.store(y1_ptr + r4 * n_cols + cols, y.to(y1_ptr.dtype.element_ty), mask=(r4 < n_rows) & (cols < n_cols))
+    _mx_store(y, rows, grp, q_ptr, s_ptr, g_ptr, stride_q_row, stride_s_row, stride_s_group, n_rows, n_cols,
+              scale_rows, scale_cols, q_max, s_max, FORMAT, SCALING, HAS_GLOBAL, SHUFFLE, SOFT_ROUND, GROUP)
 
 
 @triton.jit
