@@ -82,6 +82,7 @@ def sass(kernel, args, meta, target: int, dump: Path | None, name: str) -> dict:
         dump.mkdir(parents=True, exist_ok=True)
         (dump / f"{name}.sass").write_text(text)
         (dump / f"{name}.ptx").write_text(compiled.asm["ptx"])
+        (dump / f"{name}.ttgir").write_text(compiled.asm["ttgir"])
     usage = dict(re.findall(r"(REG|LOCAL):(\d+)", res))
     return dict(total=len(ops), hist=Counter(ops), regs=int(usage["REG"]), spills=int(usage["LOCAL"]))
 

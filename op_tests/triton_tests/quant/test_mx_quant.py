@@ -206,6 +206,45 @@ def test_dynamic_mxfp4_quant_scaling_modes(mode):
         _equal(q, want, mode)
 
 
+def _every_bf16(seed: int) -> torch.Tensor:
+    """Every bf16 bit pattern once (NaNs, infinities, subnormals, -0), shuffled into rows of
+    32-value blocks, and the same values again in blocks of one magnitude (sorted), so that
+    blocks whose scale is 2^-127 or 2^127 are there too."""
+    g = torch.Generator().manual_seed(seed)
+    bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
+    if not ON_GPU:  # Triton's interpreter widens bf16 subnormals wrongly: signed zeros in their place there
+        bits = torch.where(bits & 0x7F80 == 0, bits & -32768, bits)
+    shuffled = bits[torch.randperm(bits.numel(), generator=g)]
+    return torch.cat([shuffled, bits.sort().values]).view(torch.bfloat16).view(-1, 1024).to(DEVICE)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dynamic_mxfp4_quant_every_bf16_value(mode):
+    """Code for code against the reference on every bf16 value, in every scaling mode (on
+    NVIDIA the bf16 form, two values an instruction, computes these)."""
+    x = _every_bf16(int(MODES.index(mode)))
+    for got, want, name in zip(tri.dynamic_mxfp4_quant(x, mode), native.dynamic_mxfp4_quant(x, mode),
+                               ("codes", "scales")):
+        _equal(got, want, f"{mode} {name}")
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the bf16 form runs on NVIDIA GPUs only (the interpreter truncates bf16)")
+@pytest.mark.parametrize("shape", [(3, 32), (6, 200), (7, 66), (33, 1000), (4096, 7168), (2, 65536)])
+def test_mxfp4_bf16_form_equals_the_fp32_form(shape, monkeypatch):
+    """The bf16 lines (dynamic_mxfp4_quant and the flatten form of bf16 rows on NVIDIA) give
+    the fp32 lines' bytes on fresh values, rows strided, widths with partial blocks and words."""
+    m, n = shape
+    x = make_rows(m, n, torch.bfloat16, strided=True, scale=3.0)
+    x3 = torch.stack([make_rows(m, n, torch.bfloat16, scale=3.0), make_rows(m, n, torch.bfloat16, scale=1e-38)])
+    x3 = x3.transpose(0, 1)  # (M, 2, n), segments M * n apart; the second one's blocks tiny (scales 2^-127)
+    out = {}
+    for lines16 in (True, False):
+        monkeypatch.setattr(tri, "_LINES16", lines16)
+        out[lines16] = [*tri.dynamic_mxfp4_quant(x), *tri.fused_flatten_mxfp4_quant(x3)]
+    for got, want, name in zip(out[True], out[False], ("codes", "scales", "flatten codes", "flatten scales")):
+        _equal(got, want, name)
+
+
 @pytest.mark.parametrize("qdtype", FP8, ids=str)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("m, n", SHAPES[1:])

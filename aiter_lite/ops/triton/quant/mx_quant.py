@@ -164,6 +164,22 @@ _ROW_PER_LANE = 32
 # The interpreter runs programs one after another, each op a numpy call: fewer, larger tiles
 # (rows of a padded scale buffer included) are faster there.
 _INTERPRETER_TILE = 16384
+# MXFP4 of bf16 rows in bf16 arithmetic on NVIDIA (sm_80 on): two values an instruction, 8.7
+# SASS instructions an element where the fp32 lines take 15.4 (sm_90); the same bytes.
+_LINES16 = True
+
+
+def _lines16(x: torch.Tensor, q: torch.Tensor, fmt: str, producer: str, n_cols: int) -> bool:
+    """Whether a launch takes the kernel's bf16 MXFP4 form: bf16 rows quantized as they are
+    ("plain" / "flatten"), on NVIDIA, read as 32-bit words of two values and the codes stored
+    as 32-bit words of eight (whole words a row; rows, segments and pointers 4-byte aligned)."""
+    if not (_LINES16 and fmt == "mxfp4" and producer in ("plain", "flatten") and x.dtype == torch.bfloat16):
+        return False
+    arch = device_profile(x.device).arch
+    seg_stride = x.stride(1) if producer == "flatten" else 0
+    return (arch.startswith("sm_") and int(arch[3:].rstrip("a")) >= 80 and n_cols % 8 == 0
+            and x.stride(0) % 2 == 0 and seg_stride % 2 == 0 and x.shape[-1] % 2 == 0 and x.data_ptr() % 4 == 0
+            and q.stride(0) % 4 == 0 and q.data_ptr() % 4 == 0)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -256,6 +272,7 @@ def _launch_mx_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, prod
         SEG_SHIFT=seg_len.bit_length() - 1 if seg_len & (seg_len - 1) == 0 else -1, INT64=int64,
         SOFT_ROUND=TRITON_INTERPRET, GROUP=group, VEC=min(16 // x.element_size(), group), BLOCK_M=cfg.BLOCK_M,
         BLOCK_N=cfg.BLOCK_N, BLOCK_N2=next_power_of_2(max(n_cols2, 1)), ROW_MAJOR=row_major, ROW_LOOP=row_loop,
+        LINES16=_lines16(x, q, fmt, producer, n_cols),
         num_warps=cfg.num_warps,
     )
 

@@ -147,6 +147,7 @@ def _mx_quant_kernel(
     BLOCK_N2: tl.constexpr,       # HAS_X2: the second input's row
     ROW_MAJOR: tl.constexpr,      # a 1-D grid, column blocks fastest (not with HAS_X2)
     ROW_LOOP: tl.constexpr,       # "rms": each row in BLOCK_N-column chunks, read twice
+    LINES16: tl.constexpr,        # MXFP4 of bf16 rows ("plain" / "flatten") in bf16 arithmetic: _mxfp4_bf16_rows
 ):
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     eps1 = tl.cast(eps1, tl.float32)
@@ -179,6 +180,11 @@ def _mx_quant_kernel(
         _rms_quant(x_ptr, q_ptr, s_ptr, w_ptr, r_ptr, r_out_ptr, y1_ptr, g_ptr, rows, stride_x_row, stride_q_row,
                    stride_s_row, stride_s_group, stride_r, n_rows, n_cols, scale_rows, scale_cols, eps1, q_max, s_max,
                    FORMAT, SCALING, STORE_Y1, HAS_GLOBAL, SHUFFLE, SOFT_ROUND, GROUP, VEC, NG, ROW_LOOP)
+    elif LINES16:
+        tl.static_assert((FORMAT == "mxfp4") & (MODE != "act"))
+        _mxfp4_bf16_rows(x_ptr, q_ptr, s_ptr, rows, grp, stride_x_row, stride_x_seg, stride_q_row, stride_s_row,
+                         stride_s_group, n_rows, n_cols, seg_len, scale_rows, scale_cols, q_max, MODE, SCALING,
+                         SHUFFLE, SEG_SHIFT, GROUP)
     else:
         x, u = _load_rows(x_ptr, rows, grp, stride_x_row, stride_x_seg, n_rows, n_cols, seg_len, MODE, SEG_SHIFT,
                           GROUP, VEC)
@@ -301,6 +307,103 @@ def _block_cols(grp, GROUP: tl.constexpr, VEC: tl.constexpr):
             + tl.arange(0, VEC)[None, None, None, :])
 
 
+# The bf16 MXFP4 form works on 32-bit words of two bf16 values (column 2k in the low half), loaded
+# as int32, so each inline-asm instance's operands are explicit whatever layout the compiler
+# chooses. _PAIR_PTX: e2m1 codes of one word ($1) under the block's 2^-s ($2, both halves) and
+# line slopes 2h, h, h / 2 ($3-$5): |x| (bits and 0x7FFF7FFF) * 2^-s = r; the lines r * slope +
+# 132 / 134 / 136, bf16's step being 1 in [128, 256), so each is rounded to nearest even once;
+# their minimum and 139 (6's code); +-1 from the sign bit times -4 added: 128 + the code (+ 8 for
+# a negative value), the code in the low byte of each half.
+_PAIR_PTX: tl.constexpr = tl.constexpr(
+    "{ .reg .b32 a, r, l1, l2, l3, s, z, b1, b2, b3, top, k;\n"
+    "mov.b32 z, 0x80008000; mov.b32 b1, 0x43044304; mov.b32 b2, 0x43064306; mov.b32 b3, 0x43084308;\n"
+    "mov.b32 top, 0x430B430B; mov.b32 k, 0xC080C080;\n"
+    "and.b32 a, $1, 0x7FFF7FFF;\n"
+    "fma.rn.bf16x2 r, a, $2, z;\n"
+    "fma.rn.bf16x2 l1, r, $3, b1;\n"
+    "fma.rn.bf16x2 l2, r, $4, b2;\n"
+    "fma.rn.bf16x2 l3, r, $5, b3;\n"
+    "min.bf16x2 l1, l1, l2;\n"
+    "min.bf16x2 l3, l3, top;\n"
+    "min.bf16x2 l1, l1, l3;\n"
+    "lop3.b32 s, $1, a, 0x3F803F80, 0xBE;\n"  # (x ^ |x|) | 1.0: +-1
+    "fma.rn.bf16x2 $0, s, k, l1; }")
+# Four words of _PAIR_PTX's codes ($1-$4, columns 0-1, 2-3, 4-5, 6-7) into one word of 8 e2m1
+# values, column 2k in byte k's low nibble: bytes 0 and 2 of each gathered, the odd columns' shifted.
+_PACK_PTX: tl.constexpr = tl.constexpr(
+    "{ .reg .b32 u0, u1, lo, hi;\n"
+    "prmt.b32 u0, $1, $2, 0x6240;\n"
+    "prmt.b32 u1, $3, $4, 0x6240;\n"
+    "prmt.b32 lo, u0, u1, 0x5410;\n"
+    "prmt.b32 hi, u0, u1, 0x7632;\n"
+    "shl.b32 hi, hi, 4;\n"
+    "or.b32 $0, lo, hi; }")
+# the largest of two words' bf16 halves, NaN kept (x's bits past inf's)
+_MAX_PTX: tl.constexpr = tl.constexpr("max.NaN.bf16x2 $0, $1, $2;")
+
+
+@triton.jit
+def _max_bf16x2(a, b):
+    return tl.inline_asm_elementwise(_MAX_PTX, "=r,r,r", [a, b], dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _mxfp4_bf16_rows(x_ptr, q_ptr, s_ptr, rows, grp, stride_x_row, stride_x_seg, stride_q_row, stride_s_row,
+                     stride_s_group, n_rows, n_cols, seg_len, scale_rows, scale_cols, q_max, MODE: tl.constexpr,
+                     SCALING: tl.constexpr, SHUFFLE: tl.constexpr, SEG_SHIFT: tl.constexpr, GROUP: tl.constexpr):
+    """MXFP4 of bf16 rows in bf16 arithmetic, two values an instruction (NVIDIA's HFMA2 /
+    HMNMX2): rows x blocks ``grp`` loaded as 32-bit words of two values ((rows, blocks, 4
+    vectors, 4 words): 16-byte loads), the codes packed by byte permutes and stored a 32-bit
+    word of 8 values at a time (n_cols a multiple of 8; x's rows, segments and q's rows
+    4-byte aligned). The same bytes as _mx_store's fp32 lines: ``|x| * 2^-s`` is a power-of-2
+    product of a bf16 (r < 8; a product below bf16's normals rounds to code 0 either way),
+    each line a power-of-2 product plus an even integer rounded once to bf16's step 1."""
+    tl.static_assert(GROUP == 32)
+    BLOCK_M: tl.constexpr = rows.shape[0]
+    NG: tl.constexpr = grp.shape[0]
+    r4 = rows[:, None, None, None]
+    pc = _block_cols(grp, GROUP // 2, 4)  # (1, blocks, 4, 4): words of two columns (2 pc and 2 pc + 1)
+    # whole 8-column vectors (n_cols a multiple of 8): a mask constant along each, so 16-byte loads
+    mask = (r4 < n_rows) & ((grp[None, :, None, None] * 4 + tl.arange(0, 4)[None, None, :, None]) * 8 < n_cols)
+    if MODE == "flatten":  # segments of an even length, an even stride apart
+        if SEG_SHIFT >= 1:
+            SEG: tl.constexpr = 1 << (SEG_SHIFT - 1)
+            offs = (pc // SEG) * (stride_x_seg // 2) + pc % SEG
+        else:
+            offs = (pc // (seg_len // 2)) * (stride_x_seg // 2) + pc % (seg_len // 2)
+    else:
+        offs = pc
+    x_rows = (x_ptr + r4 * stride_x_row).to(tl.pointer_type(tl.int32), bitcast=True)  # (the rows' alignment kept)
+    xw = tl.load(x_rows + offs, mask=mask, other=0)
+    amax = tl.reduce(tl.reduce(xw & 0x7FFF7FFF, 3, _max_bf16x2), 2, _max_bf16x2)
+    amax_bits = tl.maximum(amax & 0xFFFF, (amax >> 16) & 0xFFFF) << 16  # of the fp32 value
+    nan = amax_bits > _INF_BITS
+    s = _e8m0_exponent(tl.minimum(amax_bits, _INF_BITS), q_max, SCALING)
+    # 2^-s as 2^-126 where s = 127 and the slopes halved: bf16 bits in both halves of a word
+    f = ((127 - tl.minimum(s, 126)) << 7) * 0x10001
+    half = tl.where(s > 126, 0x00800080, 0)
+    shape: tl.constexpr = xw.shape
+    t = tl.inline_asm_elementwise(
+        _PAIR_PTX, "=r,r,r,r,r,r",
+        [xw, tl.broadcast_to(f[:, :, None, None], shape), tl.broadcast_to((0x40004000 - half)[:, :, None, None], shape),
+         tl.broadcast_to((0x3F803F80 - half)[:, :, None, None], shape),
+         tl.broadcast_to((0x3F003F00 - half)[:, :, None, None], shape)],
+        dtype=tl.int32, is_pure=True, pack=1)
+    t02, t13 = tl.split(tl.reshape(t, (BLOCK_M, NG, 4, 2, 2)))
+    t0, t2 = tl.split(t02)
+    t1, t3 = tl.split(t13)
+    words = tl.inline_asm_elementwise(_PACK_PTX, "=r,r,r,r,r", [t0, t1, t2, t3], dtype=tl.int32, is_pure=True,
+                                      pack=1)
+    words = tl.where(nan[:, :, None], 0, words)  # a NaN block: every code 0
+    r3 = rows[:, None, None]
+    w = grp[None, :, None] * 4 + tl.arange(0, 4)[None, None, :]  # 32-bit words of q: 8 columns each
+    q_rows = (q_ptr + r3 * stride_q_row).to(tl.pointer_type(tl.int32), bitcast=True)
+    tl.store(q_rows + w, words, mask=(r3 < n_rows) & (w * 8 < n_cols))
+    s_out = tl.where(nan, 255, s + 127)
+    s_out = tl.where((rows < n_rows)[:, None] & (grp * GROUP < n_cols)[None, :], s_out, 127).to(tl.uint8)
+    _store_scales(s_out, rows, grp, s_ptr, stride_s_row, stride_s_group, scale_rows, scale_cols, SHUFFLE)
+
+
 @triton.jit
 def _mx_store(y, rows, grp, q_ptr, s_ptr, g_ptr, stride_q_row, stride_s_row, stride_s_group, n_rows, n_cols,
               scale_rows, scale_cols, q_max, s_max, FORMAT: tl.constexpr, SCALING: tl.constexpr,
@@ -363,6 +466,13 @@ def _mx_store(y, rows, grp, q_ptr, s_ptr, g_ptr, stride_q_row, stride_s_row, str
         tl.store(q_ptr + r4 * stride_q_row + byte, packed,
                  mask=(r4 < n_rows) & (byte < n_cols // 2))  # n_cols even
 
+    _store_scales(s_out, rows, grp, s_ptr, stride_s_row, stride_s_group, scale_rows, scale_cols, SHUFFLE)
+
+
+@triton.jit
+def _store_scales(s_out, rows, grp, s_ptr, stride_s_row, stride_s_group, scale_rows, scale_cols,
+                  SHUFFLE: tl.constexpr):
+    """A (rows, blocks ``grp``) tile of scales into s."""
     s_mask = (rows < scale_rows)[:, None] & (grp < scale_cols)[None, :]
     if SHUFFLE:  # aiter's e8m0_shuffle: (m, n) of the (scale_rows, scale_cols) buffer, 32 x 8 tiles
         m = rows[:, None]
