@@ -39,7 +39,8 @@ RMS_TILES = [Config(1, 0, w) for w in (2, 4, 8)] + [
 
 
 def _name(c: Config) -> str:
-    return f"{c.BLOCK_M}x{c.BLOCK_N or 'row'}w{c.num_warps}{'loop' if c.ROW_LOOP else ''}"
+    return (f"{c.BLOCK_M}x{c.BLOCK_N or 'row'}w{c.num_warps}{'loop' if c.ROW_LOOP else ''}"
+            f"{'rm' if c.ROW_MAJOR else ''}")
 
 
 def main(argv=None) -> None:
@@ -48,6 +49,9 @@ def main(argv=None) -> None:
                                                  "rms_mxfp8"])
     p.add_argument("--shapes", nargs="+", default=["16384x7168", "16384x2048", "4096x16384"])
     p.add_argument("--rep", type=int, default=50)
+    p.add_argument("--row-major", action="store_true",
+                   help="each tile in both grid orders (a row block's column blocks in turn: 'rm'), not the default's")
+    p.add_argument("--tiles", nargs="+", help="only these tiles (names as printed, e.g. 4x1024w4)")
     p.add_argument("-o", "--output")
     args = p.parse_args(argv)
     copy = harness.copy_bandwidth_gbps()
@@ -62,13 +66,18 @@ def main(argv=None) -> None:
             case = bench._case(op, "tune", m, n, torch.bfloat16)
             inputs = case.make_inputs()
             tiles = RMS_TILES if "rms" in op else ROW_TILES
+            if args.tiles:
+                tiles = [t for t in tiles if _name(t) in args.tiles]
+            if args.row_major:
+                tiles = [dataclasses.replace(t, ROW_MAJOR=rm) for t in tiles for rm in (False, True)]
             for cfg in [None, *tiles]:
                 used = []
 
-                def pinned(producer, fmt, n_rows, n_cols, profile=None, _cfg=cfg, _used=used):
-                    c = chooser(producer, fmt, n_rows, n_cols, profile)
+                def pinned(producer, fmt, n_rows, n_cols, profile=None, *rest, _cfg=cfg, _used=used):
+                    c = chooser(producer, fmt, n_rows, n_cols, profile, *rest)
                     if _cfg is not None:
-                        c = dataclasses.replace(_cfg, BLOCK_N=_cfg.BLOCK_N or c.BLOCK_N, ROW_MAJOR=c.ROW_MAJOR)
+                        c = dataclasses.replace(_cfg, BLOCK_N=_cfg.BLOCK_N or c.BLOCK_N,
+                                                ROW_MAJOR=_cfg.ROW_MAJOR if args.row_major else c.ROW_MAJOR)
                     _used.append(c)
                     return c
 

@@ -149,8 +149,11 @@ class MxQuantLaunchConfig:
 # the gated producer 2 x 512 on 1 (82 / 72 / 79%). MXFP8 is bound by bytes: 2 x 1024 on 2,
 # 93% over one axis with a row block's column blocks in turn (the e2m1 forms lose 2-5% in that
 # order). Halved toward two programs an SM for small inputs.
-_TILE = {"mxfp4": 4096, "nvfp4": 4096, "mxfp8": 2048, "act": 1024}
-_MAX_BLOCK_N = {"mxfp4": 1024, "nvfp4": 512, "mxfp8": 1024, "act": 512}
+# MXFP4 of bf16 rows in bf16 arithmetic (_lines16: 8.4 instructions an element) is closer to
+# bytes-bound: 4 x 512 on 2 warps, a row block's column blocks in turn, 70 / 88 / 82% of copy
+# (4 x 1024 on 4, the fp32 form's tile: 68 / 88 / 83; over two axes 67 / 86 / 79).
+_TILE = {"mxfp4": 4096, "nvfp4": 4096, "mxfp8": 2048, "act": 1024, "mxfp4_16": 2048}
+_MAX_BLOCK_N = {"mxfp4": 1024, "nvfp4": 512, "mxfp8": 1024, "act": 512, "mxfp4_16": 512}
 _PER_LANE = 32
 # A row in registers at _ROW_PER_LANE elements a lane, 2 warps at least, at most 8 (a 2048
 # row: 2 warps; 7168, padded to 8192: 8; 16384: 8, 64 a lane; 4 at 16384 measured 44%, 16
@@ -172,24 +175,24 @@ _LINES16 = True
 def _lines16(x: torch.Tensor, q: torch.Tensor, fmt: str, producer: str, n_cols: int) -> bool:
     """Whether a launch takes the kernel's bf16 MXFP4 form: bf16 rows quantized as they are
     ("plain" / "flatten"), on NVIDIA, read as 32-bit words of two values and the codes stored
-    as 32-bit words of eight (whole words a row; rows, segments and pointers 4-byte aligned)."""
+    as 32-bit words of eight (whole blocks a row; rows, segments and pointers 4-byte aligned)."""
     if not (_LINES16 and fmt == "mxfp4" and producer in ("plain", "flatten") and x.dtype == torch.bfloat16):
         return False
     arch = device_profile(x.device).arch
     seg_stride = x.stride(1) if producer == "flatten" else 0
-    return (arch.startswith("sm_") and int(arch[3:].rstrip("a")) >= 80 and n_cols % 8 == 0
+    return (arch.startswith("sm_") and int(arch[3:].rstrip("a")) >= 80 and n_cols % MX_BLOCK == 0
             and x.stride(0) % 2 == 0 and seg_stride % 2 == 0 and x.shape[-1] % 2 == 0 and x.data_ptr() % 4 == 0
             and q.stride(0) % 4 == 0 and q.data_ptr() % 4 == 0)
 
 
 @functools.lru_cache(maxsize=1024)
 def mx_quant_launch_config(producer: str, fmt: str, n_rows: int, n_cols: int,
-                           profile: DeviceProfile = INTERPRETER) -> MxQuantLaunchConfig:
+                           profile: DeviceProfile = INTERPRETER, lines16: bool = False) -> MxQuantLaunchConfig:
     """Tile and warps of one launch of format ``fmt`` over (n_rows, n_cols) outputs
     (``n_cols``: the scale columns covered, padding included); ``producer`` "rms" holds a row
-    a program."""
+    a program; ``lines16``: the kernel's bf16 MXFP4 form (_lines16)."""
     group = NV_BLOCK if fmt == "nvfp4" else MX_BLOCK
-    kind = "act" if producer == "act" else fmt
+    kind = "act" if producer == "act" else "mxfp4_16" if lines16 else fmt
     tile = _INTERPRETER_TILE if profile.interpreter else _TILE[kind]
     if producer == "rms":
         block_n = next_power_of_2(max(n_cols, group))
@@ -201,7 +204,7 @@ def mx_quant_launch_config(producer: str, fmt: str, n_rows: int, n_cols: int,
         while block_m > 1 and cdiv(n_rows, block_m) * cdiv(n_cols, block_n) < 2 * profile.sms:
             block_m //= 2
     return MxQuantLaunchConfig(block_m, block_n, profile.warps_for(block_m * block_n, _PER_LANE, lo=1, hi=8),
-                               ROW_MAJOR=fmt == "mxfp8" and profile.backend == "cuda")
+                               ROW_MAJOR=(fmt == "mxfp8" or lines16) and profile.backend == "cuda")
 
 
 # ---------------------------------------------------------------------------
@@ -231,7 +234,9 @@ def _launch_mx_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, prod
     if scale_rows == 0 or scale_cols == 0:
         return
     group = NV_BLOCK if fmt == "nvfp4" else MX_BLOCK
-    cfg = config or mx_quant_launch_config(producer, fmt, scale_rows, scale_cols * group, device_profile(x.device))
+    lines16 = _lines16(x, q, fmt, producer, n_cols)
+    cfg = config or mx_quant_launch_config(producer, fmt, scale_rows, scale_cols * group, device_profile(x.device),
+                                           lines16)
     row_loop = cfg.ROW_LOOP and producer == "rms"
     if cfg.BLOCK_N % group or (producer == "rms" and not row_loop and cfg.BLOCK_N < scale_cols * group):
         raise ValueError(f"mx_quant: a launch's BLOCK_N must be a multiple of the {group}-column block"
@@ -272,7 +277,7 @@ def _launch_mx_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, prod
         SEG_SHIFT=seg_len.bit_length() - 1 if seg_len & (seg_len - 1) == 0 else -1, INT64=int64,
         SOFT_ROUND=TRITON_INTERPRET, GROUP=group, VEC=min(16 // x.element_size(), group), BLOCK_M=cfg.BLOCK_M,
         BLOCK_N=cfg.BLOCK_N, BLOCK_N2=next_power_of_2(max(n_cols2, 1)), ROW_MAJOR=row_major, ROW_LOOP=row_loop,
-        LINES16=_lines16(x, q, fmt, producer, n_cols),
+        LINES16=lines16,
         num_warps=cfg.num_warps,
     )
 

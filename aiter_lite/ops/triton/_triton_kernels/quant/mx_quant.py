@@ -353,9 +353,9 @@ def _mxfp4_bf16_rows(x_ptr, q_ptr, s_ptr, rows, grp, stride_x_row, stride_x_seg,
                      SCALING: tl.constexpr, SHUFFLE: tl.constexpr, SEG_SHIFT: tl.constexpr, GROUP: tl.constexpr):
     """MXFP4 of bf16 rows in bf16 arithmetic, two values an instruction (NVIDIA's HFMA2 /
     HMNMX2): rows x blocks ``grp`` loaded as 32-bit words of two values ((rows, blocks, 4
-    vectors, 4 words): 16-byte loads), the codes packed by byte permutes and stored a 32-bit
-    word of 8 values at a time (n_cols a multiple of 8; x's rows, segments and q's rows
-    4-byte aligned). The same bytes as _mx_store's fp32 lines: ``|x| * 2^-s`` is a power-of-2
+    vectors, 4 words): 16-byte loads), the codes packed by byte permutes into 32-bit words of
+    8 values, a block's 16 bytes stored at once (n_cols a multiple of 32; x's rows, segments
+    and q's rows 4-byte aligned). The same bytes as _mx_store's fp32 lines: ``|x| * 2^-s`` is a power-of-2
     product of a bf16 (r < 8; a product below bf16's normals rounds to code 0 either way),
     each line a power-of-2 product plus an even integer rounded once to bf16's step 1."""
     tl.static_assert(GROUP == 32)
@@ -363,8 +363,7 @@ def _mxfp4_bf16_rows(x_ptr, q_ptr, s_ptr, rows, grp, stride_x_row, stride_x_seg,
     NG: tl.constexpr = grp.shape[0]
     r4 = rows[:, None, None, None]
     pc = _block_cols(grp, GROUP // 2, 4)  # (1, blocks, 4, 4): words of two columns (2 pc and 2 pc + 1)
-    # whole 8-column vectors (n_cols a multiple of 8): a mask constant along each, so 16-byte loads
-    mask = (r4 < n_rows) & ((grp[None, :, None, None] * 4 + tl.arange(0, 4)[None, None, :, None]) * 8 < n_cols)
+    mask = (r4 < n_rows) & (grp * GROUP < n_cols)[None, :, None, None]  # whole blocks (n_cols a multiple of 32)
     if MODE == "flatten":  # segments of an even length, an even stride apart
         if SEG_SHIFT >= 1:
             SEG: tl.constexpr = 1 << (SEG_SHIFT - 1)
@@ -398,7 +397,7 @@ def _mxfp4_bf16_rows(x_ptr, q_ptr, s_ptr, rows, grp, stride_x_row, stride_x_seg,
     r3 = rows[:, None, None]
     w = grp[None, :, None] * 4 + tl.arange(0, 4)[None, None, :]  # 32-bit words of q: 8 columns each
     q_rows = (q_ptr + r3 * stride_q_row).to(tl.pointer_type(tl.int32), bitcast=True)
-    tl.store(q_rows + w, words, mask=(r3 < n_rows) & (w * 8 < n_cols))
+    tl.store(q_rows + w, words, mask=(r3 < n_rows) & (grp * GROUP < n_cols)[None, :, None])  # whole blocks: 16-byte stores
     s_out = tl.where(nan, 255, s + 127)
     s_out = tl.where((rows < n_rows)[:, None] & (grp * GROUP < n_cols)[None, :], s_out, 127).to(tl.uint8)
     _store_scales(s_out, rows, grp, s_ptr, stride_s_row, stride_s_group, scale_rows, scale_cols, SHUFFLE)
