@@ -37,6 +37,12 @@ aiter's fused_fp8_quant forms (bytes as the fused ops above, group_128 scales):
                          copy), then group quant
     silu_static_ffq      fused_silu_mul_fp8_per_tensor_static_quant(x, scale) (x (M, 2N));
                          unfused: silu_and_mul, then static quant
+aiter's fusions.fused_clamp_act_mul (x (M, 2N) read once, fp32 row weights (M, 1) read,
+SwiGLU's clamp at 7):
+    clamp_silu_group_128 fp32 scales a 128-column group; unfused: torch's two clamps, this
+                         project's act_mul, torch's weight multiply, per_token_group_quant_fp8
+    clamp_silu_ue8m0_32  UE8M0 scale bytes a 32-column group (M * ceil(N / 32) bytes); no unfused
+                         form (the project's group quant has no UE8M0 scales)
 Fused SwiGLU + quant ops (N is the output width: x is (M, 2N), read once):
     silu_group_128       act_mul_and_fp8_group_quant(x, "silu", 128)
     silu_dyn / silu_static  act_mul_and_fp8_quant(x, "silu") per token / with a static scale
@@ -56,12 +62,15 @@ from op_benchmarks.utils import harness  # noqa: E402  (sets TRITON_INTERPRET on
 
 import torch  # noqa: E402
 
+from aiter_lite.ops.native import fusions as native_fusions  # noqa: E402
 from aiter_lite.ops.native.quant import act_quant as native_act  # noqa: E402
+from aiter_lite.ops.native.quant.mx_quant import e8m0_to_float  # noqa: E402
 from aiter_lite.ops.native.quant import fused_fp8_quant as native_ffq  # noqa: E402
 from aiter_lite.ops.native.quant import norm_quant as native_nq  # noqa: E402
 from aiter_lite.ops.native.quant import quant as native  # noqa: E402
 from aiter_lite.ops.triton import quant as tri  # noqa: E402
 from aiter_lite.ops.triton import activation as tri_act  # noqa: E402
+from aiter_lite.ops.triton import fusions as tri_fusions  # noqa: E402
 from aiter_lite.ops.triton.normalization import layernorm as tri_ln  # noqa: E402
 from aiter_lite.ops.triton.normalization import rmsnorm as tri_rms  # noqa: E402
 from aiter_lite.ops.triton.quant import fused_fp8_quant as tri_ffq  # noqa: E402
@@ -86,7 +95,9 @@ FUSED = {
 # aiter's fused_fp8_quant op -> (residual, group size)
 FFQ = {"rms_group_128": (False, 128), "add_rms_group_128": (True, 128)}
 # aiter's further fused_fp8_quant forms (module doc), the split-K count of the reduce forms
-FFQ2 = ("reduce_rms_group_128", "reduce_silu_group_128", "gated_group_128", "flatten_group_128", "silu_static_ffq")
+FFQ2 = ("reduce_rms_group_128", "reduce_silu_group_128", "gated_group_128", "flatten_group_128", "silu_static_ffq",
+        "clamp_silu_group_128", "clamp_silu_ue8m0_32")
+CLAMP = 7.0
 SPK = 4
 EPS = 1e-6
 # fused SwiGLU op -> (mode, group size)
@@ -161,7 +172,9 @@ def _ffq2_case(op, label, m, n, dtype, qdtype):
     e, groups = dtype.itemsize, -(-n // 128)
     nbytes = {"reduce_rms_group_128": SPK * m * n * 4, "reduce_silu_group_128": SPK * m * 2 * n * 4,
               "gated_group_128": 2 * m * n * e, "flatten_group_128": m * n * e,
-              "silu_static_ffq": 2 * m * n * e}[op] + m * n + (0 if op == "silu_static_ffq" else 4 * m * groups)
+              "silu_static_ffq": 2 * m * n * e, "clamp_silu_group_128": 2 * m * n * e + 4 * m,
+              "clamp_silu_ue8m0_32": 2 * m * n * e + 4 * m}[op] + m * n
+    nbytes += {"silu_static_ffq": 0, "clamp_silu_ue8m0_32": m * -(-n // 32)}.get(op, 4 * m * groups)
 
     def make_inputs():
         dev = harness.DEVICE
@@ -173,15 +186,23 @@ def _ffq2_case(op, label, m, n, dtype, qdtype):
         elif op == "flatten_group_128":
             d = 128 if n % 128 == 0 else n  # heads of 128 (one segment where N is no multiple)
             x = (torch.randn(n // d, m, d, device=dev) * 3).to(dtype).transpose(0, 1)
-        elif op == "silu_static_ffq":
+        elif op in ("silu_static_ffq", "clamp_silu_group_128", "clamp_silu_ue8m0_32"):
             x = (torch.randn(m, 2 * n, device=dev) * 3).to(dtype)
+            if op != "silu_static_ffq":
+                w = torch.rand(m, 1, device=dev) + 0.5  # the row weights
         else:
             x = (torch.randn(m, n, device=dev) * 3).to(dtype)
         z = torch.randn(m, n, device=dev, dtype=dtype) if op == "gated_group_128" else None
         return x, z, w, torch.tensor([STATIC_SCALE], device=dev), qdtype
 
     return harness.Case(op=op, label=label, dims={"M": m, "N": n, "QDTYPE": str(qdtype).replace("torch.", "")},
-                        dtype=dtype, rows=m, nbytes=nbytes, make_inputs=make_inputs, agrees=_dequant_agrees)
+                        dtype=dtype, rows=m, nbytes=nbytes, make_inputs=make_inputs,
+                        agrees=_ue8m0_agrees if op == "clamp_silu_ue8m0_32" else _dequant_agrees)
+
+
+def _ue8m0_agrees(result, reference) -> bool:
+    """UE8M0 scale bytes decoded to their powers of 2, then compared as the fp32 ones."""
+    return _dequant_agrees(*[(q, e8m0_to_float(s)) for q, s in (result[:2], reference[:2])])
 
 
 def _ffq2_call(mod, case, inputs):
@@ -198,6 +219,11 @@ def _ffq2_call(mod, case, inputs):
         return lambda: mod.fused_rms_gated_fp8_group_quant(x, w, None, z, EPS, out_dtype=qdtype, group_size=gs)
     if op == "flatten_group_128":
         return lambda: mod.fused_flatten_fp8_group_quant(x, 128, qdtype)
+    if op.startswith("clamp_silu"):
+        fn = (tri_fusions.fused_clamp_act_mul if mod is tri_ffq else native_fusions.fused_clamp_act_mul
+              if mod is native_ffq else mod.fused_clamp_act_mul)  # (the last: torch.compile of the native one)
+        kw = dict(quant_block_size=32, scale_dtype_fmt="ue8m0") if op == "clamp_silu_ue8m0_32" else {}
+        return lambda: fn(x, None, None, CLAMP, "silu", w, qdtype, **kw)
     return lambda: (mod.fused_silu_mul_fp8_per_tensor_static_quant(x, scale, qdtype), scale)
 
 
@@ -218,6 +244,11 @@ def _ffq2_unfused(case, inputs):
         return lambda: group(tri_act.act_mul(z, tri_rms.rms_norm(x, w, EPS), "silu"))
     if op == "flatten_group_128":
         return lambda: group(x.reshape(x.shape[0], -1))
+    if op == "clamp_silu_ue8m0_32":
+        return None
+    if op == "clamp_silu_group_128":
+        n = x.shape[1] // 2
+        return lambda: group(w * tri_act.act_mul(x[:, :n].clamp(max=CLAMP), x[:, n:].clamp(-CLAMP, CLAMP), "silu"))
     y = torch.empty(x.shape[0], x.shape[1] // 2, device=x.device, dtype=x.dtype)
     q = torch.empty_like(y, dtype=qdtype)
     return lambda: (tri.static_per_tensor_quant_fp8_i8(q, tri_act.silu_and_mul(y, x), scale), scale)
@@ -409,10 +440,10 @@ class _CompiledAct:
 
 
 class _CompiledFfq:
-    """torch.compile of the native fused_fp8_quant forms, under their names."""
+    """torch.compile of the native fused_fp8_quant forms (and fusions.fused_clamp_act_mul), under their names."""
 
     def __getattr__(self, name):
-        fn = harness.compile_static(getattr(native_ffq, name))
+        fn = harness.compile_static(getattr(native_ffq, name, None) or getattr(native_fusions, name))
         setattr(self, name, fn)
         return fn
 

@@ -253,6 +253,12 @@ AITER = [
      "any] | None = None)"),
     ("aiter.ops.triton.quant",
      "dynamic_mxfp4_quant(x: torch.Tensor, scaling_mode: str = 'even') -> tuple[torch.Tensor, torch.Tensor]"),
+    ("aiter.ops.triton.fusions.fused_clamp_act_mul",
+     "fused_clamp_act_mul(inp: torch.Tensor, out: torch.Tensor | None = None, scale: torch.Tensor | None = None, "
+     "swiglu_limit: float = 0, activation: Literal['silu', 'gelu', 'gelu_tanh'] = 'silu', "
+     "weights: torch.Tensor | None = None, dtype_quant: torch.dtype | None = None, transpose_scale: bool = False, "
+     "quant_block_size: int = 128, scale_dtype_fmt: Literal['fp32', 'ue8m0'] = 'fp32', "
+     "shuffle_scale: bool = False)"),
 ]
 # older module paths vLLM and SGLang still import, and what each must hold
 FLAT_PATHS = {

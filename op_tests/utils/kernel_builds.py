@@ -89,6 +89,7 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
     ``tiny``), then the regimes tiny sizes leave out, at sizes that select them on an H100
     (and on the other profiles: a split row's segments are fewer than any's SMs)."""
     from aiter_lite.library import OPS
+    from aiter_lite.ops.triton.fusions import fused_clamp_act_mul
     from aiter_lite.ops.triton.quant import fused_fp8_quant as ffq
     from aiter_lite.ops.triton.quant import mx_quant as mxq
     from op_benchmarks.utils.op_args import TINY, op_args
@@ -189,6 +190,15 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
            lambda x=x, gs=gs: ffq.fused_flatten_fp8_group_quant(x, gs, fp8))
           for what, x, gs in (("heads first, groups within heads", _meta(128, 8, 128).transpose(0, 1), 128),
                               ("groups across heads", _meta(16, 8, 100).transpose(0, 1), 64))],
+        ("fused_clamp_act_mul, DeepSeek-V3's experts, clamp, row weights, UE8M0 scales shuffled (fp32 scales "
+         "where the target stores no e4m3)",
+         lambda: fused_clamp_act_mul(_meta(8, 2 * 2048), None, None, 7.0, "silu", _meta(8, 1, dtype=f32), fp8,
+                                     quant_block_size=32,
+                                     **(dict(scale_dtype_fmt="ue8m0", shuffle_scale=True)
+                                        if fp8 in (torch.float8_e4m3fn, torch.float8_e4m3fnuz) else {}))),
+        ("fused_clamp_act_mul, unquantized, element weights, fp32 group scales transposed",
+         lambda: (fused_clamp_act_mul(_meta(8, 2 * 2880), None, None, 7.0, "gelu_tanh", _meta(8, 2880)),
+                  fused_clamp_act_mul(_meta(8, 2 * 2880), None, None, 0.0, "silu", None, fp8, True))),
         ("fused_silu_mul_fp8_per_tensor_static_quant, rounded to the input's dtype",
          lambda: ffq.fused_silu_mul_fp8_per_tensor_static_quant(_meta(8, 2 * 14336), _meta(1, dtype=f32), fp8, True)),
         ("fused_rms_mxfp4_quant, DeepSeek-V3 q_a / kv_a, residual, unquantized, shuffled scales",

@@ -132,12 +132,16 @@ def _needs_int64(n_rows: int, n_cols: int, cfg: QuantLaunchConfig, row_stride: i
 @launcher(mutates=("q2", "scale"))
 def _launch_act_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, scale_ub: torch.Tensor | None,
                       activation: str, scaling: str, group_size: int, round_y: bool = True,
-                      config: QuantLaunchConfig | None = None) -> None:
+                      config: QuantLaunchConfig | None = None, weights: torch.Tensor | None = None,
+                      limit: float = 0.0, ue8m0: bool = False, shuffle: bool = False) -> None:
     """The kernel over 2-D views: x2 (M, 2d), q2 (M, d); scale one element ("static"),
-    (M,) ("per_token") or (M, G) ("group"); y rounded to x2's dtype before quantization
-    where ``round_y``. ``config`` pins a launch (tests, tuning)."""
+    (M,) ("per_token") or (M, G) ("group"; uint8 e8m0 bytes with ``ue8m0``, the padded
+    shuffled buffer with ``shuffle``), unused ("none": y stored in q2's dtype); y rounded to
+    x2's dtype before quantization where ``round_y``; ``limit`` > 0: SwiGLU's clamp;
+    ``weights`` (M, 1) or (M, d): y's factors. ``config`` pins a launch (tests, tuning)."""
     n_rows, n_cols = q2.shape
-    cfg = config or act_quant_launch_config(scaling, n_rows, n_cols, device_profile(x2.device), group_size)
+    cfg = config or act_quant_launch_config("static" if scaling == "none" else scaling, n_rows, n_cols,
+                                            device_profile(x2.device), group_size)
     if scaling == "group" and cfg.BLOCK_N % group_size:
         raise ValueError(f"act_quant: a group launch's BLOCK_N must be a multiple of group_size {group_size}, "
                          f"got {cfg.BLOCK_N}")
@@ -150,33 +154,44 @@ def _launch_act_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, s
     # Tiles, columns fastest (as act_and_mul); grid axis 1 stops at 65535, so further
     # row blocks go to further launches.
     step = _MAX_GRID_Y * cfg.BLOCK_M
-    if n_rows <= step:
-        _act_quant_rows(x2, q2, scale, None, activation, scaling, group_size, cfg, round_y)
+    extra = dict(weights=weights, limit=limit, ue8m0=ue8m0, shuffle=shuffle)
+    if n_rows <= step or shuffle:  # (a shuffled buffer's offsets need the whole rows: 65535 row blocks at most)
+        if cdiv(n_rows, cfg.BLOCK_M) > _MAX_GRID_Y:
+            raise ValueError(f"act_quant: {n_rows} rows in {cfg.BLOCK_M}-row blocks pass the grid's 65535 with "
+                             f"shuffled scales")
+        _act_quant_rows(x2, q2, scale, None, activation, scaling, group_size, cfg, round_y, **extra)
         return
     for start in range(0, n_rows, step):
         rows = slice(start, min(start + step, n_rows))
-        _act_quant_rows(x2[rows], q2[rows], scale if scaling == "static" else scale[rows], None, activation, scaling,
-                        group_size, cfg, round_y)
+        _act_quant_rows(x2[rows], q2[rows], scale if scaling in ("static", "none") else scale[rows], None,
+                        activation, scaling, group_size, cfg, round_y,
+                        **{**extra, "weights": None if weights is None else weights[rows]})
 
 
 def _act_quant_rows(x2, q2, scale, scale_ub, activation: str, scaling: str, group_size: int,
-                    cfg: QuantLaunchConfig, round_y: bool) -> None:
+                    cfg: QuantLaunchConfig, round_y: bool, weights=None, limit: float = 0.0, ue8m0: bool = False,
+                    shuffle: bool = False) -> None:
     n_rows, n_cols = q2.shape
-    q_min, q_max = quant_range(q2.dtype)
-    s_row = 0 if scaling == "static" else scale.stride(0)
-    s_group = scale.stride(1) if scaling == "group" else 0
+    q_min, q_max = quant_range(q2.dtype) if scaling != "none" else (0.0, 0.0)
+    s_row = 0 if scaling in ("static", "none") or shuffle else scale.stride(0)
+    s_group = scale.stride(1) if scaling == "group" and not shuffle else 0
+    w_row, w_col = (0, 0) if weights is None else (weights.stride(0), weights.stride(1) if weights.shape[1] > 1 else 0)
     row_blocks = cdiv(n_rows, cfg.BLOCK_M)
     per_token = scaling == "per_token"
     launch(
         _act_quant_kernel, (row_blocks,) if per_token else (cdiv(n_cols, cfg.BLOCK_N), row_blocks),
-        x2, q2, scale, scale if scale_ub is None else scale_ub,
-        x2.stride(0), q2.stride(0), s_row, s_group,
-        n_rows, n_cols, GROUP_EPS, q_min, q_max, min_scale(q2.dtype) if per_token else 0.0,
+        x2, q2, scale, scale if scale_ub is None else scale_ub, weights,
+        x2.stride(0), q2.stride(0), s_row, s_group, w_row, w_col,
+        n_rows, n_cols, limit, scale.shape[1] if shuffle else 0,
+        GROUP_EPS, q_min, q_max, min_scale(q2.dtype) if per_token else 0.0,
         ACTIVATION=activation, MODE=scaling, HAS_UB=scale_ub is not None, LOOPED=per_token and cfg.LOOPED,
         EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
-        INT64=_needs_int64(n_rows, n_cols, cfg, max(x2.stride(0), q2.stride(0), s_row), s_group),
-        SOFT_ROUND=_soft_round(q2.dtype), BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, GROUP=group_size,
-        ROUND_Y=round_y, num_warps=cfg.num_warps,
+        INT64=_needs_int64(n_rows, n_cols, cfg, max(x2.stride(0), q2.stride(0), s_row, w_row), s_group + w_col)
+        or (shuffle and scale.numel() >= 2**31),
+        SOFT_ROUND=_soft_round(q2.dtype) if scaling != "none" else False, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+        GROUP=group_size, ROUND_Y=round_y, CLAMP=limit > 0,
+        WEIGHTS="" if weights is None else "row" if weights.shape[1] == 1 else "full", UE8M0=ue8m0, SHUFFLE=shuffle,
+        num_warps=cfg.num_warps,
     )
 
 

@@ -5,8 +5,11 @@ quantized without a round trip through memory.
 then quantized as the quant kernels quantize (``_quantize``, scales by ``_scale_of`` or
 ``max(amax, eps) / q_max``, NaN-keeping amaxes): the fused result is bit for bit the
 unfused pair's.
-One kernel, three modes (``MODE``): a static per-tensor scale, a dynamic scale per row,
-a dynamic scale per group of GROUP columns of a row.
+One kernel, four modes (``MODE``): a static per-tensor scale, a dynamic scale per row,
+a dynamic scale per group of GROUP columns of a row (fp32, or UE8M0: a power of 2 stored as
+an e8m0 byte, optionally in aiter's shuffled layout), or none (y stored as it is). aiter's
+``fused_clamp_act_mul`` adds SwiGLU's clamp and weights on y (CLAMP, WEIGHTS), without the
+rounding of y (ROUND_Y off).
 """
 
 import triton
@@ -18,14 +21,36 @@ from aiter_lite.ops.triton._triton_kernels.quant.quant import _amax, _load_f32, 
 
 @triton.jit
 def _act_mul(x_ptrs, n_cols, mask, ACTIVATION: tl.constexpr, x_dtype: tl.constexpr, EVEN: tl.constexpr,
-             ROUND_Y: tl.constexpr):
+             ROUND_Y: tl.constexpr, limit=0.0, CLAMP: tl.constexpr = False, w_ptrs=None, w_mask=None):
     """``act(gate) * up`` for the gates at ``x_ptrs`` (ups n_cols further on), in fp32
-    (ROUND_Y: rounded to ``x_dtype`` and widened back). Masked lanes load 0 and give
-    act(0) * 0 = 0, so they never raise an amax."""
-    y = _apply_activation(_load_f32(x_ptrs, mask, EVEN), ACTIVATION) * _load_f32(x_ptrs + n_cols, mask, EVEN)
+    (ROUND_Y: rounded to ``x_dtype`` and widened back). CLAMP: SwiGLU's limit first (the
+    gate at most ``limit``, the up within +-limit; NaN kept). ``w_ptrs``: times the weights
+    there (after the product, in fp32). Masked lanes load 0 and give act(0) * 0 = 0, so they
+    never raise an amax."""
+    gate = _load_f32(x_ptrs, mask, EVEN)
+    up = _load_f32(x_ptrs + n_cols, mask, EVEN)
+    if CLAMP:
+        gate = tl.minimum(gate, limit, propagate_nan=tl.PropagateNan.ALL)
+        up = tl.clamp(up, -limit, limit, propagate_nan=tl.PropagateNan.ALL)
+    y = _apply_activation(gate, ACTIVATION) * up
+    if w_ptrs is not None:
+        if w_mask is None:
+            y = tl.load(w_ptrs).to(tl.float32) * y
+        else:
+            y = tl.load(w_ptrs, mask=w_mask, other=0.0).to(tl.float32) * y
     if ROUND_Y:
         y = y.to(x_dtype).to(tl.float32)
     return y
+
+
+@triton.jit
+def _ue8m0(amax, q_max):
+    """A group's scale ``amax / q_max`` rounded up to a power of 2, as (its fp32 value, its
+    e8m0 byte): an all-zero group 0 and byte 0 (its values 0), a NaN one NaN and 0xFF (e8m0's
+    NaN; its values NaN)."""
+    up = (tl.math.div_rn(amax, q_max).to(tl.int32, bitcast=True) + 0x7FFFFF) & 0x7F800000
+    scale = tl.where(amax != amax, amax, up.to(tl.float32, bitcast=True))
+    return scale, tl.where(amax != amax, 255, up >> 23)
 
 
 @triton.jit
@@ -35,13 +60,16 @@ def _act_quant_kernel(
     scale_ptr,                    # fp32. static: one element, read. per_token: (n_rows,) at stride_s_row, written.
                                   # group: (n_rows, cdiv(n_cols, GROUP)) at (stride_s_row, stride_s_group), written
     ub_ptr,                       # fp32, one element: upper bound on a row's amax (HAS_UB)
-    stride_x_row, stride_q_row, stride_s_row, stride_s_group,
+    w_ptr,                        # WEIGHTS: y's factors, (n_rows, 1) or (n_rows, n_cols) at (stride_w_row, stride_w_col)
+    stride_x_row, stride_q_row, stride_s_row, stride_s_group, stride_w_row, stride_w_col,
     n_rows, n_cols,
+    limit,                        # CLAMP: SwiGLU's limit (fp32)
+    scale_cols,                   # SHUFFLE: the padded scale buffer's columns
     eps,                          # group: amax floor (fp32), an all-zero group gets scale eps / q_max
     q_min, q_max,                 # the output dtype's range (fp32)
     min_scale,                    # per_token: the scale's floor
-    ACTIVATION: tl.constexpr,     # "silu" | "gelu" | "gelu_tanh"
-    MODE: tl.constexpr,           # "static" | "per_token" | "group"
+    ACTIVATION: tl.constexpr,     # "silu" | "gelu" | "gelu_tanh" | "relu"
+    MODE: tl.constexpr,           # "static" | "per_token" | "group" | "none" (y stored in q's dtype, unquantized)
     HAS_UB: tl.constexpr,         # per_token: the amax capped at *ub_ptr
     LOOPED: tl.constexpr,         # per_token: rows in BLOCK_N-wide chunks, computed twice (amax, then quantize)
     EVEN: tl.constexpr,           # BLOCK_M divides n_rows and BLOCK_N divides n_cols: no masks
@@ -51,6 +79,10 @@ def _act_quant_kernel(
     BLOCK_N: tl.constexpr,        # columns per program (static, group) or per step (per_token)
     GROUP: tl.constexpr,          # group: columns a group, a power of 2 dividing BLOCK_N (else 1)
     ROUND_Y: tl.constexpr,        # y rounded to x's dtype before quantization (as act_and_mul stores it)
+    CLAMP: tl.constexpr = False,  # SwiGLU's clamp at limit (static, group, none)
+    WEIGHTS: tl.constexpr = "",   # "" | "row" (a factor a row) | "full" (one an element): static, group, none
+    UE8M0: tl.constexpr = False,  # group: scales rounded up to a power of 2, stored as e8m0 bytes
+    SHUFFLE: tl.constexpr = False,  # UE8M0: the bytes in aiter's e8m0_shuffle layout of a padded buffer
 ):
     """static and group: grid (column blocks, row blocks), columns fastest, as
     ``act_and_mul``. per_token: grid (row blocks,), a program owns whole rows."""
@@ -59,6 +91,7 @@ def _act_quant_kernel(
     q_min = tl.cast(q_min, tl.float32)
     q_max = tl.cast(q_max, tl.float32)
     min_scale = tl.cast(min_scale, tl.float32)
+    limit = tl.cast(limit, tl.float32)
     x_dtype = x_ptr.dtype.element_ty
     q_dtype = q_ptr.dtype.element_ty
     if MODE == "per_token":
@@ -70,13 +103,17 @@ def _act_quant_kernel(
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < n_rows
 
-    if MODE == "static":
+    if (MODE == "static") | (MODE == "none"):
         cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         mask = None if EVEN else row_mask[:, None] & (cols < n_cols)[None, :]
+        w_ptrs, w_mask = _weight_ptrs(w_ptr, rows[:, None], cols[None, :], stride_w_row, stride_w_col, n_rows, mask,
+                                      WEIGHTS)
         y = _act_mul(x_ptr + rows[:, None] * stride_x_row + cols[None, :], n_cols, mask, ACTIVATION, x_dtype, EVEN,
-                     ROUND_Y)
-        inv_scale = tl.math.div_rn(1.0, tl.load(scale_ptr))
-        q = _quantize(y, inv_scale, q_min, q_max, q_dtype, SOFT_ROUND)
+                     ROUND_Y, limit, CLAMP, w_ptrs, w_mask)
+        if MODE == "none":
+            q = y.to(q_dtype)
+        else:
+            q = _quantize(y, tl.math.div_rn(1.0, tl.load(scale_ptr)), q_min, q_max, q_dtype, SOFT_ROUND)
         tl.store(q_ptr + rows[:, None] * stride_q_row + cols[None, :], q, mask=mask)
 
     elif MODE == "per_token":
@@ -116,10 +153,38 @@ def _act_quant_kernel(
         grp = pid_n * (BLOCK_N // GROUP) + tl.arange(0, BLOCK_N // GROUP)
         cols = grp[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
         mask = None if EVEN else row_mask[:, None, None] & (cols < n_cols)[None, :, :]
+        w_ptrs, w_mask = _weight_ptrs(w_ptr, rows[:, None, None], cols[None, :, :], stride_w_row, stride_w_col,
+                                      n_rows, mask, WEIGHTS)
         y = _act_mul(x_ptr + rows[:, None, None] * stride_x_row + cols[None, :, :], n_cols, mask, ACTIVATION,
-                     x_dtype, EVEN, ROUND_Y)
-        scale = tl.math.div_rn(_nan_max(_amax(y, 2), eps), q_max)
+                     x_dtype, EVEN, ROUND_Y, limit, CLAMP, w_ptrs, w_mask)
         s_mask = None if EVEN else row_mask[:, None] & (grp * GROUP < n_cols)[None, :]
-        tl.store(scale_ptr + rows[:, None] * stride_s_row + grp[None, :] * stride_s_group, scale, mask=s_mask)
-        q = _quantize(y, tl.math.div_rn(1.0, scale)[:, :, None], q_min, q_max, q_dtype, SOFT_ROUND)
+        if UE8M0:
+            scale, s_byte = _ue8m0(_amax(y, 2), q_max)
+            inv = tl.where(scale == 0.0, 0.0, tl.math.div_rn(1.0, tl.where(scale == 0.0, 1.0, scale)))
+            if SHUFFLE:  # aiter's e8m0_shuffle of the (rows, scale_cols) buffer: 32 x 8 tiles
+                m = rows[:, None]
+                n = grp[None, :]
+                s_offs = ((m % 32) // 16 + ((n % 8) // 4) * 2 + (m % 16) * 4 + (n % 4) * 64 + (n // 8) * 256
+                          + (m // 32) * 32 * scale_cols)
+            else:
+                s_offs = rows[:, None] * stride_s_row + grp[None, :] * stride_s_group
+            tl.store(scale_ptr + s_offs, s_byte.to(scale_ptr.dtype.element_ty), mask=s_mask)
+        else:
+            scale = tl.math.div_rn(_nan_max(_amax(y, 2), eps), q_max)
+            inv = tl.math.div_rn(1.0, scale)
+            tl.store(scale_ptr + rows[:, None] * stride_s_row + grp[None, :] * stride_s_group, scale, mask=s_mask)
+        q = _quantize(y, inv[:, :, None], q_min, q_max, q_dtype, SOFT_ROUND)
         tl.store(q_ptr + rows[:, None, None] * stride_q_row + cols[None, :, :], q, mask=mask)
+
+
+@triton.jit
+def _weight_ptrs(w_ptr, rows, cols, stride_w_row, stride_w_col, n_rows, mask, WEIGHTS: tl.constexpr):
+    """Pointers (and their mask) to the weights of a tile at ``rows`` x ``cols`` (broadcast
+    shapes), or None where WEIGHTS is "": "row" one factor a row, "full" one an element."""
+    if WEIGHTS == "row":
+        return w_ptr + rows * stride_w_row, rows < n_rows
+    elif WEIGHTS == "full":
+        return w_ptr + rows * stride_w_row + cols * stride_w_col, mask
+    else:
+        tl.static_assert(WEIGHTS == "")
+        return None, None
