@@ -64,10 +64,14 @@ class OpSpec:
 
 
 def _schema_type(hint):
-    """An annotation as ``infer_schema`` takes it: ``Literal`` strings are ``str``."""
+    """An annotation as ``infer_schema`` takes it: ``Literal`` strings are ``str``; a
+    ``torch.Tensor | float`` operand (aiter's ``fused_mul_add``) a ``Tensor`` (the registered
+    op takes a number as a one-element tensor)."""
     if typing.get_origin(hint) is typing.Literal:
         return str
     args = typing.get_args(hint)
+    if torch.Tensor in args and float in args:
+        return torch.Tensor
     if args and any(typing.get_origin(a) is typing.Literal for a in args):  # Literal[...] | None
         return str | None
     return hint

@@ -259,6 +259,9 @@ AITER = [
      "weights: torch.Tensor | None = None, dtype_quant: torch.dtype | None = None, transpose_scale: bool = False, "
      "quant_block_size: int = 128, scale_dtype_fmt: Literal['fp32', 'ue8m0'] = 'fp32', "
      "shuffle_scale: bool = False)"),
+    ("aiter.ops.triton.fusions.fused_mul_add",
+     "fused_mul_add(x: torch.Tensor, a: torch.Tensor | float | int, b: torch.Tensor | float | int, "
+     "out: torch.Tensor | None = None)"),
 ]
 # older module paths vLLM and SGLang still import, and what each must hold
 FLAT_PATHS = {
