@@ -1,4 +1,4 @@
-"""Benchmark aiter's MLP fusions: fused_clamp_act_mul (unquantized) and fused_mul_add.
+"""Benchmark aiter's MLP / MoE fusions: fused_clamp_act_mul (unquantized), fused_mul_add, fused_routing_from_topk.
 
     python op_benchmarks/bench_mlp_fusions.py                      # deepseek-v3 / llama3-8B MLPs, M = 1..16384
     python op_benchmarks/bench_mlp_fusions.py --op clamp_act_mul -M 1 16 --cudagraph
@@ -11,9 +11,14 @@ Bytes moved (each input read once, each output written once; e = element size):
     clamp_act_mul  fused_clamp_act_mul(x, swiglu_limit=7, activation="silu", weights=w): read x
                    (M x 2N) and fp32 row weights w (M x 1); write y (M x N)      3 M N e + 4 M
     mul_add        fused_mul_add(x, a, 0.5, out): read x and a (M x N), write out   3 M N e
+    routing        fused_routing_from_topk(w, ids, E): M tokens' top-8 of E = N experts (int32 ids,
+                   weights in x's dtype): read ids and weights, write hist, topk_indx, gate_indx,
+                   gate_scal                                         8 M (4 + 4 + 4 + e + e) / 8 + 4 N
+                   (M at most 1024: 8192 pairs, one program)
 Providers: triton (aiter_lite), native (the fp32 reference), compile (torch.compile of it),
 unfused (what runs without the fusion: clamp_act_mul as torch's two clamps, this project's
-act_mul and torch's weight multiply; mul_add as torch's multiply then add in x's dtype).
+act_mul and torch's weight multiply; mul_add as torch's multiply then add in x's dtype;
+routing: none, native is already the torch chain a stack runs without it).
 """
 
 import pathlib
@@ -29,7 +34,8 @@ from aiter_lite.ops.native import fusions as native  # noqa: E402
 from aiter_lite.ops.triton import activation as tri_act  # noqa: E402
 from aiter_lite.ops.triton import fusions as tri  # noqa: E402
 
-OPS = ("clamp_act_mul", "mul_add")
+OPS = ("clamp_act_mul", "mul_add", "routing")
+TOPK = 8
 DEFAULT_MODELS = ["deepseek-v3", "llama3-8B"]
 DEFAULT_M = [1, 16, 128, 1024, 4096, 16384]
 LIMIT = 7.0
@@ -40,17 +46,25 @@ def _case(op, label, m, n, dtype):
 
     def make_inputs():
         dev = harness.DEVICE
+        if op == "routing":
+            return (torch.rand(m, TOPK, device=dev).to(dtype),
+                    torch.rand(m, n, device=dev).argsort(1)[:, :TOPK].int().contiguous())
         if op == "clamp_act_mul":
             return (torch.randn(m, 2 * n, device=dev, dtype=dtype) * 4, torch.rand(m, 1, device=dev) + 0.5)
         return (torch.randn(m, n, device=dev, dtype=dtype), torch.randn(m, n, device=dev, dtype=dtype),
                 torch.empty(m, n, device=dev, dtype=dtype))
 
     nbytes = 3 * m * n * e + (4 * m if op == "clamp_act_mul" else 0)
+    if op == "routing":
+        nbytes = m * TOPK * (12 + 2 * e) + 4 * n
     return harness.Case(op=op, label=label, dims={"M": m, "N": n}, dtype=dtype, rows=m, nbytes=nbytes,
                         make_inputs=make_inputs)
 
 
 def _call(fns, case, inputs):
+    if case.op == "routing":
+        w, ids = inputs
+        return lambda: fns.fused_routing_from_topk(w, ids, case.dims["N"])
     if case.op == "clamp_act_mul":
         x, w = inputs
         return lambda: fns.fused_clamp_act_mul(x, None, None, LIMIT, "silu", w)
@@ -60,6 +74,8 @@ def _call(fns, case, inputs):
 
 
 def _unfused(case, inputs):
+    if case.op == "routing":
+        return None
     if case.op == "clamp_act_mul":
         x, w = inputs
         n = x.shape[1] // 2
@@ -73,6 +89,7 @@ class _Compiled:
     def __init__(self):
         self.fused_clamp_act_mul = harness.compile_static(native.fused_clamp_act_mul)
         self.fused_mul_add = harness.compile_static(native.fused_mul_add)
+        self.fused_routing_from_topk = harness.compile_static(native.fused_routing_from_topk)
 
 
 _compiled = []
@@ -95,7 +112,10 @@ def main(argv=None):
     shapes = harness.row_shapes(args, DEFAULT_MODELS, DEFAULT_M, lambda cfg: [
         (suffix, cfg[key]) for key, suffix in (("intermediate_size", ""), ("moe_intermediate_size", "-moe"))
         if key in cfg])
-    cases = harness.build_cases(args, args.op, shapes, _case)
+    routing = [(label + "-experts", {"M": dims["M"], "N": e}) for label, dims in shapes if dims["M"] <= 1024
+               for e in (64, 256)] if not args.shape else shapes
+    cases = [*harness.build_cases(args, [op for op in args.op if op != "routing"], shapes, _case),
+             *harness.build_cases(args, [op for op in args.op if op == "routing"], routing, _case)]
     tiny = [_case(op, "tiny", 3, 96, torch.bfloat16) for op in args.op]
     return harness.run(args, "mlp_fusions", cases, PROVIDERS, tiny)
 

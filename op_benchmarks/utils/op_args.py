@@ -233,6 +233,10 @@ def op_args(name: str, dims: Dims = TINY, device="cpu", dtype=torch.float32, qdt
                                                     m.qdtype, None, None, None, g),
         "fused_flatten_fp8_group_quant": lambda: (m.r(t, 3, n // 3), g, m.qdtype, True),
         "fused_silu_mul_fp8_per_tensor_static_quant": lambda: (gated, m.scale(), m.qdtype, False),
+        "fused_routing_from_topk": lambda: (torch.rand(t, d.topk, device=m.device, dtype=m.dtype),
+                                            torch.rand(t, d.experts, device=m.device).argsort(1)[:, :d.topk]
+                                            .int().contiguous(),
+                                            d.experts, None),
         "fused_mul_add": lambda: (m.r(t, n), m.r(t, n), m.f32(1), None),
         "fused_clamp_act_mul": lambda: (gated, None, None, 7.0, "silu", m.f32(t, 1), m.qdtype, True, g, "fp32",
                                         False, None),

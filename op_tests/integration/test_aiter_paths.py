@@ -262,6 +262,9 @@ AITER = [
     ("aiter.ops.triton.fusions.fused_mul_add",
      "fused_mul_add(x: torch.Tensor, a: torch.Tensor | float | int, b: torch.Tensor | float | int, "
      "out: torch.Tensor | None = None)"),
+    ("aiter.ops.triton.fusions.fused_routing_from_topk",
+     "fused_routing_from_topk(topk_weights: torch.Tensor, topk_ids: torch.Tensor, n_expts_tot: int, "
+     "expert_map: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]"),
 ]
 # older module paths vLLM and SGLang still import, and what each must hold
 FLAT_PATHS = {

@@ -89,7 +89,7 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
     ``tiny``), then the regimes tiny sizes leave out, at sizes that select them on an H100
     (and on the other profiles: a split row's segments are fewer than any's SMs)."""
     from aiter_lite.library import OPS
-    from aiter_lite.ops.triton.fusions import fused_clamp_act_mul
+    from aiter_lite.ops.triton.fusions import fused_clamp_act_mul, fused_mul_add, fused_routing_from_topk
     from aiter_lite.ops.triton.quant import fused_fp8_quant as ffq
     from aiter_lite.ops.triton.quant import mx_quant as mxq
     from op_benchmarks.utils.op_args import TINY, op_args
@@ -199,6 +199,11 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
         ("fused_clamp_act_mul, unquantized, element weights, fp32 group scales transposed",
          lambda: (fused_clamp_act_mul(_meta(8, 2 * 2880), None, None, 7.0, "gelu_tanh", _meta(8, 2880)),
                   fused_clamp_act_mul(_meta(8, 2 * 2880), None, None, 0.0, "silu", None, fp8, True))),
+        ("fused_routing_from_topk, the most pairs a program sorts, an expert map",
+         lambda: fused_routing_from_topk(_meta(1024, 8, dtype=f32), _meta(1024, 8, dtype=torch.int32), 256,
+                                         _meta(512, dtype=torch.int32))),
+        ("fused_mul_add, an element of a each, a number for b",
+         lambda: fused_mul_add(_meta(8, 4096), _meta(8, 4096), 0.5, _meta(8, 4096, dtype=f32))),
         ("fused_silu_mul_fp8_per_tensor_static_quant, rounded to the input's dtype",
          lambda: ffq.fused_silu_mul_fp8_per_tensor_static_quant(_meta(8, 2 * 14336), _meta(1, dtype=f32), fp8, True)),
         ("fused_rms_mxfp4_quant, DeepSeek-V3 q_a / kv_a, residual, unquantized, shuffled scales",
