@@ -27,6 +27,8 @@ from op_tests.utils.registry import assert_same_bits, clone_args
 
 # (the fusions package's attribute of this name is the op)
 qkv_split = importlib.import_module("aiter_lite.ops.triton.fusions.fused_qkv_split_qk_rope")
+mul_add = importlib.import_module("aiter_lite.ops.triton.fusions.fused_mul_add")
+routing = importlib.import_module("aiter_lite.ops.triton.fusions.fused_routing_from_topk")
 BACKEND = "inductor" if ON_GPU else "aot_eager"
 FAMILIES = ["activation", "activation backward", "activation, gate and up apart",
             "activation backward, gate and up apart", "normalization", "normalization backward", "softmax",
@@ -35,7 +37,8 @@ FAMILIES = ["activation", "activation backward", "activation, gate and up apart"
             "quant", "quant static",
             "quant dynamic per tensor", "quant group", "act + quant", "norm + quant", "fused rms + quant",
             "fused gated rms + quant", "mx quant", "rope",
-            "rope in place", "fusions", "fusions q/k concat", "fusions MLA cache", "fusions KV cache"]
+            "rope in place", "fusions", "fusions q/k concat", "fusions MLA cache", "fusions KV cache",
+            "fusions mul add", "fusions routing from top-k"]
 F8 = torch.float8_e4m3fn if ON_GPU else torch.int8
 
 
@@ -167,6 +170,14 @@ def _cases():
                               cos, sin, None, None, [16, cos.stride(0), cos.stride(1), 8, 12, 4, 1],
                               [True, True, True]),
                              RopeLaunchConfig(2, 1, 1)),
+        "fusions mul add": (mul_add._launch_mul_add, (_r(t, 40), _r(t, 40), None, _e(t, 40), 0.0, 0.5),
+                            mul_add.MulAddLaunchConfig(64, 1)),
+        "fusions routing from top-k": (routing._launch_routing,
+                                       (torch.randint(0, 8, (t, 2), device=DEVICE, dtype=torch.int32), _r(t, 2),
+                                        None, torch.empty(8, device=DEVICE, dtype=torch.int32),
+                                        torch.empty(2 * t, device=DEVICE, dtype=torch.int32),
+                                        torch.empty(2 * t, device=DEVICE, dtype=torch.int32), _e(2 * t)),
+                                       routing.RoutingLaunchConfig(2)),
     }
     return cases
 

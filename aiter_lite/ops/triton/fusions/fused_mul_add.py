@@ -6,6 +6,8 @@ elements are taken in memory order, whatever the shapes)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_mul_add import _mul_add_kernel
@@ -16,12 +18,18 @@ from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
-__all__ = ["fused_mul_add"]
+__all__ = ["fused_mul_add", "MulAddLaunchConfig"]
 
-# A program's elements: 16 a lane on 4 warps (two 16-byte loads of bf16 a lane); an
-# unmeasured starting point, as a plain elementwise op's.
-_BLOCK = 2048
-_WARPS = 4
+
+@dataclass(frozen=True)
+class MulAddLaunchConfig:
+    BLOCK: int = 2048  # elements a program (a power of 2)
+    num_warps: int = 4
+
+
+# 16 elements a lane on 4 warps (two 16-byte loads of bf16 a lane); an unmeasured starting
+# point, as a plain elementwise op's.
+_DEFAULT = MulAddLaunchConfig()
 
 
 def _operand(op: str, name: str, v, n: int, x: torch.Tensor):
@@ -41,11 +49,13 @@ def _operand(op: str, name: str, v, n: int, x: torch.Tensor):
 
 @launcher(mutates=("out",))
 def _launch_mul_add(x: torch.Tensor, a: torch.Tensor | None, b: torch.Tensor | None, out: torch.Tensor,
-                    a_scalar: float, b_scalar: float) -> None:
+                    a_scalar: float, b_scalar: float, config: MulAddLaunchConfig | None = None) -> None:
+    """The kernel over x's elements; ``config`` pins a launch (tests, tuning)."""
+    cfg = config or _DEFAULT
     n = x.numel()
     kinds = ["scalar" if t is None else "one" if t.numel() == 1 else "full" for t in (a, b)]
-    launch(_mul_add_kernel, (cdiv(n, _BLOCK),), x, a, b, out, n, a_scalar, b_scalar, A=kinds[0], B=kinds[1],
-           INT64=cdiv(n, _BLOCK) * _BLOCK >= 2**31, BLOCK=_BLOCK, num_warps=_WARPS)
+    launch(_mul_add_kernel, (cdiv(n, cfg.BLOCK),), x, a, b, out, n, a_scalar, b_scalar, A=kinds[0], B=kinds[1],
+           INT64=cdiv(n, cfg.BLOCK) * cfg.BLOCK >= 2**31, BLOCK=cfg.BLOCK, num_warps=cfg.num_warps)
 
 
 @public_op(mutates=("x", "out"), aliases={"out": ("x",)},

@@ -11,6 +11,8 @@ check); a pair ``expert_map`` sends below 0 goes to expert 0 with weight 0 (aite
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_routing_from_topk import _routing_from_topk_kernel
@@ -21,7 +23,12 @@ from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
-__all__ = ["fused_routing_from_topk", "MAX_PAIRS"]
+__all__ = ["fused_routing_from_topk", "MAX_PAIRS", "RoutingLaunchConfig"]
+
+
+@dataclass(frozen=True)
+class RoutingLaunchConfig:
+    num_warps: int  # the one program's warps
 
 MAX_PAIRS = 8192  # tokens x top-k in one program
 _MAX_EXPERTS = 65536
@@ -29,13 +36,16 @@ _MAX_EXPERTS = 65536
 
 @launcher(mutates=("hist", "topk_indx", "gate_indx", "gate_scal"))
 def _launch_routing(ids: torch.Tensor, weights: torch.Tensor, expert_map: torch.Tensor | None, hist: torch.Tensor,
-                    topk_indx: torch.Tensor, gate_indx: torch.Tensor, gate_scal: torch.Tensor) -> None:
+                    topk_indx: torch.Tensor, gate_indx: torch.Tensor, gate_scal: torch.Tensor,
+                    config: RoutingLaunchConfig | None = None) -> None:
+    """One program over every pair; ``config`` pins its warps (tests, tuning)."""
     n_pairs, n_experts = ids.numel(), hist.numel()
     block_nk = max(next_power_of_2(n_pairs), 32)
+    warps = config.num_warps if config is not None else 4 if block_nk >= 1024 else 1  # (unmeasured)
     launch(_routing_from_topk_kernel, (1,), ids, weights, expert_map, hist, topk_indx, gate_indx, gate_scal,
            n_pairs, n_experts, 0 if expert_map is None else expert_map.numel(),
            HAS_MAP=expert_map is not None, BLOCK_NK=block_nk, BLOCK_E=max(next_power_of_2(n_experts + 1), 32),
-           num_warps=4 if block_nk >= 1024 else 1)
+           num_warps=warps)
 
 
 def _int32(op: str, name: str, t, dim: int) -> None:
