@@ -247,6 +247,11 @@ def op_args(name: str, dims: Dims = TINY, device="cpu", dtype=torch.float32, qdt
                                  m.r(t, 1, d.rope_dim)),
         "fused_qk_rope_cat": lambda: (m.r(t, d.heads, d.kv_lora), m.r(t, d.heads, d.rope_dim), m.r(t, 1, d.kv_lora),
                                       m.r(t, 1, d.rope_dim), m.i(d.rope_rows, t), *m.tab(pe_half), False),
+        "fused_qk_rope_cat_and_cache_mla": lambda: (
+            m.r(t, d.heads, d.kv_lora), m.r(t, d.heads, d.rope_dim), m.r(t, 1, d.kv_lora), m.r(t, 1, d.rope_dim),
+            torch.zeros(d.blocks * d.block_size, 1, d.kv_lora + d.rope_dim, device=m.device, dtype=m.dtype),
+            m.slots(d.blocks * d.block_size), m.i(d.rope_rows, t), *m.tab(pe_half), None, True, min(t, 1), True,
+            None, False, False),
         "cat_and_cache_mla": lambda: (m.r(t, 1, d.kv_lora), m.r(t, 1, d.rope_dim),
                                       torch.zeros(d.blocks * d.block_size, 1, d.kv_lora + d.rope_dim,
                                                   device=m.device, dtype=m.dtype),

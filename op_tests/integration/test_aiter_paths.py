@@ -262,13 +262,22 @@ AITER = [
     ("aiter.ops.triton.fusions.fused_mul_add",
      "fused_mul_add(x: torch.Tensor, a: torch.Tensor | float | int, b: torch.Tensor | float | int, "
      "out: torch.Tensor | None = None)"),
+    ("aiter.ops.triton.fusions.fused_kv_cache",
+     "fused_qk_rope_cat_and_cache_mla(q_nope: torch.Tensor, q_pe: torch.Tensor, k_nope: torch.Tensor, "
+     "k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, pos: torch.Tensor, "
+     "cos: torch.Tensor, sin: torch.Tensor, k_scale: torch.Tensor, is_neox: bool, "
+     "num_decode_toks_for_zeros: int = 0, apply_scale: bool = True, q_out: torch.Tensor = None, "
+     "decode_q_pe_out: torch.Tensor = None, k_pe_out: torch.Tensor = None, q_out_dtype: torch.dtype = None, "
+     "shuffled_kv_cache: bool = False, upcast_operand: bool = False) -> tuple[torch.Tensor, torch.Tensor, "
+     "torch.Tensor, torch.Tensor]"),
     ("aiter.ops.triton.fusions.fused_routing_from_topk",
      "fused_routing_from_topk(topk_weights: torch.Tensor, topk_ids: torch.Tensor, n_expts_tot: int, "
      "expert_map: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]"),
 ]
 # older module paths vLLM and SGLang still import, and what each must hold
 FLAT_PATHS = {
-    "aiter.ops.triton.fused_kv_cache": ["fused_qk_rope_reshape_and_cache", "cat_and_cache_mla"],
+    "aiter.ops.triton.fused_kv_cache": ["fused_qk_rope_reshape_and_cache", "cat_and_cache_mla",
+                                        "fused_qk_rope_cat_and_cache_mla"],
     "aiter.ops.triton.fused_qk_concat": ["fused_qk_cat", "fused_qk_rope_cat"],
     "aiter.ops.triton.kv_cache": ["cat_and_cache_mla"],
     "aiter.ops.triton.fused_mxfp4_quant": ["fused_rms_mxfp4_quant", "fused_flatten_mxfp4_quant"],

@@ -38,7 +38,7 @@ FAMILIES = ["activation", "activation backward", "activation, gate and up apart"
             "quant dynamic per tensor", "quant group", "act + quant", "norm + quant", "fused rms + quant",
             "fused gated rms + quant", "mx quant", "rope",
             "rope in place", "fusions", "fusions q/k concat", "fusions MLA cache", "fusions KV cache",
-            "fusions mul add", "fusions routing from top-k"]
+            "fusions MLA rope cat cache", "fusions mul add", "fusions routing from top-k"]
 F8 = torch.float8_e4m3fn if ON_GPU else torch.int8
 
 
@@ -170,6 +170,13 @@ def _cases():
                               cos, sin, None, None, [16, cos.stride(0), cos.stride(1), 8, 12, 4, 1],
                               [True, True, True]),
                              RopeLaunchConfig(2, 1, 1)),
+        "fusions MLA rope cat cache": (fused_kv_cache._launch_qk_rope_cat_and_cache_mla,
+                                       (_r(t, 4, 24), _r(t, 4, 8), _r(t + 1, 1, 24), _r(t + 1, 1, 8), _e(t, 4, 32),
+                                        _e(16, 1, 32), torch.randperm(16, device=DEVICE)[:t + 1], pos, cos, sin,
+                                        None, _e(1, 4, 8), _e(t + 1, 1, 8), _e(1, 4, 24),
+                                        [16, cos.stride(0), cos.stride(1), 4, 16, 1, 32, 0, 32, 1, 0, 1],
+                                        [True, True, False]),
+                                       RopeLaunchConfig(2, 2, 1)),
         "fusions mul add": (mul_add._launch_mul_add, (_r(t, 40), _r(t, 40), None, _e(t, 40), 0.0, 0.5),
                             mul_add.MulAddLaunchConfig(64, 1)),
         "fusions routing from top-k": (routing._launch_routing,

@@ -89,7 +89,12 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
     ``tiny``), then the regimes tiny sizes leave out, at sizes that select them on an H100
     (and on the other profiles: a split row's segments are fewer than any's SMs)."""
     from aiter_lite.library import OPS
-    from aiter_lite.ops.triton.fusions import fused_clamp_act_mul, fused_mul_add, fused_routing_from_topk
+    from aiter_lite.ops.triton.fusions import (
+        fused_clamp_act_mul,
+        fused_mul_add,
+        fused_qk_rope_cat_and_cache_mla,
+        fused_routing_from_topk,
+    )
     from aiter_lite.ops.triton.quant import fused_fp8_quant as ffq
     from aiter_lite.ops.triton.quant import mx_quant as mxq
     from op_benchmarks.utils.op_args import TINY, op_args
@@ -199,6 +204,15 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
         ("fused_clamp_act_mul, unquantized, element weights, fp32 group scales transposed",
          lambda: (fused_clamp_act_mul(_meta(8, 2 * 2880), None, None, 7.0, "gelu_tanh", _meta(8, 2880)),
                   fused_clamp_act_mul(_meta(8, 2 * 2880), None, None, 0.0, "silu", None, fp8, True))),
+        *[(f"fused_qk_rope_cat_and_cache_mla, DeepSeek-V3 decode, {what}",
+           lambda shuffled=shuffled, qdt=qdt: fused_qk_rope_cat_and_cache_mla(
+               _meta(64, 128, 512), _meta(64, 128, 64), _meta(80, 1, 512), _meta(80, 1, 64),
+               _meta(64, 1, 64, 576, dtype=fp8) if shuffled else _meta(4096, 1, 576, dtype=fp8),
+               _meta(80, dtype=torch.int64), _meta(64, dtype=torch.int64), _meta(4096, 32, dtype=f32),
+               _meta(4096, 32, dtype=f32), _meta(1, dtype=f32), False, 16, q_out_dtype=qdt,
+               shuffled_kv_cache=shuffled))
+          for what, shuffled, qdt in (("fp8 cache and q, prefill tokens", False, fp8),
+                                      ("aiter's preshuffled fp8 cache", True, None))],
         ("fused_routing_from_topk, the most pairs a program sorts, an expert map",
          lambda: fused_routing_from_topk(_meta(1024, 8, dtype=f32), _meta(1024, 8, dtype=torch.int32), 256,
                                          _meta(512, dtype=torch.int32))),

@@ -101,3 +101,40 @@ def cat_and_cache_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale, apply_scale
     flat = kv_cache.view(-1, *kv_cache.shape[-2:]) if kv_cache.dim() == 4 else kv_cache
     flat[slots] = values
     return None
+
+
+def fused_qk_rope_cat_and_cache_mla(q_nope, q_pe, k_nope, k_pe, kv_cache, slot_mapping, pos, cos, sin, k_scale,
+                                    is_neox, num_decode_toks_for_zeros=0, apply_scale=True, q_out=None,
+                                    decode_q_pe_out=None, k_pe_out=None, q_out_dtype=None, shuffled_kv_cache=False,
+                                    upcast_operand=False):
+    """q_out = cat(q_nope, rope(q_pe)) (q_out_dtype, fp8 saturated); the first B tokens of
+    k: cat(k_nope, rope(k_pe)) into the cache at their slots, slot_mapping's further tokens
+    unrotated; decode_q_pe_out = rope(q_pe) of the first num_decode_toks_for_zeros tokens;
+    k_pe_out = k_pe as written for slot_mapping's tokens; zeros (N, QH, D1). The rotated
+    parts rounded to their input's dtype first unless ``upcast_operand``."""
+    b, qh, d1 = q_nope.shape
+    n_slots = slot_mapping.shape[0]
+    op = "fused_qk_rope_cat_and_cache_mla"
+    qr, kr = _rotations(op, q_pe, k_pe[:b], cos, sin, pos, is_neox, upcast_operand)
+    out_dtype = q_out_dtype or q_nope.dtype
+    q_val = _to_cache(torch.cat([q_nope.float(), qr], -1), None, False, out_dtype)
+    q_out = q_val if q_out is None else q_out.copy_(q_val)
+    n = num_decode_toks_for_zeros
+    dq = qr[:n].to(q_nope.dtype)
+    decode_q_pe_out = dq if decode_q_pe_out is None else decode_q_pe_out.copy_(dq)
+    k_written = torch.cat([kr, k_pe[b:n_slots].float()], 0)
+    if k_pe_out is None:
+        k_pe_out = torch.empty_like(k_pe)
+    k_pe_out[:n_slots] = k_written.to(k_pe_out.dtype)
+    kv = torch.cat([k_nope[:n_slots].float(), k_written], -1)
+    cat_and_cache_mla(kv[..., :d1], kv[..., d1:], kv_cache, slot_mapping, k_scale, apply_scale, shuffled_kv_cache)
+    return q_out, decode_q_pe_out, k_pe_out, torch.zeros((n, qh, d1), dtype=q_nope.dtype, device=q_nope.device)
+
+
+def _rotations(op, q_pe, k_pe, cos, sin, pos, is_neox, upcast):
+    """rope(q_pe), rope(k_pe) in fp32: rounded to their dtype first unless ``upcast``."""
+    if upcast:
+        qr, kr = rotate_qk(op, q_pe.float(), k_pe.float(), cos.float(), sin.float(), pos, None, is_neox)
+        return qr, kr
+    qr, kr = rotate_qk(op, q_pe, k_pe, cos, sin, pos, None, is_neox)
+    return qr.float(), kr.float()

@@ -5,9 +5,14 @@ clamp + gated activation (+ weights, + fp8 group quant)."""
 from aiter_lite.ops.triton.fusions.fused_clamp_act_mul import fused_clamp_act_mul
 from aiter_lite.ops.triton.fusions.fused_mul_add import fused_mul_add
 from aiter_lite.ops.triton.fusions.fused_routing_from_topk import fused_routing_from_topk
-from aiter_lite.ops.triton.fusions.fused_kv_cache import cat_and_cache_mla, fused_qk_rope_reshape_and_cache
+from aiter_lite.ops.triton.fusions.fused_kv_cache import (
+    cat_and_cache_mla,
+    fused_qk_rope_cat_and_cache_mla,
+    fused_qk_rope_reshape_and_cache,
+)
 from aiter_lite.ops.triton.fusions.fused_qk_concat import fused_qk_cat, fused_qk_rope_cat
 from aiter_lite.ops.triton.fusions.fused_qkv_split_qk_rope import fused_qkv_split_qk_rope
 
 __all__ = ["fused_qkv_split_qk_rope", "fused_qk_rope_reshape_and_cache", "fused_qk_cat", "fused_qk_rope_cat",
-           "cat_and_cache_mla", "fused_clamp_act_mul", "fused_mul_add", "fused_routing_from_topk"]
+           "cat_and_cache_mla", "fused_clamp_act_mul", "fused_mul_add", "fused_routing_from_topk",
+           "fused_qk_rope_cat_and_cache_mla"]

@@ -38,7 +38,7 @@ from aiter_lite.ops.triton.fusions._common import (
 )
 from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig, rope_launch_config
 from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
-from aiter_lite.utils.checks import check_bool
+from aiter_lite.utils.checks import check_bool, check_int
 from aiter_lite.utils.fast_launch import launch
 from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
 from aiter_lite.utils.launcher import launcher
@@ -48,7 +48,7 @@ from aiter_lite.utils.registry import public_op
 # why the public ops here refuse a call autograd would record (utils.registry.public_op)
 _NO_GRAD = "it writes a KV cache"
 
-__all__ = ["fused_qk_rope_reshape_and_cache", "cat_and_cache_mla"]
+__all__ = ["fused_qk_rope_reshape_and_cache", "cat_and_cache_mla", "fused_qk_rope_cat_and_cache_mla"]
 
 
 def _check_caches(op: str, key_cache, value_cache, flash_layout: bool, n_kv_heads: int, head_dim: int,
@@ -260,6 +260,32 @@ def _launch_cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache
     )
 
 
+def _mla_cache(op: str, kv_cache, k_nope: torch.Tensor, k_pe: torch.Tensor, shuffled: bool) -> tuple:
+    """An MLA latent cache checked for k_nope's heads and channels and k_pe's: (slots, block_size,
+    the kernel's block / offset / head / channel strides, the shuffled layout's chunk width or 0)."""
+    if not isinstance(kv_cache, torch.Tensor):
+        raise TypeError(f"{op}: kv_cache must be a torch.Tensor, got {type(kv_cache).__name__}")
+    if kv_cache.device != k_nope.device:
+        raise ValueError(f"{op}: kv_cache must be on k_nope's device {k_nope.device}, got {kv_cache.device}")
+    check_out_dtype(op, "kv_cache", kv_cache.dtype, kv_cache.device, CACHE_DTYPES)
+    n_heads, d1, d2 = k_nope.shape[1], k_nope.shape[2], k_pe.shape[2]
+    d = d1 + d2
+    shape = tuple(kv_cache.shape)
+    shuffle = 0
+    if shuffled:
+        block_size, shuffle, strides = _shuffled_cache(op, kv_cache, n_heads, d1, d2)
+    elif kv_cache.dim() == 3 and shape[1:] == (n_heads, d):
+        block_size, s = 1, kv_cache.stride()
+        strides = (s[0], 0, s[1], s[2])
+    elif kv_cache.dim() == 4 and shape[2:] == (n_heads, d):
+        block_size, s = shape[1], kv_cache.stride()
+        strides = s
+    else:
+        raise ValueError(f"{op}: kv_cache must be (slots, {n_heads}, {d}) or (num_blocks, block_size, {n_heads}, "
+                         f"{d}) for k_nope {tuple(k_nope.shape)} and k_pe {tuple(k_pe.shape)}, got {shape}")
+    return shape[0] * block_size, block_size, strides, shuffle
+
+
 def _shuffled_cache(op: str, kv_cache: torch.Tensor, n_heads: int, d1: int, d2: int) -> tuple[int, int, tuple]:
     """aiter's preshuffled MLA cache checked: (block_size, chunk width, strides for the kernel)."""
     shape = tuple(kv_cache.shape)
@@ -312,27 +338,7 @@ def cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.
     if k_pe.dtype != k_nope.dtype:
         raise TypeError(f"{op}: k_pe must have k_nope's dtype {k_nope.dtype}, got {k_pe.dtype}")
     apply_scale = check_bool(op, "apply_scale", apply_scale)
-    if not isinstance(kv_cache, torch.Tensor):
-        raise TypeError(f"{op}: kv_cache must be a torch.Tensor, got {type(kv_cache).__name__}")
-    if kv_cache.device != k_nope.device:
-        raise ValueError(f"{op}: kv_cache must be on k_nope's device {k_nope.device}, got {kv_cache.device}")
-    check_out_dtype(op, "kv_cache", kv_cache.dtype, kv_cache.device, CACHE_DTYPES)
-    d2 = k_pe.shape[2]
-    d = d1 + d2
-    shape = tuple(kv_cache.shape)
-    shuffle = 0
-    if shuffled:
-        block_size, shuffle, strides = _shuffled_cache(op, kv_cache, n_heads, d1, d2)
-    elif kv_cache.dim() == 3 and shape[1:] == (n_heads, d):
-        block_size, s = 1, kv_cache.stride()
-        strides = (s[0], 0, s[1], s[2])
-    elif kv_cache.dim() == 4 and shape[2:] == (n_heads, d):
-        block_size, s = shape[1], kv_cache.stride()
-        strides = s
-    else:
-        raise ValueError(f"{op}: kv_cache must be (slots, {n_heads}, {d}) or (num_blocks, block_size, {n_heads}, "
-                         f"{d}) for k_nope {tuple(k_nope.shape)} and k_pe {tuple(k_pe.shape)}, got {shape}")
-    n_cache_slots = shape[0] * block_size
+    n_cache_slots, block_size, strides, shuffle = _mla_cache(op, kv_cache, k_nope, k_pe, shuffled)
     slot_mapping = check_slots(op, slot_mapping, n_tokens, n_cache_slots, k_nope, "k_nope")
     check_scale(op, "k_scale", k_scale, k_nope, "k_nope")
     if debug_on():
@@ -341,3 +347,138 @@ def cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.
     _launch_cat_and_cache_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale if apply_scale else None,
                               [n_cache_slots, block_size, *strides], None, shuffle)
     return None
+
+
+@launcher(mutates=("q_out", "kv_cache", "decode_q_pe_out", "k_pe_out", "q_nope_zeros"))
+def _launch_qk_rope_cat_and_cache_mla(q_nope: torch.Tensor, q_pe: torch.Tensor, k_nope: torch.Tensor,
+                                      k_pe: torch.Tensor, q_out: torch.Tensor, kv_cache: torch.Tensor,
+                                      slot_mapping: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
+                                      sin: torch.Tensor, k_scale: torch.Tensor | None,
+                                      decode_q_pe_out: torch.Tensor, k_pe_out: torch.Tensor,
+                                      q_nope_zeros: torch.Tensor, geometry: list[int], flags: list[bool],
+                                      config: RopeLaunchConfig | None = None) -> None:
+    """``_cat_kernel`` over the decode tokens (Q rotated into q_out, K rotated into the cache at
+    their slots, the extra outputs beside), then, where slot_mapping holds more tokens, over
+    those (K into the cache unrotated, as aiter's kernel takes them)."""
+    n_rows, stride_r, stride_f, half, n_cache_slots, block_size, s_blk, s_off, s_h, s_d, shuffle, n_zeros = geometry
+    is_neox, reuse, upcast = flags
+    b, qh, d1 = q_nope.shape
+    kh, d2 = k_nope.shape[1], k_pe.shape[2]
+    n_slots = slot_mapping.shape[0]
+    c_min, c_max = fp8_range(kv_cache.dtype)
+    o_min, o_max = fp8_range(q_out.dtype)
+    for lo, hi, rope in ((0, b, True), (b, n_slots, False)):
+        n = hi - lo
+        if n <= 0:
+            continue
+        heads1 = qh if rope else 0
+        cfg = config or mla_launch_config(n, max(heads1, kh), d1 + d2)
+        block_t, block_h = cfg.BLOCK_T, cfg.BLOCK_H
+        kn, kp, kpo, slots = k_nope[lo:hi], k_pe[lo:hi], k_pe_out[lo:hi], slot_mapping[lo:hi]
+        sb = kp.stride()
+        sb = (sb[0], 0 if kp.shape[1] == 1 else sb[1], sb[2])
+        zeros = q_nope_zeros if rope and n_zeros else None
+        launch(
+            _cat_kernel, (cdiv(n, block_t) * (cdiv(heads1, block_h) + cdiv(kh, block_h)),),
+            q_nope, q_pe, q_out, kn, kp, kv_cache, slots, pos, cos, sin, kv_cache if k_scale is None else k_scale,
+            *q_nope.stride(), *q_pe.stride(), *q_out.stride(), *kn.stride(), *sb, s_blk, s_off, s_h, s_d,
+            stride_r, stride_f, n, n, n_cache_slots, block_size, n_rows, heads1, kh, d1, d2, c_min, c_max,
+            bo1_ptr=decode_q_pe_out if zeros is not None else None,
+            **dict(zip(("sbo1_t", "sbo1_h", "sbo1_d"), decode_q_pe_out.stride() if zeros is not None else (0,) * 3)),
+            bo2_ptr=kpo, **dict(zip(("sbo2_t", "sbo2_h", "sbo2_d"), kpo.stride())),
+            z1_ptr=zeros, **dict(zip(("sz1_t", "sz1_h", "sz1_d"), zeros.stride() if zeros is not None else (0,) * 3)),
+            n_extra=n_zeros, q1_min=o_min, q1_max=o_max,
+            ROPE=rope, IS_NEOX=is_neox, REUSE=reuse, DEST_SLOTS=True, HAS_SCALE=k_scale is not None,
+            O1_FP8=q_out.dtype.itemsize == 1, O2_FP8=kv_cache.dtype.itemsize == 1,
+            SOFT_ROUND=soft_round(kv_cache.dtype, q_out.dtype), HALF=max(half, 1),
+            BLOCK_HALF=next_power_of_2(max(half, 1)), BLOCK_D1=next_power_of_2(d1), BLOCK_D2=next_power_of_2(d2),
+            BLOCK_T=block_t, BLOCK_H=block_h,
+            INT64=max_offset(q_nope, q_pe, k_nope, k_pe, q_out, k_pe_out, decode_q_pe_out) >= 2**31,
+            UPCAST=upcast, OWN_Q1_RANGE=True, num_warps=cfg.num_warps, **({"SHUFFLE": shuffle} if shuffle else {}),
+        )
+
+
+@public_op(mutates=("kv_cache",), buffers=("q_out", "decode_q_pe_out", "k_pe_out"),
+           unless=check_rope_and_slots,
+           no_grad="its outputs are a cache write and rotated copies (no backward yet)")
+def fused_qk_rope_cat_and_cache_mla(q_nope: torch.Tensor, q_pe: torch.Tensor, k_nope: torch.Tensor,
+                                    k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                                    pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                                    k_scale: torch.Tensor | None, is_neox: bool, num_decode_toks_for_zeros: int = 0,
+                                    apply_scale: bool = True, q_out: torch.Tensor | None = None,
+                                    decode_q_pe_out: torch.Tensor | None = None,
+                                    k_pe_out: torch.Tensor | None = None, q_out_dtype: torch.dtype | None = None,
+                                    shuffled_kv_cache: bool = False, upcast_operand: bool = False
+                                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """MLA's absorbed attention input in one launch (aiter's ``fused_qk_rope_cat_and_cache_mla``,
+    SGLang's ROCm MLA path): q_nope (B, QH, D1), q_pe (B, QH, D2) -> ``q_out`` (B, QH, D1 + D2) =
+    cat(q_nope, rope(q_pe)) in ``q_out_dtype`` (q_nope's by default; fp8 saturated, not scaled);
+    k_nope (BK, KH, D1), k_pe (BK, KH, D2) -> cat(k_nope, rope(k_pe)) / k_scale (where given and
+    ``apply_scale``) written into ``kv_cache`` at ``slot_mapping`` (negative: skipped) for its
+    first B tokens; its tokens past B (prefill tokens of a mixed batch, up to slot_mapping's
+    length) are written unrotated, as aiter's kernel takes them. Also returned: ``decode_q_pe_out``
+    (N, QH, D2) = rope(q_pe) of the first N = ``num_decode_toks_for_zeros`` tokens (q_nope's
+    dtype), ``k_pe_out`` (BK, KH, D2) = k_pe as written into the cache, unscaled, for
+    slot_mapping's tokens (aiter: only those with a slot; its rows past slot_mapping's length
+    are not written), and (N, QH, D1) zeros. kv_cache: flat (slots, KH, D1 + D2), paged
+    (blocks, block_size, KH, D1 + D2) or, with ``shuffled_kv_cache``, aiter's preshuffled
+    (blocks, KH, block_size, D1 + D2); bf16 / fp16 / fp32 / fp8. ``upcast_operand``: the
+    rotated values go to their destinations from fp32, not rounded to the input's dtype first.
+    cos / sin (max_pos, D2 / 2) or (max_pos, D2) (reused for both members of a pair); pos (B,).
+    Where a mixed batch has prefill tokens (slot_mapping longer than B) a second launch writes
+    them."""
+    op = "fused_qk_rope_cat_and_cache_mla"
+    check_heads(op, "q_nope", q_nope)
+    check_heads(op, "q_pe", q_pe, "q_nope", q_nope)
+    check_heads(op, "k_nope", k_nope, "q_nope", q_nope)
+    check_heads(op, "k_pe", k_pe, "q_nope", q_nope)
+    b, qh, d1 = q_nope.shape
+    bk, kh, _ = k_nope.shape
+    d2 = q_pe.shape[2]
+    if tuple(q_pe.shape[:2]) != (b, qh):
+        raise ValueError(f"{op}: q_pe must have q_nope's tokens and heads ({b}, {qh}), got {tuple(q_pe.shape)}")
+    if k_nope.shape[2] != d1:
+        raise ValueError(f"{op}: k_nope must have q_nope's {d1} channels, got shape {tuple(k_nope.shape)}")
+    if tuple(k_pe.shape) != (bk, kh, d2):
+        raise ValueError(f"{op}: k_pe must be ({bk}, {kh}, {d2}) (k_nope's tokens and heads, q_pe's channels), "
+                         f"got {tuple(k_pe.shape)}")
+    if qh % kh:
+        raise ValueError(f"{op}: q_nope's {qh} heads must be a multiple of k_nope's {kh}")
+    if b > bk:
+        raise ValueError(f"{op}: q_nope's {b} tokens must not pass k_nope's {bk}")
+    for name, t, ref_name, ref in (("q_pe", q_pe, "q_nope", q_nope), ("k_nope", k_nope, "q_nope", q_nope),
+                                   ("k_pe", k_pe, "q_pe", q_pe)):
+        if t.dtype != ref.dtype:
+            raise TypeError(f"{op}: {name} must have {ref_name}'s dtype {ref.dtype}, got {t.dtype}")
+    is_neox = check_bool(op, "is_neox", is_neox)
+    apply_scale = check_bool(op, "apply_scale", apply_scale)
+    shuffled = check_bool(op, "shuffled_kv_cache", shuffled_kv_cache)
+    upcast = check_bool(op, "upcast_operand", upcast_operand)
+    n_zeros = check_int(op, "num_decode_toks_for_zeros", num_decode_toks_for_zeros, 0, b)
+    tab, reuse, half = rope_tables(op, cos, sin, q_nope, d2, "q_nope", "q_pe")
+    pos, _ = check_positions(op, "pos", pos, b, q_nope, tab.rows, ref_name="q_nope")
+    n_cache_slots, block_size, strides, shuffle = _mla_cache(op, kv_cache, k_nope, k_pe, shuffled)
+    if slot_mapping is not None and isinstance(slot_mapping, torch.Tensor) and slot_mapping.dim() == 1 \
+            and slot_mapping.shape[0] < b:
+        raise ValueError(f"{op}: slot_mapping must cover q_nope's {b} tokens, got {slot_mapping.shape[0]} slots")
+    slot_mapping = check_slots(op, slot_mapping, bk, n_cache_slots, k_nope, "k_nope")
+    check_scale(op, "k_scale", k_scale, k_nope, "k_nope")
+    if q_out_dtype is not None:
+        check_out_dtype(op, "q_out_dtype", q_out_dtype, q_nope.device)
+    out_dtype = q_out_dtype or q_nope.dtype
+    q_out = (torch.empty((b, qh, d1 + d2), dtype=out_dtype, device=q_nope.device) if q_out is None
+             else check_out(op, "q_out", q_out, (b, qh, d1 + d2), q_nope, ref_name="q_nope"))
+    decode_q_pe_out = check_out(op, "decode_q_pe_out", decode_q_pe_out, (n_zeros, qh, d2), q_nope,
+                                ref_name="q_nope")
+    k_pe_out = check_out(op, "k_pe_out", k_pe_out, (bk, kh, d2), k_pe, ref_name="k_pe")
+    q_nope_zeros = torch.empty((n_zeros, qh, d1), dtype=q_nope.dtype, device=q_nope.device)
+    if debug_on():
+        log_call(op, q_nope=q_nope, q_pe=q_pe, k_nope=k_nope, k_pe=k_pe, kv_cache=kv_cache,
+                 slot_mapping=slot_mapping, pos=pos, cos=tab.cos, sin=tab.sin, k_scale=k_scale, is_neox=is_neox,
+                 num_decode_toks_for_zeros=n_zeros, q_out=q_out, q_out_dtype=out_dtype, shuffled_kv_cache=shuffled)
+    _launch_qk_rope_cat_and_cache_mla(
+        q_nope, q_pe, k_nope, k_pe, q_out, kv_cache, slot_mapping, pos, tab.cos, tab.sin,
+        k_scale if apply_scale else None, decode_q_pe_out, k_pe_out, q_nope_zeros,
+        [tab.rows, tab.stride_r, tab.stride_f, half, n_cache_slots, block_size, *strides, shuffle, n_zeros],
+        [is_neox, reuse, upcast])
+    return q_out, decode_q_pe_out, k_pe_out, q_nope_zeros

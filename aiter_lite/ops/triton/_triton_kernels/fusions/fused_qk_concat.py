@@ -36,11 +36,14 @@ def _cat_pair(a_ptr, b_ptr, dest, dest_b, b_lo, tok, t_mask, heads, th_mask, w_m
               sb_d, sd_cx, sd_c, d1, d2, inv_scale, q_min, q_max, pos_ptr, cos_ptr, sin_ptr, n_rows, stride_t_r,
               stride_t_f, ROPE: tl.constexpr, IS_NEOX: tl.constexpr, REUSE: tl.constexpr, IS_FP8: tl.constexpr,
               SOFT_ROUND: tl.constexpr, X: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr,
-              BLOCK_D1: tl.constexpr, BLOCK_D2: tl.constexpr, BLOCK_T: tl.constexpr):
+              BLOCK_D1: tl.constexpr, BLOCK_D2: tl.constexpr, BLOCK_T: tl.constexpr, b_out=None, bo_mask=None,
+              sbo_d=0, z_out=None, z_mask=None, sz_d=0, UPCAST: tl.constexpr = False):
     """cat(a, b) of a (BLOCK_T, BLOCK_H) block where ``w_mask``: a's channels at ``dest``, b's
     from channel ``b_lo`` of ``dest_b`` (``dest`` and d1 but in the shuffled cache), channel
-    ``c`` at ``_chan_off(c, X, sd_cx, sd_c)``; ROPE: b's channels 0 .. 2 HALF rotated, the rest
-    copied."""
+    ``c`` at ``_chan_off(c, X, sd_cx, sd_c)``; ROPE: b's channels 0 .. 2 HALF rotated (rounded
+    to b's dtype first unless UPCAST), the rest copied. ``b_out``: b as written (rotated, not
+    scaled, in b_out's dtype) also at those rows where ``bo_mask``; ``z_out``: zeros in a's
+    place at those rows where ``z_mask``."""
     dt = dest.dtype.element_ty
     c = tl.arange(0, BLOCK_D1)
     m = w_mask[:, :, None] & (c < d1)[None, None, :]
@@ -48,21 +51,33 @@ def _cat_pair(a_ptr, b_ptr, dest, dest_b, b_lo, tok, t_mask, heads, th_mask, w_m
     a = tl.load(ah[:, :, None] + c[None, None, :] * sa_d, mask=m, other=0.0)
     _store_chans(dest, c, _cast(a.to(tl.float32), inv_scale, q_min, q_max, dt, IS_FP8, SOFT_ROUND), m, X, sd_cx,
                  sd_c)
+    if z_out is not None:
+        zm = z_mask[:, :, None] & (c < d1)[None, None, :]
+        _store_chans(z_out, c, tl.zeros(a.shape, z_out.dtype.element_ty), zm, 1, sz_d, sz_d)
+    lm = w_mask if b_out is None else th_mask  # b read for b_out's rows too
     if ROPE:
-        o1, o2 = _rotated_heads(b_ptr, sb_t, sb_h, sb_d, tok, t_mask, heads, w_mask, pos_ptr, pos_ptr, 1,
+        o1, o2 = _rotated_heads(b_ptr, sb_t, sb_h, sb_d, tok, t_mask, heads, lm, pos_ptr, pos_ptr, 1,
                                 cos_ptr, sin_ptr, n_rows, stride_t_r, stride_t_f, 0, False, IS_NEOX, REUSE,
                                 HALF, BLOCK_HALF, BLOCK_T)
-        o1, o2 = _rounded(o1, o2, b_ptr.dtype.element_ty)
+        if not UPCAST:
+            o1, o2 = _rounded(o1, o2, b_ptr.dtype.element_ty)
         _store_pairs(dest_b, b_lo, _cast(o1, inv_scale, q_min, q_max, dt, IS_FP8, SOFT_ROUND),
                      _cast(o2, inv_scale, q_min, q_max, dt, IS_FP8, SOFT_ROUND), w_mask, X, sd_cx, sd_c,
                      HALF, BLOCK_HALF, IS_NEOX)
+        if b_out is not None:
+            bt = b_out.dtype.element_ty
+            _store_pairs(b_out, 0, o1.to(bt), o2.to(bt), bo_mask, 1, sbo_d, sbo_d, HALF, BLOCK_HALF, IS_NEOX)
     if not ROPE or 2 * HALF < BLOCK_D2:
         c = (2 * HALF if ROPE else 0) + tl.arange(0, BLOCK_D2)
         m = w_mask[:, :, None] & (c < d2)[None, None, :]
         bh = (b_ptr + tok * sb_t)[:, None] + heads[None, :] * sb_h
-        b = tl.load(bh[:, :, None] + c[None, None, :] * sb_d, mask=m, other=0.0)
+        b = tl.load(bh[:, :, None] + c[None, None, :] * sb_d, mask=lm[:, :, None] & (c < d2)[None, None, :],
+                    other=0.0)
         _store_chans(dest_b, b_lo + c, _cast(b.to(tl.float32), inv_scale, q_min, q_max, dt, IS_FP8, SOFT_ROUND),
                      m, X, sd_cx, sd_c)
+        if b_out is not None:
+            _store_chans(b_out, c, b.to(b_out.dtype.element_ty), bo_mask[:, :, None] & (c < d2)[None, None, :], 1,
+                         sbo_d, sbo_d)
 
 
 @triton.jit(do_not_specialize=["n_tokens", "n_slot_tokens", "n_cache_slots", "n_rows"])
@@ -94,6 +109,15 @@ def _cat_kernel(
     BLOCK_H: tl.constexpr,
     INT64: tl.constexpr,
     SHUFFLE: tl.constexpr = 0,    # DEST_SLOTS: aiter's preshuffled MLA cache, channel chunks this wide (module doc)
+    # fused_qk_rope_cat_and_cache_mla's further outputs (rows; None: not written): each pair's b part as
+    # written (bo1: the first n_extra tokens; bo2: every token), zeros in the first pair's a place (the
+    # first n_extra tokens); the first pair's range where it is fp8 (q1_min / q1_max; else q_min / q_max)
+    bo1_ptr=None, sbo1_t=0, sbo1_h=0, sbo1_d=0,
+    bo2_ptr=None, sbo2_t=0, sbo2_h=0, sbo2_d=0,
+    z1_ptr=None, sz1_t=0, sz1_h=0, sz1_d=0,
+    n_extra=0, q1_min=-1.0, q1_max=1.0,
+    UPCAST: tl.constexpr = False,  # rotated values not rounded to b's dtype before their destinations'
+    OWN_Q1_RANGE: tl.constexpr = False,
 ):
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     q_min = tl.cast(q_min, tl.float32)
@@ -101,10 +125,19 @@ def _cat_kernel(
     first, heads, tok, t_mask, th_mask = _two_part_block(n_heads1, n_heads2, n_tokens, BLOCK_T, BLOCK_H, INT64)
     if first:
         dest = (o1_ptr + tok * so1_t)[:, None] + heads[None, :] * so1_h
+        extra = th_mask & (tok < n_extra)[:, None]
+        bo = None if bo1_ptr is None else (bo1_ptr + tok * sbo1_t)[:, None] + heads[None, :] * sbo1_h
+        z = None if z1_ptr is None else (z1_ptr + tok * sz1_t)[:, None] + heads[None, :] * sz1_h
+        if OWN_Q1_RANGE:
+            r_min = tl.cast(q1_min, tl.float32)
+            r_max = tl.cast(q1_max, tl.float32)
+        else:
+            r_min = q_min
+            r_max = q_max
         _cat_pair(a1_ptr, b1_ptr, dest, dest, d1, tok, t_mask, heads, th_mask, th_mask, sa1_t, sa1_h, sa1_d,
-                  sb1_t, sb1_h, sb1_d, so1_d, so1_d, d1, d2, 1.0, q_min, q_max, pos_ptr, cos_ptr, sin_ptr, n_rows,
+                  sb1_t, sb1_h, sb1_d, so1_d, so1_d, d1, d2, 1.0, r_min, r_max, pos_ptr, cos_ptr, sin_ptr, n_rows,
                   stride_t_r, stride_t_f, ROPE, IS_NEOX, REUSE, O1_FP8, SOFT_ROUND, 1, HALF, BLOCK_HALF,
-                  BLOCK_D1, BLOCK_D2, BLOCK_T)
+                  BLOCK_D1, BLOCK_D2, BLOCK_T, bo, extra, sbo1_d, z, extra, sz1_d, UPCAST)
     else:
         if DEST_SLOTS:
             blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size)
@@ -124,7 +157,9 @@ def _cat_kernel(
             sd_cx = so2_d
             sd_c = so2_d  # unused: channels are not chunked (X = 1)
         inv_scale = tl.math.div_rn(1.0, tl.load(scale_ptr)) if HAS_SCALE else 1.0
+        bo = None if bo2_ptr is None else (bo2_ptr + tok * sbo2_t)[:, None] + heads[None, :] * sbo2_h
         _cat_pair(a2_ptr, b2_ptr, dest, dest_b, b_lo, tok, t_mask, heads, th_mask, th_mask & writes[:, None],
                   sa2_t, sa2_h, sa2_d, sb2_t, sb2_h, sb2_d, sd_cx, sd_c, d1, d2, inv_scale, q_min, q_max,
                   pos_ptr, cos_ptr, sin_ptr, n_rows, stride_t_r, stride_t_f, ROPE, IS_NEOX, REUSE, O2_FP8,
-                  SOFT_ROUND, 1 if SHUFFLE == 0 else SHUFFLE, HALF, BLOCK_HALF, BLOCK_D1, BLOCK_D2, BLOCK_T)
+                  SOFT_ROUND, 1 if SHUFFLE == 0 else SHUFFLE, HALF, BLOCK_HALF, BLOCK_D1, BLOCK_D2, BLOCK_T,
+                  bo, th_mask, sbo2_d, None, None, 0, UPCAST)
