@@ -16,6 +16,8 @@ Ops (aiter's names, aiter_lite.ops.triton.fusions; T tokens, QH / KH query / key
                     q_pe (T, H, R), k_nope (T, 1, L), k_pe (T, 1, R)
     qk_cat          fused_qk_cat: the same concatenation, nothing turned
     mla_cache       cat_and_cache_mla: cat(k_nope (T, L), k_pe (T, R)) written into the latent cache
+    qk_rope_cat_cache  fused_qk_rope_cat_and_cache_mla as SGLang calls it: q_out = cat(q_nope, rope(q_pe)),
+                    cat(k_nope, rope(k_pe)) written into the latent cache, k_pe_out (every token decoding)
 The GQA ops run on the models with key-value heads (QH, KH, D from the config, NEOX; by default
 llama3-8B and qwen2.5-7B), the MLA ops on those with a latent (deepseek-v3: H heads, L = kv_lora_rank,
 R = qk_rope_head_dim, GPT-J pairs as DeepSeek turns them; the report's D is L + R, KH 1).
@@ -39,6 +41,8 @@ c the cache's, 8 an index, 4 a table entry, F = R / 2 table columns):
     qk_cat          the four parts read, Q (T, H, L + R) and K (T, 1, L + R) written 2 T (H + 1) (L + R) e
     qk_rope_cat     as qk_cat, plus positions 8 T and cos / sin rows 8 T F
     mla_cache       k_nope, k_pe read T (L + R) e; the cache written T (L + R) c; slots 8 T
+    qk_rope_cat_cache  Q read and written 2 T H (L + R) e; K read T (L + R) e, the cache written T (L + R) c,
+                    k_pe_out T R e; positions, slots 16 T; cos / sin rows 8 T F
 Providers: triton (aiter_lite), native (the eager fp32 reference), compile (torch.compile of it),
 unfused (this project's ops in sequence, as a serving stack without the fusion runs them):
     rope_cache      rope_cached_thd_positions_2c_fwd_inplace (or _fwd) on Q and K, then K and V
@@ -50,6 +54,7 @@ unfused (this project's ops in sequence, as a serving stack without the fusion r
     qk_cat          none: native is already two torch.cat
     mla_cache       torch.cat, (fp8: scale, cast), index_copy_ into the flat cache (shuffled: into the
                     preshuffled positions of each element, computed once per step, outside the timing)
+    qk_rope_cat_cache  this project's fused_qk_rope_cat, then its cat_and_cache_mla (two launches)
 Every provider writes its own copies of Q and K and its own zeroed caches, so whole caches are
 compared with the reference's; fp8 values agree within one step. Without --providers the bench
 times triton, unfused, compile and native (on the CPU: no compile). Under --cudagraph the cache
@@ -74,10 +79,11 @@ from aiter_lite.ops.triton.rope import rope as tri_rope  # noqa: E402
 from op_benchmarks.utils import rope as torch_rope  # noqa: E402
 
 GQA_OPS = ("rope_cache", "qkv_split_rope")
-MLA_OPS = ("qk_rope_cat", "qk_cat", "mla_cache")
-CACHE_OPS = ("rope_cache", "mla_cache")
+MLA_OPS = ("qk_rope_cat", "qk_cat", "mla_cache", "qk_rope_cat_cache")
+CACHE_OPS = ("rope_cache", "mla_cache", "qk_rope_cat_cache")
 OPS = {"rope_cache": "fused_qk_rope_reshape_and_cache", "qkv_split_rope": "fused_qkv_split_qk_rope",
-       "qk_rope_cat": "fused_qk_rope_cat", "qk_cat": "fused_qk_cat", "mla_cache": "cat_and_cache_mla"}
+       "qk_rope_cat": "fused_qk_rope_cat", "qk_cat": "fused_qk_cat", "mla_cache": "cat_and_cache_mla",
+       "qk_rope_cat_cache": "fused_qk_rope_cat_and_cache_mla"}
 DEFAULT_MODELS = ["llama3-8B", "qwen2.5-7B", "deepseek-v3"]
 DEFAULT_T = [1, 16, 128, 512, 2048, 8192, 32768]
 MAX_POS = 32768  # rows of the cos / sin tables: a 32K context
@@ -128,6 +134,7 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
         "qk_cat": 2 * t * (qh + 1) * d * e,
         "qk_rope_cat": 2 * t * (qh + 1) * d * e + 8 * t + 8 * t * f,
         "mla_cache": t * d * (e + c) + 8 * t,
+        "qk_rope_cat_cache": 2 * t * qh * d * e + t * d * (e + c) + t * r * e + 16 * t + 8 * t * f,
     }[op]
 
     def make_inputs():
@@ -154,10 +161,13 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
             x["value_cache"] = torch.zeros(vshape, device=dev, dtype=kv_dtype)
         elif op == "qkv_split_rope":
             x["qkv"] = randn(t, (qh + 2 * kh) * d)
-        elif op == "mla_cache":
+        elif op in ("mla_cache", "qk_rope_cat_cache"):
             x.update(k_nope=randn(t, d - r), k_pe=randn(t, r))
             shape = {"paged": (blocks, bs, 1, d), "shuffled": (blocks, 1, bs, d)}.get(layout, (blocks * bs, 1, d))
             x["kv_cache"] = torch.zeros(shape, device=dev, dtype=kv_dtype)
+            if op == "qk_rope_cat_cache":
+                x.update(q_nope=randn(t, qh, d - r), q_pe=randn(t, qh, r), k_nope=randn(t, 1, d - r),
+                         k_pe=randn(t, 1, r))
         else:
             x.update(q_nope=randn(t, qh, d - r), q_pe=randn(t, qh, r), k_nope=randn(t, 1, d - r),
                      k_pe=randn(t, 1, r))
@@ -233,6 +243,15 @@ def _fused(mod):
             kv, shuffled = x["kv_cache"], case.dims["LAYOUT"] == "shuffled"
             return lambda: (fn(x["k_nope"], x["k_pe"], kv, x["slots"], x["scale"], apply_scale=fp8,
                                shuffled_kv_cache=shuffled), kv)[1]
+        if case.op == "qk_rope_cat_cache":
+            kv, shuffled = x["kv_cache"], case.dims["LAYOUT"] == "shuffled"
+
+            def qk_rope_cat_cache():
+                q_out, _, k_pe_out, _ = fn(x["q_nope"], x["q_pe"], x["k_nope"], x["k_pe"], kv, x["slots"], x["pos"],
+                                           x["cos"], x["sin"], x["scale"], neox, apply_scale=fp8,
+                                           shuffled_kv_cache=shuffled)
+                return q_out, k_pe_out, kv
+            return qk_rope_cat_cache
         if case.op == "qk_cat":
             return lambda: fn(x["q_nope"], x["q_pe"], x["k_nope"], x["k_pe"])
         return lambda: fn(x["q_nope"], x["q_pe"], x["k_nope"], x["k_pe"], x["pos"], x["cos"], x["sin"], neox)
@@ -285,6 +304,17 @@ def _unfused(case, inputs):
             qr, kr = rope(qp, kp)
             return torch.cat([qn, qr], -1), torch.cat([kn, kr], -1)
         return rope_cat
+    if case.op == "qk_rope_cat_cache":  # this project's two fusions: RoPE + concatenation, then the cache write
+        kv_cache, lora = x["kv_cache"], d - case.dims["R"]
+        fp8, shuffled = kv_cache.dtype.itemsize == 1, case.dims["LAYOUT"] == "shuffled"
+        neox = case.extra["rotate_style"] == "neox"
+
+        def rope_cat_then_cache():
+            q_out, k_cat = tri.fused_qk_rope_cat(x["q_nope"], x["q_pe"], x["k_nope"], x["k_pe"], pos, cos, sin, neox)
+            tri.cat_and_cache_mla(k_cat[..., :lora], k_cat[..., lora:], kv_cache, slots, scale, apply_scale=fp8,
+                                  shuffled_kv_cache=shuffled)
+            return q_out, k_cat[..., lora:], kv_cache
+        return rope_cat_then_cache
     if case.op == "mla_cache":
         kv_cache = x["kv_cache"]
         if case.dims["LAYOUT"] == "shuffled":
