@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from aiter_lite.ops.triton._triton_kernels.activation import _apply_activation
+from aiter_lite.ops.triton._triton_kernels.quant.mx_quant import _scale_offsets
 from aiter_lite.ops.triton._triton_kernels.quant.quant import _amax, _load_f32, _nan_max, _quantize, _row_scale
 
 
@@ -161,13 +162,7 @@ def _act_quant_kernel(
         if UE8M0:
             scale, s_byte = _ue8m0(_amax(y, 2), q_max)
             inv = tl.where(scale == 0.0, 0.0, tl.math.div_rn(1.0, tl.where(scale == 0.0, 1.0, scale)))
-            if SHUFFLE:  # aiter's e8m0_shuffle of the (rows, scale_cols) buffer: 32 x 8 tiles
-                m = rows[:, None]
-                n = grp[None, :]
-                s_offs = ((m % 32) // 16 + ((n % 8) // 4) * 2 + (m % 16) * 4 + (n % 4) * 64 + (n // 8) * 256
-                          + (m // 32) * 32 * scale_cols)
-            else:
-                s_offs = rows[:, None] * stride_s_row + grp[None, :] * stride_s_group
+            s_offs = _scale_offsets(rows, grp, stride_s_row, stride_s_group, scale_cols, SHUFFLE)
             tl.store(scale_ptr + s_offs, s_byte.to(scale_ptr.dtype.element_ty), mask=s_mask)
         else:
             scale = tl.math.div_rn(_nan_max(_amax(y, 2), eps), q_max)

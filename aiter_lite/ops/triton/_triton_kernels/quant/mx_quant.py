@@ -473,14 +473,20 @@ def _store_scales(s_out, rows, grp, s_ptr, stride_s_row, stride_s_group, scale_r
                   SHUFFLE: tl.constexpr):
     """A (rows, blocks ``grp``) tile of scales into s."""
     s_mask = (rows < scale_rows)[:, None] & (grp < scale_cols)[None, :]
-    if SHUFFLE:  # aiter's e8m0_shuffle: (m, n) of the (scale_rows, scale_cols) buffer, 32 x 8 tiles
-        m = rows[:, None]
-        n = grp[None, :]
-        s_offs = ((m % 32) // 16 + ((n % 8) // 4) * 2 + (m % 16) * 4 + (n % 4) * 64 + (n // 8) * 256
-                  + (m // 32) * 32 * scale_cols)
-    else:
-        s_offs = rows[:, None] * stride_s_row + grp[None, :] * stride_s_group
-    tl.store(s_ptr + s_offs, s_out, mask=s_mask)
+    tl.store(s_ptr + _scale_offsets(rows, grp, stride_s_row, stride_s_group, scale_cols, SHUFFLE), s_out,
+             mask=s_mask)
+
+
+@triton.jit
+def _scale_offsets(rows, grp, stride_s_row, stride_s_group, scale_cols, SHUFFLE: tl.constexpr):
+    """Offsets of the (rows, blocks ``grp``) scales: through the strides, or (SHUFFLE) aiter's
+    e8m0_shuffle layout of a (rows, scale_cols) buffer, 32 x 8 tiles."""
+    m = rows[:, None]
+    n = grp[None, :]
+    if SHUFFLE:
+        return ((m % 32) // 16 + ((n % 8) // 4) * 2 + (m % 16) * 4 + (n % 4) * 64 + (n // 8) * 256
+                + (m // 32) * 32 * scale_cols)
+    return m * stride_s_row + n * stride_s_group
 
 
 @triton.jit
