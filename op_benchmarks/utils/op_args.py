@@ -157,6 +157,12 @@ def _cache(m: _Make) -> tuple:
             None)
 
 
+def _routing(m: "_Make", t: int) -> tuple:
+    d = m.d
+    return (torch.rand(t, d.topk, device=m.device, dtype=m.dtype),
+            torch.rand(t, d.experts, device=m.device).argsort(1)[:, :d.topk].int().contiguous(), d.experts, None)
+
+
 def op_args(name: str, dims: Dims = TINY, device="cpu", dtype=torch.float32, qdtype=torch.int8) -> tuple:
     """Fresh random arguments for ``torch.ops.aiter_lite.<name>`` (and the Triton function
     behind it) of ``dims``' sizes; quantized outputs are ``qdtype`` (int8: opcheck compares
@@ -233,10 +239,7 @@ def op_args(name: str, dims: Dims = TINY, device="cpu", dtype=torch.float32, qdt
                                                     m.qdtype, None, None, None, g),
         "fused_flatten_fp8_group_quant": lambda: (m.r(t, 3, n // 3), g, m.qdtype, True),
         "fused_silu_mul_fp8_per_tensor_static_quant": lambda: (gated, m.scale(), m.qdtype, False),
-        "fused_routing_from_topk": lambda: (torch.rand(t, d.topk, device=m.device, dtype=m.dtype),
-                                            torch.rand(t, d.experts, device=m.device).argsort(1)[:, :d.topk]
-                                            .int().contiguous(),
-                                            d.experts, None),
+        "fused_routing_from_topk": lambda: _routing(m, min(t, 8192 // d.topk)),  # one program's pairs at most
         "fused_mul_add": lambda: (m.r(t, n), m.r(t, n), m.f32(1), None),
         "fused_clamp_act_mul": lambda: (gated, None, None, 7.0, "silu", m.f32(t, 1), m.qdtype, True, g, "fp32",
                                         False, None),

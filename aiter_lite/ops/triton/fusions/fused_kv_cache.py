@@ -21,7 +21,7 @@ import torch
 
 from aiter_lite import envs
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_kv_cache import _rope_cache_kernel
-from aiter_lite.ops.triton._triton_kernels.fusions.fused_qk_concat import _cat_kernel
+from aiter_lite.ops.triton._triton_kernels.fusions.fused_qk_concat import NO_EXTRAS, _cat_kernel
 from aiter_lite.ops.triton.fusions._common import (
     CACHE_DTYPES,
     check_heads,
@@ -251,7 +251,7 @@ def _launch_cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache
         kv_cache if k_scale is None else k_scale,
         0, 0, 0, 0, 0, 0, 0, 0, 0, *k_nope.stride(), *sb, s_blk, s_off, s_h, s_d, 0, 0,
         n_tokens, slot_mapping.shape[0], n_cache_slots, block_size, 1, 0, n_heads, d1, d2,
-        *fp8_range(kv_cache.dtype),
+        *fp8_range(kv_cache.dtype), **NO_EXTRAS,
         ROPE=False, IS_NEOX=True, REUSE=False, DEST_SLOTS=True, HAS_SCALE=k_scale is not None,
         O1_FP8=False, O2_FP8=kv_cache.dtype.itemsize == 1, SOFT_ROUND=soft_round(kv_cache.dtype),
         HALF=1, BLOCK_HALF=1, BLOCK_D1=next_power_of_2(d1), BLOCK_D2=next_power_of_2(d2),

@@ -20,6 +20,10 @@ SHUFFLE + c % SHUFFLE``: the 16 tokens' chunks side by side, one MFMA operand ro
 import triton
 import triton.language as tl
 
+# _cat_kernel's further outputs, none of them written (a launch of the plain concatenations)
+NO_EXTRAS = dict(bo1_ptr=None, sbo1_t=0, sbo1_h=0, sbo1_d=0, bo2_ptr=None, sbo2_t=0, sbo2_h=0, sbo2_d=0,
+                 z1_ptr=None, sz1_t=0, sz1_h=0, sz1_d=0, n_extra=0, q1_min=-1.0, q1_max=1.0)
+
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_kv_cache import (
     _cast,
     _rotated_heads,
@@ -94,6 +98,14 @@ def _cat_kernel(
     n_tokens, n_slot_tokens, n_cache_slots, block_size, n_rows,
     n_heads1, n_heads2, d1, d2,
     q_min, q_max,
+    # fused_qk_rope_cat_and_cache_mla's further outputs (rows; None: not written): each pair's b part as
+    # written (bo1: the first n_extra tokens; bo2: every token), zeros in the first pair's a place (the
+    # first n_extra tokens); the first pair's range where it is fp8 (q1_min / q1_max; else q_min / q_max)
+    # (every launch passes these: NO_EXTRAS where it writes none of them)
+    bo1_ptr, sbo1_t, sbo1_h, sbo1_d,
+    bo2_ptr, sbo2_t, sbo2_h, sbo2_d,
+    z1_ptr, sz1_t, sz1_h, sz1_d,
+    n_extra, q1_min, q1_max,
     ROPE: tl.constexpr,           # the second parts rotated (every channel)
     IS_NEOX: tl.constexpr,
     REUSE: tl.constexpr,
@@ -109,13 +121,6 @@ def _cat_kernel(
     BLOCK_H: tl.constexpr,
     INT64: tl.constexpr,
     SHUFFLE: tl.constexpr = 0,    # DEST_SLOTS: aiter's preshuffled MLA cache, channel chunks this wide (module doc)
-    # fused_qk_rope_cat_and_cache_mla's further outputs (rows; None: not written): each pair's b part as
-    # written (bo1: the first n_extra tokens; bo2: every token), zeros in the first pair's a place (the
-    # first n_extra tokens); the first pair's range where it is fp8 (q1_min / q1_max; else q_min / q_max)
-    bo1_ptr=None, sbo1_t=0, sbo1_h=0, sbo1_d=0,
-    bo2_ptr=None, sbo2_t=0, sbo2_h=0, sbo2_d=0,
-    z1_ptr=None, sz1_t=0, sz1_h=0, sz1_d=0,
-    n_extra=0, q1_min=-1.0, q1_max=1.0,
     UPCAST: tl.constexpr = False,  # rotated values not rounded to b's dtype before their destinations'
     OWN_Q1_RANGE: tl.constexpr = False,
 ):
@@ -124,20 +129,21 @@ def _cat_kernel(
     q_max = tl.cast(q_max, tl.float32)
     first, heads, tok, t_mask, th_mask = _two_part_block(n_heads1, n_heads2, n_tokens, BLOCK_T, BLOCK_H, INT64)
     if first:
-        dest = (o1_ptr + tok * so1_t)[:, None] + heads[None, :] * so1_h
+        dest1 = (o1_ptr + tok * so1_t)[:, None] + heads[None, :] * so1_h  # (the cache's type may differ: a name apart)
         extra = th_mask & (tok < n_extra)[:, None]
-        bo = None if bo1_ptr is None else (bo1_ptr + tok * sbo1_t)[:, None] + heads[None, :] * sbo1_h
-        z = None if z1_ptr is None else (z1_ptr + tok * sz1_t)[:, None] + heads[None, :] * sz1_h
+        # (names of one branch only: a None the two branches share cannot be merged)
+        bo_1 = None if bo1_ptr is None else (bo1_ptr + tok * sbo1_t)[:, None] + heads[None, :] * sbo1_h
+        z_1 = None if z1_ptr is None else (z1_ptr + tok * sz1_t)[:, None] + heads[None, :] * sz1_h
         if OWN_Q1_RANGE:
             r_min = tl.cast(q1_min, tl.float32)
             r_max = tl.cast(q1_max, tl.float32)
         else:
             r_min = q_min
             r_max = q_max
-        _cat_pair(a1_ptr, b1_ptr, dest, dest, d1, tok, t_mask, heads, th_mask, th_mask, sa1_t, sa1_h, sa1_d,
+        _cat_pair(a1_ptr, b1_ptr, dest1, dest1, d1, tok, t_mask, heads, th_mask, th_mask, sa1_t, sa1_h, sa1_d,
                   sb1_t, sb1_h, sb1_d, so1_d, so1_d, d1, d2, 1.0, r_min, r_max, pos_ptr, cos_ptr, sin_ptr, n_rows,
                   stride_t_r, stride_t_f, ROPE, IS_NEOX, REUSE, O1_FP8, SOFT_ROUND, 1, HALF, BLOCK_HALF,
-                  BLOCK_D1, BLOCK_D2, BLOCK_T, bo, extra, sbo1_d, z, extra, sz1_d, UPCAST)
+                  BLOCK_D1, BLOCK_D2, BLOCK_T, bo_1, extra, sbo1_d, z_1, extra, sz1_d, UPCAST)
     else:
         if DEST_SLOTS:
             blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size)
@@ -157,9 +163,9 @@ def _cat_kernel(
             sd_cx = so2_d
             sd_c = so2_d  # unused: channels are not chunked (X = 1)
         inv_scale = tl.math.div_rn(1.0, tl.load(scale_ptr)) if HAS_SCALE else 1.0
-        bo = None if bo2_ptr is None else (bo2_ptr + tok * sbo2_t)[:, None] + heads[None, :] * sbo2_h
+        bo_2 = None if bo2_ptr is None else (bo2_ptr + tok * sbo2_t)[:, None] + heads[None, :] * sbo2_h
         _cat_pair(a2_ptr, b2_ptr, dest, dest_b, b_lo, tok, t_mask, heads, th_mask, th_mask & writes[:, None],
                   sa2_t, sa2_h, sa2_d, sb2_t, sb2_h, sb2_d, sd_cx, sd_c, d1, d2, inv_scale, q_min, q_max,
                   pos_ptr, cos_ptr, sin_ptr, n_rows, stride_t_r, stride_t_f, ROPE, IS_NEOX, REUSE, O2_FP8,
                   SOFT_ROUND, 1 if SHUFFLE == 0 else SHUFFLE, HALF, BLOCK_HALF, BLOCK_D1, BLOCK_D2, BLOCK_T,
-                  bo, th_mask, sbo2_d, None, None, 0, UPCAST)
+                  bo_2, th_mask, sbo2_d, None, None, 0, UPCAST)
