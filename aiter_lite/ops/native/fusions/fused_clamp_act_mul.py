@@ -10,7 +10,7 @@ import torch
 from aiter_lite.ops.native.activation import ACTIVATIONS
 from aiter_lite.ops.native.quant import quant
 from aiter_lite.ops.native.quant.mx_quant import shuffle_scale as _shuffle_buffer
-from aiter_lite.spec.quant import GROUP_EPS, quant_range
+from aiter_lite.spec.quant import GROUP_EPS, QUANT_DTYPES, quant_range
 
 __all__ = ["fused_clamp_act_mul", "clamp_act_mul"]
 
@@ -37,11 +37,11 @@ def _ue8m0_group_quant(y: torch.Tensor, group: int, dtype: torch.dtype):
     blocks = torch.nn.functional.pad(y, (0, g * group - n)).view(m, g, group)
     amax = blocks.abs().amax(-1)
     nan = blocks.isnan().any(-1)
-    up = ((amax / quant_range(dtype)[1]).view(torch.int32) + 0x7FFFFF) & 0x7F800000
+    lo, hi = quant_range(dtype)
+    up = ((amax / hi).view(torch.int32) + 0x7FFFFF) & 0x7F800000
     scale = up.view(torch.float32)
     inv = torch.where(scale == 0, torch.zeros_like(scale), 1.0 / torch.where(scale == 0, 1.0, scale))
     inv = torch.where(nan, float("nan"), inv)
-    lo, hi = quant_range(dtype)
     q = quant.round_to((blocks * inv[..., None]).view(m, g * group)[:, :n], dtype, lo, hi)
     return q, torch.where(nan, 255, up >> 23).to(torch.uint8)
 
@@ -50,7 +50,7 @@ def fused_clamp_act_mul(inp, out=None, scale=None, swiglu_limit=0, activation="s
                         transpose_scale=False, quant_block_size=128, scale_dtype_fmt="fp32", shuffle_scale=False,
                         backend=None):
     y = clamp_act_mul(inp, float(swiglu_limit), activation, weights)
-    if dtype_quant is None and (out is None or not _is_quant(out.dtype)):
+    if dtype_quant is None and (out is None or out.dtype not in QUANT_DTYPES):
         res = y.to(inp.dtype if out is None else out.dtype)
         return res if out is None else out.copy_(res)
     dtype = dtype_quant if out is None else out.dtype
@@ -73,7 +73,3 @@ def fused_clamp_act_mul(inp, out=None, scale=None, swiglu_limit=0, activation="s
     if scale is not None:
         s = scale.copy_(s.view(scale.shape))
     return q, s
-
-
-def _is_quant(dtype: torch.dtype) -> bool:
-    return dtype in (torch.int8, torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2)

@@ -458,10 +458,9 @@ def fused_qk_rope_cat_and_cache_mla(q_nope: torch.Tensor, q_pe: torch.Tensor, k_
     tab, reuse, half = rope_tables(op, cos, sin, q_nope, d2, "q_nope", "q_pe")
     pos, _ = check_positions(op, "pos", pos, b, q_nope, tab.rows, ref_name="q_nope")
     n_cache_slots, block_size, strides, shuffle = _mla_cache(op, kv_cache, k_nope, k_pe, shuffled)
-    if slot_mapping is not None and isinstance(slot_mapping, torch.Tensor) and slot_mapping.dim() == 1 \
-            and slot_mapping.shape[0] < b:
-        raise ValueError(f"{op}: slot_mapping must cover q_nope's {b} tokens, got {slot_mapping.shape[0]} slots")
     slot_mapping = check_slots(op, slot_mapping, bk, n_cache_slots, k_nope, "k_nope")
+    if slot_mapping.shape[0] < b:
+        raise ValueError(f"{op}: slot_mapping must cover q_nope's {b} tokens, got {slot_mapping.shape[0]} slots")
     check_scale(op, "k_scale", k_scale, k_nope, "k_nope")
     if q_out_dtype is not None:
         check_out_dtype(op, "q_out_dtype", q_out_dtype, q_nope.device)

@@ -33,7 +33,7 @@ _DEFAULT = MulAddLaunchConfig()
 
 
 def _operand(op: str, name: str, v, n: int, x: torch.Tensor):
-    """(the tensor or None, the number, its kind) of a / b."""
+    """(the tensor or None, the number) of a / b."""
     if isinstance(v, torch.Tensor):
         check_float_tensor(op, name, v)
         check_same_device(op, name, v, "x", x)
@@ -41,10 +41,10 @@ def _operand(op: str, name: str, v, n: int, x: torch.Tensor):
             raise ValueError(f"{op}: {name} must hold 1 or x's {n} elements, got shape {tuple(v.shape)}")
         if not v.is_contiguous():
             raise ValueError(f"{op}: {name} must be contiguous, got strides {tuple(v.stride())}")
-        return v, 0.0, "one" if v.numel() == 1 else "full"
+        return v, 0.0
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise TypeError(f"{op}: {name} must be a number or a torch.Tensor, got {type(v).__name__}")
-    return None, float(v), "scalar"
+    return None, float(v)
 
 
 @launcher(mutates=("out",))
@@ -70,8 +70,8 @@ def fused_mul_add(x: torch.Tensor, a: torch.Tensor | float, b: torch.Tensor | fl
     if not x.is_contiguous():
         raise ValueError(f"{op}: x must be contiguous, got strides {tuple(x.stride())}")
     n = x.numel()
-    a_t, a_s, _ = _operand(op, "a", a, n, x)
-    b_t, b_s, _ = _operand(op, "b", b, n, x)
+    a_t, a_s = _operand(op, "a", a, n, x)
+    b_t, b_s = _operand(op, "b", b, n, x)
     if out is None:
         out = x
     else:

@@ -167,20 +167,19 @@ _ROW_PER_LANE = 32
 # The interpreter runs programs one after another, each op a numpy call: fewer, larger tiles
 # (rows of a padded scale buffer included) are faster there.
 _INTERPRETER_TILE = 16384
-# MXFP4 of bf16 rows in bf16 arithmetic on NVIDIA (sm_80 on): two values an instruction, 8.7
+# MXFP4 of bf16 rows in bf16 arithmetic on NVIDIA (sm_80 on): two values an instruction, 8.4
 # SASS instructions an element where the fp32 lines take 15.4 (sm_90); the same bytes.
 _LINES16 = True
 
 
-def _lines16(x: torch.Tensor, q: torch.Tensor, fmt: str, producer: str, n_cols: int) -> bool:
+def _lines16(x: torch.Tensor, q: torch.Tensor, fmt: str, producer: str, n_cols: int, profile: DeviceProfile) -> bool:
     """Whether a launch takes the kernel's bf16 MXFP4 form: bf16 rows quantized as they are
     ("plain" / "flatten"), on NVIDIA, read as 32-bit words of two values and the codes stored
     as 32-bit words of eight (whole blocks a row; rows, segments and pointers 4-byte aligned)."""
     if not (_LINES16 and fmt == "mxfp4" and producer in ("plain", "flatten") and x.dtype == torch.bfloat16):
         return False
-    arch = device_profile(x.device).arch
     seg_stride = x.stride(1) if producer == "flatten" else 0
-    return (arch.startswith("sm_") and int(arch[3:].rstrip("a")) >= 80 and n_cols % MX_BLOCK == 0
+    return (profile.backend == "cuda" and int(profile.arch.removeprefix("sm_")) >= 80 and n_cols % MX_BLOCK == 0
             and x.stride(0) % 2 == 0 and seg_stride % 2 == 0 and x.shape[-1] % 2 == 0 and x.data_ptr() % 4 == 0
             and q.stride(0) % 4 == 0 and q.data_ptr() % 4 == 0)
 
@@ -234,9 +233,9 @@ def _launch_mx_quant(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, prod
     if scale_rows == 0 or scale_cols == 0:
         return
     group = NV_BLOCK if fmt == "nvfp4" else MX_BLOCK
-    lines16 = _lines16(x, q, fmt, producer, n_cols)
-    cfg = config or mx_quant_launch_config(producer, fmt, scale_rows, scale_cols * group, device_profile(x.device),
-                                           lines16)
+    profile = device_profile(x.device)
+    lines16 = _lines16(x, q, fmt, producer, n_cols, profile)
+    cfg = config or mx_quant_launch_config(producer, fmt, scale_rows, scale_cols * group, profile, lines16)
     row_loop = cfg.ROW_LOOP and producer == "rms"
     if cfg.BLOCK_N % group or (producer == "rms" and not row_loop and cfg.BLOCK_N < scale_cols * group):
         raise ValueError(f"mx_quant: a launch's BLOCK_N must be a multiple of the {group}-column block"

@@ -17,7 +17,14 @@ import triton.language as tl
 
 from aiter_lite.ops.triton._triton_kernels.activation import _apply_activation
 from aiter_lite.ops.triton._triton_kernels.quant.mx_quant import _scale_offsets
-from aiter_lite.ops.triton._triton_kernels.quant.quant import _amax, _load_f32, _nan_max, _quantize, _row_scale
+from aiter_lite.ops.triton._triton_kernels.quant.quant import (
+    _amax,
+    _ceil_pow2,
+    _load_f32,
+    _nan_max,
+    _quantize,
+    _row_scale,
+)
 
 
 @triton.jit
@@ -49,9 +56,8 @@ def _ue8m0(amax, q_max):
     """A group's scale ``amax / q_max`` rounded up to a power of 2, as (its fp32 value, its
     e8m0 byte): an all-zero group 0 and byte 0 (its values 0), a NaN one NaN and 0xFF (e8m0's
     NaN; its values NaN)."""
-    up = (tl.math.div_rn(amax, q_max).to(tl.int32, bitcast=True) + 0x7FFFFF) & 0x7F800000
-    scale = tl.where(amax != amax, amax, up.to(tl.float32, bitcast=True))
-    return scale, tl.where(amax != amax, 255, up >> 23)
+    scale = _ceil_pow2(tl.math.div_rn(amax, q_max))
+    return scale, tl.where(amax != amax, 255, scale.to(tl.int32, bitcast=True) >> 23)
 
 
 @triton.jit

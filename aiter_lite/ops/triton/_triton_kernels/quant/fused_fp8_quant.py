@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from aiter_lite.ops.triton._triton_kernels.activation import _apply_activation
-from aiter_lite.ops.triton._triton_kernels.quant.quant import _amax, _nan_max, _quantize
+from aiter_lite.ops.triton._triton_kernels.quant.quant import _amax, _ceil_pow2, _nan_max, _quantize
 
 
 @triton.jit
@@ -221,15 +221,6 @@ def _gate(z, GATE: tl.constexpr):
     else:
         tl.static_assert(GATE == "sigmoid")
         return 1.0 / (1.0 + tl.exp(-z))
-
-
-@triton.jit
-def _ceil_pow2(s):
-    """The least power of 2 >= ``s`` (fp32, s >= 0), exactly: the exponent carried up by
-    any mantissa bit (aiter's ``exp2(ceil(log2(s)))`` goes one power too high where the
-    approximate log2 of a power of 2 lands above it); NaN kept."""
-    up = (s.to(tl.int32, bitcast=True) + 0x7FFFFF) & 0x7F800000
-    return tl.where(s != s, s, up.to(tl.float32, bitcast=True))
 
 
 @triton.jit

@@ -82,6 +82,15 @@ def _quantize(x, inv_scale, q_min, q_max, dtype: tl.constexpr, SOFT_ROUND: tl.co
 
 
 @triton.jit
+def _ceil_pow2(s):
+    """The least power of 2 >= ``s`` (fp32, s >= 0), exactly: the exponent carried up by
+    any mantissa bit (aiter's ``exp2(ceil(log2(s)))`` goes one power too high where the
+    approximate log2 of a power of 2 lands above it); NaN kept."""
+    up = (s.to(tl.int32, bitcast=True) + 0x7FFFFF) & 0x7F800000
+    return tl.where(s != s, s, up.to(tl.float32, bitcast=True))
+
+
+@triton.jit
 def _scale_of(amax, q_max, min_scale):
     """``max(amax / q_max, min_scale)``: never 0 (an all-zero input quantizes to zeros); NaN
     for a NaN amax."""
