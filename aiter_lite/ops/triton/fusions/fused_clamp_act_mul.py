@@ -20,6 +20,7 @@ from typing import Literal
 
 import torch
 
+from aiter_lite.ops.triton.fusions._common import check_out
 from aiter_lite.ops.triton.quant.act_quant import _launch_act_quant
 from aiter_lite.ops.triton.quant.dtypes import check_quant_dtype_supported
 from aiter_lite.spec.quant import QUANT_DTYPES
@@ -43,17 +44,6 @@ __all__ = ["fused_clamp_act_mul"]
 _ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu")
 _UE8M0_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 _PAD_ROWS, _PAD_COLS = 256, 8  # aiter's shuffled scale buffer: rows and columns rounded up to these
-
-
-def _buffer(op: str, name: str, t, shape: tuple, dtypes: tuple, ref: torch.Tensor) -> torch.Tensor:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{op}: {name} must be a torch.Tensor or None, got {type(t).__name__}")
-    if t.dtype not in dtypes:
-        raise TypeError(f"{op}: {name} must be one of {', '.join(str(d) for d in dtypes)}, got {t.dtype}")
-    if tuple(t.shape) != tuple(shape):
-        raise ValueError(f"{op}: {name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
-    check_same_device(op, name, t, "inp", ref)
-    return t
 
 
 @public_op(mutates=("out", "scale"), no_grad="aiter's fused_clamp_act_mul is an inference op: it has no backward "
@@ -100,7 +90,7 @@ def fused_clamp_act_mul(inp: torch.Tensor, out: torch.Tensor | None = None, scal
         if scale is not None or scale_dtype_fmt != "fp32" or shuffle_scale:
             raise ValueError(f"{op}: scale, scale_dtype_fmt='ue8m0' and shuffle_scale need dtype_quant")
         out = (torch.empty((m, n), dtype=inp.dtype, device=inp.device) if out is None
-               else _buffer(op, "out", out, (m, n), FLOAT_DTYPES, inp))
+               else check_out(op, "out", out, (m, n), inp, FLOAT_DTYPES, "inp"))
         check_unit_last_stride(op, "out", out)
         if debug_on():
             log_call(op, inp=inp, out=out, swiglu_limit=limit, activation=activation, weights=weights)
@@ -123,20 +113,20 @@ def fused_clamp_act_mul(inp: torch.Tensor, out: torch.Tensor | None = None, scal
     if shuffle_scale and (not ue8m0 or transpose_scale):
         raise ValueError(f"{op}: shuffle_scale needs scale_dtype_fmt='ue8m0' and no transpose_scale")
     out = (torch.empty((m, n), dtype=qdtype, device=inp.device) if out is None
-           else _buffer(op, "out", out, (m, n), QUANT_DTYPES, inp))
+           else check_out(op, "out", out, (m, n), inp, QUANT_DTYPES, "inp"))
     check_unit_last_stride(op, "out", out)
     s_dtype = torch.uint8 if ue8m0 else torch.float32
     if shuffle_scale:
         shape = (cdiv(m, _PAD_ROWS) * _PAD_ROWS, cdiv(groups, _PAD_COLS) * _PAD_COLS)
         scale = (torch.full(shape, 127, dtype=s_dtype, device=inp.device) if scale is None
-                 else _buffer(op, "scale", scale, shape, (s_dtype,), inp))
+                 else check_out(op, "scale", scale, shape, inp, (s_dtype,), "inp"))
         if not scale.is_contiguous():
             raise ValueError(f"{op}: a shuffled scale buffer must be contiguous, got strides {tuple(scale.stride())}")
         written = scale
     else:
         shape = (groups, m) if transpose_scale else (m, groups)
         scale = (torch.empty(shape, dtype=s_dtype, device=inp.device) if scale is None
-                 else _buffer(op, "scale", scale, shape, (s_dtype,), inp))
+                 else check_out(op, "scale", scale, shape, inp, (s_dtype,), "inp"))
         written = scale.t() if transpose_scale else scale
     if debug_on():
         log_call(op, inp=inp, out=out, scale=scale, swiglu_limit=limit, activation=activation, weights=weights,
