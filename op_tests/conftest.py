@@ -49,3 +49,7 @@ def _seed(request):
     seed = zlib.crc32(request.node.nodeid.encode())
     torch.manual_seed(seed)
     yield
+    if ON_GPU:
+        # Workers share one GPU: what a test freed goes back to it, so one worker's cache of
+        # a large test does not starve the others (an 80 GB card at -n 14).
+        torch.cuda.empty_cache()

@@ -80,7 +80,7 @@ def _model_dims(cfg: dict, tokens: int):
                 rope_dim=cfg.get("qk_rope_head_dim", 64))
 
 
-def sweep(profile: DeviceProfile, fast: bool) -> list[tuple[str, object]]:
+def sweep(profile: DeviceProfile, fast: bool, only: tuple[str, ...] = ()) -> list[tuple[str, object]]:
     """(case, call) pairs: every op at tiny sizes in every activation and quantized dtype
     the target stores, the models at decode and prefill sizes, the regime cases."""
     from aiter_lite.library import OPS
@@ -105,7 +105,8 @@ def sweep(profile: DeviceProfile, fast: bool) -> list[tuple[str, object]]:
             for name, spec in OPS.items():
                 out.append((f"{name} {model} T={tokens}", call(spec.triton, op_args(name, dims, "meta",
                                                                                        torch.bfloat16, fp8))))
-    return out + kb.cases(fp8, tiny=False)
+    out += kb.cases(fp8, tiny=False)
+    return [c for c in out if not only or any(o in c[0] for o in only)]
 
 
 def _short(dtype: torch.dtype) -> str:
@@ -116,14 +117,14 @@ def _largest_tile(meta: dict) -> int:
     return math.prod(v for k, v in meta.items() if k.startswith("BLOCK") and isinstance(v, int) and v > 0)
 
 
-def jobs(profile: DeviceProfile, fast: bool) -> tuple[list[dict], list[str]]:
+def jobs(profile: DeviceProfile, fast: bool, only: tuple[str, ...] = ()) -> tuple[list[dict], list[str]]:
     """The distinct specializations the sweep launches for ``profile`` (one per regime
     where ``fast``, its largest tile), and the cases that raised."""
     from triton.compiler import make_backend
 
     backend = make_backend(profile.gpu_target())
     found, errors = {}, []
-    for case, call in sweep(profile, fast):
+    for case, call in sweep(profile, fast, only):
         try:
             launches = kb.record_cases([(case, call)], profile)
         except ValueError as e:
@@ -303,6 +304,7 @@ def main(argv=None) -> int:
     p.add_argument("--fast", action="store_true", help="one specialization per kernel regime (CI)")
     p.add_argument("--targets", nargs="+", default=list(TARGETS), choices=list(TARGETS))
     p.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, help="compiling processes")
+    p.add_argument("--only", nargs="+", default=(), help="just the cases whose name holds one of these")
     p.add_argument("--csv", help="every build's row")
     p.add_argument("--markdown", help="the Platforms table (README)")
     args = p.parse_args(argv)
@@ -320,7 +322,7 @@ def main(argv=None) -> int:
     work, failures, dtype_failures = [], [], {}
     for t in args.targets:
         profile = TARGETS[t]
-        found, errors = jobs(profile, args.fast)
+        found, errors = jobs(profile, args.fast, tuple(args.only))
         failures += [f"{t}: {e}" for e in errors]
         dtype_failures[t] = dtype_checks(profile)
         failures += [f"{t}: {e}" for e in dtype_failures[t]]

@@ -489,7 +489,28 @@ def record(fn: Callable, *args, **kwargs) -> tuple:
 def launch(kernel, grid: tuple, *args, **meta) -> None:
     """``kernel[grid](*args, **meta)``: runtime arguments positional, constexprs and
     launch options by keyword; recorded for a plan when one is being made."""
+    if TRITON_INTERPRET:
+        _runtime_by_position(kernel, meta)
     compiled = kernel[grid](*args, **meta)
     rec = getattr(_state, "recording", None)
     if rec is not None:
         rec.launches.append((compiled, kernel, grid, args, meta))
+
+
+@functools.cache
+def _runtime_names(kernel) -> frozenset:
+    params = inspect.signature(kernel.fn).parameters.values()  # a JITFunction or the interpreter's
+    return frozenset(p.name for p in params if "constexpr" not in str(p.annotation))
+
+
+def _runtime_by_position(kernel, meta: dict) -> None:
+    """A plan replays the positional arguments and the constexprs' values: a runtime argument
+    passed by keyword would leave its launch with no plan. Checked where kernels are
+    interpreted (the CPU tests), so every launcher is held to it without a cost on a GPU."""
+    if not hasattr(kernel, "fn"):  # not a Triton kernel (a stand-in of the tests)
+        return
+    named = _runtime_names(kernel) & meta.keys()
+    if named:
+        raise TypeError(f"{kernel.fn.__name__}: runtime arguments {sorted(named)} passed by keyword; "
+                        f"launch() takes them by position")
+

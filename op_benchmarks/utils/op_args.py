@@ -157,6 +157,17 @@ def _cache(m: _Make) -> tuple:
             None)
 
 
+def _qk_norm_cache(m: _Make, gated: bool = True) -> tuple:
+    """Qwen3-Next's call: gates interleaved with Q, an HND cache."""
+    d = m.d
+    qkv = m.r(d.tokens, (d.heads * (2 if gated else 1) + 2 * d.kv_heads) * d.head_dim)
+    caches = (torch.zeros(d.blocks, d.kv_heads, d.block_size, d.head_dim, device=m.device, dtype=m.dtype)
+              for _ in range(2))
+    return (qkv, m.w(d.head_dim), m.w(d.head_dim), *m.tab(d.head_dim // 2), m.i(d.rope_rows, d.tokens), *caches,
+            m.slots(d.blocks * d.block_size), d.heads, d.kv_heads, d.head_dim, True, None, True, gated, None, None,
+            1e-6, "interleaved", "HND")
+
+
 def _routing(m: "_Make", t: int) -> tuple:
     d = m.d
     return (torch.rand(t, d.topk, device=m.device, dtype=m.dtype),
@@ -246,6 +257,7 @@ def op_args(name: str, dims: Dims = TINY, device="cpu", dtype=torch.float32, qdt
         "fused_qkv_split_qk_rope": lambda: (m.r(t, (d.heads + 2 * d.kv_heads) * d.head_dim), *m.tab(d.head_dim // 2),
                                             m.i(d.rope_rows, t), d.heads, d.kv_heads, d.head_dim),
         "fused_qk_rope_reshape_and_cache": lambda: _cache(m),
+        "fused_qkv_split_qk_norm_rope_cache": lambda: _qk_norm_cache(m),
         "fused_qk_cat": lambda: (m.r(t, d.heads, d.kv_lora), m.r(t, d.heads, d.rope_dim), m.r(t, 1, d.kv_lora),
                                  m.r(t, 1, d.rope_dim)),
         "fused_qk_rope_cat": lambda: (m.r(t, d.heads, d.kv_lora), m.r(t, d.heads, d.rope_dim), m.r(t, 1, d.kv_lora),

@@ -270,6 +270,15 @@ AITER = [
      "decode_q_pe_out: torch.Tensor = None, k_pe_out: torch.Tensor = None, q_out_dtype: torch.dtype = None, "
      "shuffled_kv_cache: bool = False, upcast_operand: bool = False) -> tuple[torch.Tensor, torch.Tensor, "
      "torch.Tensor, torch.Tensor]"),
+    ("aiter.ops.triton.rope.fused_qkv_split_qk_norm_rope_cache",
+     "fused_qkv_split_qk_norm_rope_cache(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, "
+     "cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, key_cache: torch.Tensor, "
+     "value_cache: torch.Tensor, slot_mapping: torch.Tensor, qh: int, kvh: int, head_dim: int, "
+     "is_neox: bool = True, offsets: torch.Tensor = None, reuse_freqs_front_part: bool = True, "
+     "attn_output_gate: bool = False, k_scale: torch.Tensor = None, v_scale: torch.Tensor = None, "
+     "eps: float = 1e-05, gated_qkv_layout: str = 'interleaved', kv_cache_layout: str = 'HND')"),
+    ("aiter.ops.triton.rope.fused_qkv_split_qk_norm_rope_cache",
+     "infer_rope_cache_triton_block_t(T: int, device: torch.device) -> int"),
     ("aiter.ops.triton.fusions.fused_routing_from_topk",
      "fused_routing_from_topk(topk_weights: torch.Tensor, topk_ids: torch.Tensor, n_expts_tot: int, "
      "expert_map: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]"),

@@ -49,7 +49,7 @@ _CPU_AOT = {"silu_and_mul", "rms_norm", "fused_add_rms_norm", "log_softmax", "cr
             "moe_biased_grouped_topk",
             "dynamic_per_token_quant_fp8_i8", "rmsnorm2d_fwd_with_add_dynamicquant", "act_mul_and_fp8_group_quant",
             "rope_cached_positions_fwd_inplace", "rope_thd_fwd", "fused_qkv_split_qk_rope",
-            "fused_qk_rope_reshape_and_cache", "cat_and_cache_mla"}
+            "fused_qk_rope_reshape_and_cache", "cat_and_cache_mla", "fused_routing_from_topk"}
 _CHECKS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
 
 

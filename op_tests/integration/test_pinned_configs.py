@@ -29,6 +29,7 @@ from op_tests.utils.registry import assert_same_bits, clone_args
 qkv_split = importlib.import_module("aiter_lite.ops.triton.fusions.fused_qkv_split_qk_rope")
 mul_add = importlib.import_module("aiter_lite.ops.triton.fusions.fused_mul_add")
 routing = importlib.import_module("aiter_lite.ops.triton.fusions.fused_routing_from_topk")
+qk_norm = importlib.import_module("aiter_lite.ops.triton.fusions.fused_qkv_split_qk_norm_rope_cache")
 BACKEND = "inductor" if ON_GPU else "aot_eager"
 FAMILIES = ["activation", "activation backward", "activation, gate and up apart",
             "activation backward, gate and up apart", "normalization", "normalization backward", "softmax",
@@ -38,7 +39,8 @@ FAMILIES = ["activation", "activation backward", "activation, gate and up apart"
             "quant dynamic per tensor", "quant group", "act + quant", "norm + quant", "fused rms + quant",
             "fused gated rms + quant", "mx quant", "rope",
             "rope in place", "fusions", "fusions q/k concat", "fusions MLA cache", "fusions KV cache",
-            "fusions MLA rope cat cache", "fusions mul add", "fusions routing from top-k"]
+            "fusions MLA rope cat cache", "fusions mul add", "fusions routing from top-k",
+            "fusions QK-norm rope cache"]
 F8 = torch.float8_e4m3fn if ON_GPU else torch.int8
 
 
@@ -185,6 +187,13 @@ def _cases():
                                         torch.empty(2 * t, device=DEVICE, dtype=torch.int32),
                                         torch.empty(2 * t, device=DEVICE, dtype=torch.int32), _e(2 * t)),
                                        routing.RoutingLaunchConfig(2)),
+        "fusions QK-norm rope cache": (qk_norm._launch_qkv_norm_rope_cache,
+                                       (_r(t, 12 * 16), _r(16), _r(16), _e(t, 4, 16), _e(t, 4, 16), _e(t, 2, 16),
+                                        _e(t, 2, 16), _e(3, 4, 2, 16), _e(3, 4, 2, 16),
+                                        torch.randperm(12, device=DEVICE)[:t], pos, None, cos, sin, None, None,
+                                        [16, cos.stride(0), cos.stride(1), 8, 32, 16, 12, 4,
+                                         *[128, 32, 16, 1] * 2], 1e-6, [True, True]),
+                                       qk_norm.QKNormRopeLaunchConfig(2, 2, 1)),
     }
     return cases
 

@@ -93,6 +93,7 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
         fused_clamp_act_mul,
         fused_mul_add,
         fused_qk_rope_cat_and_cache_mla,
+        fused_qkv_split_qk_norm_rope_cache,
         fused_routing_from_topk,
     )
     from aiter_lite.ops.triton.quant import fused_fp8_quant as ffq
@@ -213,6 +214,13 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
                shuffled_kv_cache=shuffled))
           for what, shuffled, qdt in (("fp8 cache and q, prefill tokens", False, fp8),
                                       ("aiter's preshuffled fp8 cache", True, None))],
+        *[(f"fused_qkv_split_qk_norm_rope_cache, Qwen3-Next prefill, gates {gl}, {lay} fp8 cache, scales, offsets",
+           lambda gl=gl, lay=lay, shape=shape: fused_qkv_split_qk_norm_rope_cache(
+               _meta(4096, (16 * 2 + 2 * 2) * 256), _meta(256), _meta(256), _meta(4096, 32, dtype=f32),
+               _meta(4096, 32, dtype=f32), _meta(4096, dtype=torch.int64), _meta(*shape, dtype=fp8),
+               _meta(*shape, dtype=fp8), _meta(4096, dtype=torch.int64), 16, 2, 256, False,
+               _meta(4096, dtype=torch.int64), True, True, _meta(1, dtype=f32), _meta(1, dtype=f32), 1e-6, gl, lay))
+          for gl, lay, shape in (("interleaved", "HND", (300, 2, 16, 256)), ("blocked", "NHD", (300, 16, 2, 256)))],
         ("fused_routing_from_topk, the most pairs a program sorts, an expert map",
          lambda: fused_routing_from_topk(_meta(1024, 8, dtype=f32), _meta(1024, 8, dtype=torch.int32), 256,
                                          _meta(512, dtype=torch.int32))),

@@ -26,5 +26,6 @@ def fused_routing_from_topk(topk_weights, topk_ids, n_expts_tot, expert_map=None
     order = torch.argsort(e, stable=True)
     gate_indx = torch.empty_like(order)
     gate_indx[order] = torch.arange(order.numel(), device=order.device)
-    hist = torch.bincount(e, minlength=n_expts_tot)[:n_expts_tot]
+    # a count per expert (not bincount, whose length depends on the values: no fake of it)
+    hist = torch.zeros(n_expts_tot, dtype=torch.long, device=e.device).scatter_add_(0, e, torch.ones_like(e))
     return (hist.int(), order.int(), gate_indx.int(), w[order].to(topk_weights.dtype))

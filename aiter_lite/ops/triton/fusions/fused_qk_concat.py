@@ -78,7 +78,7 @@ def _launch_qk_cat(q1: torch.Tensor, q2: torch.Tensor, k1: torch.Tensor, k2: tor
         q1, q2, q_out, k1, k2, k_out, q1, pos if rope else q1, cos if rope else q1, sin if rope else q1, q1,
         *q1.stride(), *q2.stride(), *q_out.stride(), *k1.stride(), *s2,
         k_out.stride(0), 0, k_out.stride(1), k_out.stride(2), stride_r, stride_f,
-        n_tokens, n_tokens, n_tokens, 1, n_rows, qh, kh, d1, d2, -1.0, 1.0, **NO_EXTRAS,
+        n_tokens, n_tokens, n_tokens, 1, n_rows, qh, kh, d1, d2, -1.0, 1.0, *NO_EXTRAS,
         ROPE=rope, IS_NEOX=is_neox, REUSE=reuse, DEST_SLOTS=False, HAS_SCALE=False, O1_FP8=False, O2_FP8=False,
         SOFT_ROUND=False, HALF=max(half, 1), BLOCK_HALF=next_power_of_2(max(half, 1)),
         BLOCK_D1=next_power_of_2(d1), BLOCK_D2=next_power_of_2(d2), BLOCK_T=block_t, BLOCK_H=block_h,

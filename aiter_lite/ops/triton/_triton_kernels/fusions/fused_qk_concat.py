@@ -20,9 +20,12 @@ SHUFFLE + c % SHUFFLE``: the 16 tokens' chunks side by side, one MFMA operand ro
 import triton
 import triton.language as tl
 
-# _cat_kernel's further outputs, none of them written (a launch of the plain concatenations)
-NO_EXTRAS = dict(bo1_ptr=None, sbo1_t=0, sbo1_h=0, sbo1_d=0, bo2_ptr=None, sbo2_t=0, sbo2_h=0, sbo2_d=0,
-                 z1_ptr=None, sz1_t=0, sz1_h=0, sz1_d=0, n_extra=0, q1_min=-1.0, q1_max=1.0)
+# _cat_kernel's further outputs, none of them written (a launch of the plain concatenations), in
+# its parameters' order: passed by position as every runtime argument is, so a launch plan takes them
+NO_EXTRAS = (None, 0, 0, 0,   # bo1_ptr, sbo1_t, sbo1_h, sbo1_d
+             None, 0, 0, 0,   # bo2_ptr, ...
+             None, 0, 0, 0,   # z1_ptr, ...
+             0, -1.0, 1.0)    # n_extra, q1_min, q1_max
 
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_kv_cache import (
     _cast,
@@ -101,7 +104,7 @@ def _cat_kernel(
     # fused_qk_rope_cat_and_cache_mla's further outputs (rows; None: not written): each pair's b part as
     # written (bo1: the first n_extra tokens; bo2: every token), zeros in the first pair's a place (the
     # first n_extra tokens); the first pair's range where it is fp8 (q1_min / q1_max; else q_min / q_max)
-    # (every launch passes these: NO_EXTRAS where it writes none of them)
+    # (every launch passes these, by position: NO_EXTRAS where it writes none of them)
     bo1_ptr, sbo1_t, sbo1_h, sbo1_d,
     bo2_ptr, sbo2_t, sbo2_h, sbo2_d,
     z1_ptr, sz1_t, sz1_h, sz1_d,

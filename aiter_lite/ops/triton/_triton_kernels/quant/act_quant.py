@@ -29,11 +29,11 @@ from aiter_lite.ops.triton._triton_kernels.quant.quant import (
 
 @triton.jit
 def _act_mul(x_ptrs, n_cols, mask, ACTIVATION: tl.constexpr, x_dtype: tl.constexpr, EVEN: tl.constexpr,
-             ROUND_Y: tl.constexpr, limit=0.0, CLAMP: tl.constexpr = False, w_ptrs=None, w_mask=None):
+             ROUND_Y: tl.constexpr, limit=0.0, CLAMP: tl.constexpr = False, w=None):
     """``act(gate) * up`` for the gates at ``x_ptrs`` (ups n_cols further on), in fp32
     (ROUND_Y: rounded to ``x_dtype`` and widened back). CLAMP: SwiGLU's limit first (the
-    gate at most ``limit``, the up within +-limit; NaN kept). ``w_ptrs``: times the weights
-    there (after the product, in fp32). Masked lanes load 0 and give act(0) * 0 = 0, so they
+    gate at most ``limit``, the up within +-limit; NaN kept). ``w``: times these fp32
+    weights (after the product). Masked lanes load 0 and give act(0) * 0 = 0, so they
     never raise an amax."""
     gate = _load_f32(x_ptrs, mask, EVEN)
     up = _load_f32(x_ptrs + n_cols, mask, EVEN)
@@ -41,11 +41,8 @@ def _act_mul(x_ptrs, n_cols, mask, ACTIVATION: tl.constexpr, x_dtype: tl.constex
         gate = tl.minimum(gate, limit, propagate_nan=tl.PropagateNan.ALL)
         up = tl.clamp(up, -limit, limit, propagate_nan=tl.PropagateNan.ALL)
     y = _apply_activation(gate, ACTIVATION) * up
-    if w_ptrs is not None:
-        if w_mask is None:
-            y = tl.load(w_ptrs).to(tl.float32) * y
-        else:
-            y = tl.load(w_ptrs, mask=w_mask, other=0.0).to(tl.float32) * y
+    if w is not None:
+        y = w * y
     if ROUND_Y:
         y = y.to(x_dtype).to(tl.float32)
     return y
@@ -113,10 +110,12 @@ def _act_quant_kernel(
     if (MODE == "static") | (MODE == "none"):
         cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         mask = None if EVEN else row_mask[:, None] & (cols < n_cols)[None, :]
-        w_ptrs, w_mask = _weight_ptrs(w_ptr, rows[:, None], cols[None, :], stride_w_row, stride_w_col, n_rows, mask,
-                                      WEIGHTS)
+        w = None
+        if WEIGHTS != "":
+            w = _load_weights(w_ptr, rows[:, None], cols[None, :], stride_w_row, stride_w_col, n_rows, mask, WEIGHTS,
+                              EVEN)
         y = _act_mul(x_ptr + rows[:, None] * stride_x_row + cols[None, :], n_cols, mask, ACTIVATION, x_dtype, EVEN,
-                     ROUND_Y, limit, CLAMP, w_ptrs, w_mask)
+                     ROUND_Y, limit, CLAMP, w)
         if MODE == "none":
             q = y.to(q_dtype)
         else:
@@ -160,10 +159,12 @@ def _act_quant_kernel(
         grp = pid_n * (BLOCK_N // GROUP) + tl.arange(0, BLOCK_N // GROUP)
         cols = grp[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
         mask = None if EVEN else row_mask[:, None, None] & (cols < n_cols)[None, :, :]
-        w_ptrs, w_mask = _weight_ptrs(w_ptr, rows[:, None, None], cols[None, :, :], stride_w_row, stride_w_col,
-                                      n_rows, mask, WEIGHTS)
+        w = None
+        if WEIGHTS != "":
+            w = _load_weights(w_ptr, rows[:, None, None], cols[None, :, :], stride_w_row, stride_w_col, n_rows, mask,
+                              WEIGHTS, EVEN)
         y = _act_mul(x_ptr + rows[:, None, None] * stride_x_row + cols[None, :, :], n_cols, mask, ACTIVATION,
-                     x_dtype, EVEN, ROUND_Y, limit, CLAMP, w_ptrs, w_mask)
+                     x_dtype, EVEN, ROUND_Y, limit, CLAMP, w)
         s_mask = None if EVEN else row_mask[:, None] & (grp * GROUP < n_cols)[None, :]
         if UE8M0:
             scale, s_byte = _ue8m0(_amax(y, 2), q_max)
@@ -179,13 +180,12 @@ def _act_quant_kernel(
 
 
 @triton.jit
-def _weight_ptrs(w_ptr, rows, cols, stride_w_row, stride_w_col, n_rows, mask, WEIGHTS: tl.constexpr):
-    """Pointers (and their mask) to the weights of a tile at ``rows`` x ``cols`` (broadcast
-    shapes), or None where WEIGHTS is "": "row" one factor a row, "full" one an element."""
+def _load_weights(w_ptr, rows, cols, stride_w_row, stride_w_col, n_rows, mask, WEIGHTS: tl.constexpr,
+                  EVEN: tl.constexpr):
+    """fp32 weights of a tile at ``rows`` x ``cols`` (broadcast shapes): "row" one factor a
+    row, "full" one an element; 0 where masked."""
     if WEIGHTS == "row":
-        return w_ptr + rows * stride_w_row, rows < n_rows
-    elif WEIGHTS == "full":
-        return w_ptr + rows * stride_w_row + cols * stride_w_col, mask
+        return _load_f32(w_ptr + rows * stride_w_row, rows < n_rows, EVEN)
     else:
-        tl.static_assert(WEIGHTS == "")
-        return None, None
+        tl.static_assert(WEIGHTS == "full")
+        return _load_f32(w_ptr + rows * stride_w_row + cols * stride_w_col, mask, EVEN)
