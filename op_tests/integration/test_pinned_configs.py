@@ -193,7 +193,7 @@ def _cases():
                                         torch.randperm(12, device=DEVICE)[:t], pos, None, cos, sin, None, None,
                                         [16, cos.stride(0), cos.stride(1), 8, 32, 16, 12, 4,
                                          *[128, 32, 16, 1] * 2], 1e-6, [True, True]),
-                                       qk_norm.QKNormRopeLaunchConfig(2, 2, 1)),
+                                       RopeLaunchConfig(2, 2, 1)),
     }
     return cases
 

@@ -16,10 +16,8 @@ import torch
 
 from aiter_lite.ops.native import fusions as native
 from aiter_lite.ops.triton import fusions
-from aiter_lite.ops.triton.fusions.fused_qkv_split_qk_norm_rope_cache import (
-    QKNormRopeLaunchConfig,
-    infer_rope_cache_triton_block_t,
-)
+from aiter_lite.ops.triton.fusions.fused_qkv_split_qk_norm_rope_cache import infer_rope_cache_triton_block_t
+from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig
 from aiter_lite.ops.triton.quant import supported_quant_dtypes
 from op_tests.utils import DEVICE, ON_GPU, assert_close, by_device
 from op_tests.utils.fusions import FP8, assert_bits, bits, tol
@@ -188,16 +186,16 @@ def test_position_outside_the_table():
     assert q[1].isnan().all() and not q[[0, 2]].isnan().any() and not v.isnan().any()
 
 
-@pytest.mark.parametrize("cfg", [QKNormRopeLaunchConfig(1, 1, 1), QKNormRopeLaunchConfig(4, 2, 2),
-                                 QKNormRopeLaunchConfig(2, 4, 4)])
+@pytest.mark.parametrize("cfg", [RopeLaunchConfig(1, 1, 1), RopeLaunchConfig(4, 2, 2), RopeLaunchConfig(2, 4, 4)])
 def test_pinned_launch_config(cfg, monkeypatch):
     """Every tile computes the same values (tokens and heads past the ends masked)."""
     import importlib
 
     mod = importlib.import_module("aiter_lite.ops.triton.fusions.fused_qkv_split_qk_norm_rope_cache")
 
-    monkeypatch.setattr(mod, "qk_norm_rope_launch_config", lambda n, d: cfg)
+    monkeypatch.setattr(mod, "rope_launch_config", lambda *a: cfg)
     _check(_args(7, 6, 3, 96, gated=True))
+    _check(_args(5, 4, 2, 64, width=8, is_neox=False))
 
 
 def test_aiter_weight_rule():

@@ -17,8 +17,6 @@ dtype before RoPE. Where aiter is limited this does more, and checks it:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 
@@ -37,7 +35,8 @@ from aiter_lite.ops.triton.fusions._common import (
     soft_round,
 )
 from aiter_lite.ops.triton.normalization.norm import check_eps
-from aiter_lite.ops.triton.rope.rope import _table
+from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig, _table, rope_launch_config
+from aiter_lite.spec.device import device_profile
 from aiter_lite.utils.checks import (
     check_bool,
     check_choice,
@@ -53,30 +52,13 @@ from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
-__all__ = ["fused_qkv_split_qk_norm_rope_cache", "infer_rope_cache_triton_block_t", "QKNormRopeLaunchConfig",
-           "qk_norm_rope_launch_config"]
-
-
-@dataclass(frozen=True)
-class QKNormRopeLaunchConfig:
-    BLOCK_T: int  # tokens a program
-    BLOCK_H: int  # heads a program (of Q, or of K and V)
-    num_warps: int
-
-
-def qk_norm_rope_launch_config(n_tokens: int, head_dim: int) -> QKNormRopeLaunchConfig:
-    """One head a program (decode: a program per head, the most programs), up to 4096
-    elements a program as tokens grow; unmeasured beyond the decode and prefill benches."""
-    block_d = next_power_of_2(head_dim)
-    block_t = max(1, min(next_power_of_2(max(n_tokens, 1)), 4096 // block_d))
-    tile = block_t * block_d
-    return QKNormRopeLaunchConfig(block_t, 1, 4 if tile >= 2048 else 2 if tile >= 512 else 1)
+__all__ = ["fused_qkv_split_qk_norm_rope_cache", "infer_rope_cache_triton_block_t"]
 
 
 def infer_rope_cache_triton_block_t(T: int, device: torch.device) -> int:
     """aiter's token tile for ``fused_qkv_split_qk_norm_rope_cache``:
     ``next_power_of_2(ceil(T / (2 * SMs)))``, capped at 32 (this project's launch picks its
-    own, ``qk_norm_rope_launch_config``; the function stays for code that calls it)."""
+    own tiles, the RoPE kernels'; the function stays for code that calls it)."""
     op = "infer_rope_cache_triton_block_t"
     T = check_int(op, "T", T, 0)
     device = torch.device(device)
@@ -93,19 +75,19 @@ def _launch_qkv_norm_rope_cache(qkv: torch.Tensor, q_weight: torch.Tensor, k_wei
                                 key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: torch.Tensor,
                                 pos: torch.Tensor, off: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
                                 k_scale: torch.Tensor | None, v_scale: torch.Tensor | None, geometry: list[int],
-                                eps: float, flags: list[bool],
-                                config: QKNormRopeLaunchConfig | None = None) -> None:
+                                eps: float, flags: list[bool], config: RopeLaunchConfig | None = None) -> None:
     """qkv's rows split into q (+ gate), k, v, q and k normalized and rotated, k and v into
     the caches. ``geometry``: table rows and strides, HALF, the Q head stride and gate
     offset in qkv's row, the cache's slots and block size, then each cache's (block,
-    offset, head, channel) strides."""
+    offset, head, channel) strides. Tiles as the RoPE + KV-cache kernel's (``rope_launch_config``)."""
     n_rows, stride_r, stride_f, half, sq_h, gate_off, n_cache_slots, block_size, *strides = geometry
     is_neox, reuse = flags
     n_tokens, qh, d = q.shape
     kvh = k.shape[1]
     if n_tokens == 0:
         return
-    cfg = config or qk_norm_rope_launch_config(n_tokens, d)
+    cfg = config or rope_launch_config(n_tokens, qh, kvh, d, device_profile(q.device))
+    rest = d - 2 * half
     grid = (cdiv(n_tokens, cfg.BLOCK_T) * (cdiv(qh, cfg.BLOCK_H) + cdiv(kvh, cfg.BLOCK_H)),)
     c_min, c_max = fp8_range(key_cache.dtype)
     launch(
@@ -118,7 +100,8 @@ def _launch_qkv_norm_rope_cache(qkv: torch.Tensor, q_weight: torch.Tensor, k_wei
         HAS_OFFSETS=off is not None, IS_NEOX=is_neox, REUSE=reuse, GATED=gate is not None,
         HAS_K_SCALE=k_scale is not None, HAS_V_SCALE=v_scale is not None,
         K_FP8=key_cache.dtype.itemsize == 1, V_FP8=value_cache.dtype.itemsize == 1,
-        SOFT_ROUND=soft_round(key_cache.dtype), HALF=half, BLOCK_D=next_power_of_2(d), BLOCK_T=cfg.BLOCK_T,
+        SOFT_ROUND=soft_round(key_cache.dtype), HALF=half, BLOCK_HALF=next_power_of_2(half),
+        BLOCK_REST=next_power_of_2(rest) if rest > 0 else 0, BLOCK_D=next_power_of_2(d), BLOCK_T=cfg.BLOCK_T,
         BLOCK_H=cfg.BLOCK_H, INT64=max(max_offset(qkv, q, gate, k, v), n_tokens * qh * d) >= 2**31,
         num_warps=cfg.num_warps,
     )

@@ -10,50 +10,76 @@ token's slot of the caches). Caches are addressed by (block, offset, head, chann
 strides, so HND and NHD are one kernel.
 
 A head's RMS is over all D channels; its normalized value ``x * rstd * (1 + w)`` is rounded
-to qkv's dtype (the norm's output) and rotated in fp32. Channel c's partner in its pair
-(NEOX: c +- R/2; GPTJ: c ^ 1) is loaded again (an L1 hit) and normalized the same way, so a
-partial rotary width needs no reshuffle; channels past R pass through.
+to qkv's dtype (the norm's output) and rotated in fp32 as the RoPE kernels turn it: the
+pairs' two members loaded apart (NEOX halves; GPTJ pairs split in registers), the channels
+past R (normalized, not rotated) a third part. K's rotated values go to k_out rounded and to
+the cache from fp32 (times 1 / k_scale; fp8 saturated).
 """
 
 import triton
 import triton.language as tl
 
-from aiter_lite.ops.triton._triton_kernels.fusions.fused_kv_cache import _cast, _slots
-from aiter_lite.ops.triton._triton_kernels.rope.rope import _token_block
+from aiter_lite.ops.triton._triton_kernels.fusions.fused_kv_cache import (
+    _cast,
+    _slots,
+    _store_chans,
+    _store_pairs,
+    _two_part_block,
+)
+from aiter_lite.ops.triton._triton_kernels.rope.rope import _load_part, _pair_cols, _tables, _token_rows, _turn
 
 
 @triton.jit
-def _normed(ptrs, mask, w, rstd, dtype: tl.constexpr):
-    """x * rstd * (1 + w) of the values at ``ptrs``, rounded to ``dtype``, in fp32."""
-    x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+def _normed(x, rstd, w, dtype: tl.constexpr):
+    """``x * rstd * (1 + w)`` rounded to ``dtype`` (the norm's output), in fp32."""
     return (x * rstd * (1.0 + w)).to(dtype).to(tl.float32)
 
 
 @triton.jit
-def _norm_rope_heads(x_ptr, sx_t, sx_h, w_ptr, tok, heads, th_mask, cos, sin, eps, head_dim,
-                     IS_NEOX: tl.constexpr, HALF: tl.constexpr, BLOCK_D: tl.constexpr):
-    """(BLOCK_T, BLOCK_H, BLOCK_D) heads at ``x_ptr`` normalized and rotated, fp32 (cos, sin:
-    (BLOCK_T, 1, BLOCK_D), 1 and 0 past the rotary channels)."""
-    c = tl.arange(0, BLOCK_D)
-    c_mask = c < head_dim
-    rot = c < 2 * HALF
-    if IS_NEOX:
-        partner = tl.where(c < HALF, c + HALF, tl.where(rot, c - HALF, c))
-        sign = tl.where(c < HALF, -1.0, 1.0)
-    else:
-        partner = tl.where(rot, c ^ 1, c)
-        sign = tl.where(c % 2 == 0, -1.0, 1.0)
-    base = (x_ptr + tok * sx_t)[:, None] + heads[None, :] * sx_h
-    m = th_mask[:, :, None] & c_mask[None, None, :]
-    x = tl.load(base[:, :, None] + c[None, None, :], mask=m, other=0.0).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=2) / head_dim + eps)[:, :, None]
+def _norm_rope_heads(x_ptr, sx_t, sx_h, w_ptr, tok, t_mask, heads, th_mask, pos_ptr, off_ptr, cos_ptr, sin_ptr,
+                     n_rows, stride_t_r, stride_t_f, eps, head_dim, HAS_OFFSETS: tl.constexpr,
+                     IS_NEOX: tl.constexpr, REUSE: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr,
+                     BLOCK_REST: tl.constexpr, BLOCK_T: tl.constexpr):
+    """A (BLOCK_T, BLOCK_H) block of heads at ``x_ptr`` RMS-normalized over all head_dim
+    channels and rotated: (o1, o2) the pairs (BLOCK_HALF wide), ``rest`` the channels past
+    the rotary part (BLOCK_REST wide; unused where BLOCK_REST is 0), fp32. Pairs
+    of a token outside the table are NaN (the RoPE ops' rule)."""
+    xh = (x_ptr + tok * sx_t)[:, None] + heads[None, :] * sx_h
+    x1, x2 = _load_part(xh, 0, 1, th_mask, HALF, BLOCK_HALF, IS_NEOX)
+    ss = tl.sum(x1 * x1, axis=2) + tl.sum(x2 * x2, axis=2)
+    if BLOCK_REST > 0:
+        c = 2 * HALF + tl.arange(0, BLOCK_REST)
+        xr = tl.load(xh[:, :, None] + c[None, None, :], mask=th_mask[:, :, None] & (c < head_dim)[None, None, :],
+                     other=0.0).to(tl.float32)
+        ss += tl.sum(xr * xr, axis=2)
+    rstd = tl.rsqrt(ss / head_dim + eps)[:, :, None]
     dtype = x_ptr.dtype.element_ty
-    w = tl.load(w_ptr + c, mask=c_mask, other=0.0).to(tl.float32)[None, None, :]
-    y = (x * rstd * (1.0 + w)).to(dtype).to(tl.float32)
-    wp = tl.load(w_ptr + partner, mask=c_mask, other=0.0).to(tl.float32)[None, None, :]
-    yp = _normed(base[:, :, None] + partner[None, None, :], m, wp, rstd, dtype)
-    out = tl.fma(y, cos, sign[None, None, :] * (yp * sin))
-    return tl.where(rot[None, None, :], out, y)
+    j = tl.arange(0, BLOCK_HALF)
+    a, b = _pair_cols(j, HALF, IS_NEOX)
+    y1 = _normed(x1, rstd, tl.load(w_ptr + a, mask=j < HALF, other=0.0).to(tl.float32)[None, None, :], dtype)
+    y2 = _normed(x2, rstd, tl.load(w_ptr + b, mask=j < HALF, other=0.0).to(tl.float32)[None, None, :], dtype)
+    if BLOCK_REST > 0:
+        c = 2 * HALF + tl.arange(0, BLOCK_REST)
+        rest = _normed(xr, rstd, tl.load(w_ptr + c, mask=c < head_dim, other=0.0).to(tl.float32)[None, None, :],
+                       dtype)
+    else:
+        rest = y1  # no channels past the rotary part: unused
+    row, _, valid = _token_rows(tok, t_mask, 1, pos_ptr, off_ptr, pos_ptr, 1, 0, 0, 1, 1, 1, HAS_OFFSETS, BLOCK_T)
+    c1, c2, s1, s2 = _tables(cos_ptr, sin_ptr, row, n_rows, stride_t_r, stride_t_f, valid,
+                             HALF, BLOCK_HALF, IS_NEOX, REUSE, False)
+    o1, o2 = _turn(y1, y2, c1, c2, s1, s2, valid[:, None, None], False)
+    return o1, o2, rest
+
+
+@triton.jit
+def _store_head(base, o1, o2, rest, mask, head_dim, s_d, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr,
+                BLOCK_REST: tl.constexpr, IS_NEOX: tl.constexpr):
+    """Pairs and the channels past them (already in the destination's dtype) into the
+    (BLOCK_T, BLOCK_H) entries at ``base``, channels ``s_d`` apart, where ``mask``."""
+    _store_pairs(base, 0, o1, o2, mask, 1, s_d, 0, HALF, BLOCK_HALF, IS_NEOX)
+    if BLOCK_REST > 0:
+        c = 2 * HALF + tl.arange(0, BLOCK_REST)
+        _store_chans(base, c, rest, mask[:, :, None] & (c < head_dim)[None, None, :], 1, s_d, 0)
 
 
 @triton.jit(do_not_specialize=["n_tokens", "n_slot_tokens", "n_cache_slots", "n_rows"])
@@ -72,86 +98,66 @@ def _qkv_norm_rope_cache_kernel(
     eps, c_min, c_max,
     HAS_OFFSETS: tl.constexpr,
     IS_NEOX: tl.constexpr,
-    REUSE: tl.constexpr,             # a table entry serves both members of a pair
+    REUSE: tl.constexpr,             # a HALF-wide table serves both members of a pair
     GATED: tl.constexpr,
     HAS_K_SCALE: tl.constexpr,
     HAS_V_SCALE: tl.constexpr,
     K_FP8: tl.constexpr,
     V_FP8: tl.constexpr,
     SOFT_ROUND: tl.constexpr,
-    HALF: tl.constexpr,              # R / 2: the rotated channels are 0 .. R
-    BLOCK_D: tl.constexpr,
+    HALF: tl.constexpr,              # R / 2: channels 0 .. R rotate, R .. head_dim pass through (normalized)
+    BLOCK_HALF: tl.constexpr,
+    BLOCK_REST: tl.constexpr,        # >= head_dim - R, power of 2 (0: none)
+    BLOCK_D: tl.constexpr,           # >= head_dim, power of 2
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
     INT64: tl.constexpr,
 ):
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     eps = tl.cast(eps, tl.float32)
     c_min = tl.cast(c_min, tl.float32)
     c_max = tl.cast(c_max, tl.float32)
-    n_q_blocks = tl.cdiv(n_q_heads, BLOCK_H)
-    pid_h, tok, t_mask = _token_block(n_q_blocks + tl.cdiv(n_kv_heads, BLOCK_H), n_tokens, BLOCK_T, INT64)
-
-    # The tokens' cos / sin rows, (BLOCK_T, 1, BLOCK_D): NaN for a row outside the table
-    # (the RoPE ops' rule), 1 and 0 past the rotary channels.
-    c = tl.arange(0, BLOCK_D)
-    rot = c < 2 * HALF
-    if REUSE:
-        if IS_NEOX:
-            f = c % HALF
-        else:
-            f = c // 2
-    else:
-        f = c
-    row = tl.load(pos_ptr + tok, mask=t_mask, other=0).to(tl.int64)
-    if HAS_OFFSETS:
-        row += tl.load(off_ptr + tok, mask=t_mask, other=0).to(tl.int64)
-    valid = (row >= 0) & (row < n_rows)
-    t_off = (tl.where(valid, row, 0) * stride_t_r)[:, None] + (tl.where(rot, f, 0) * stride_t_f)[None, :]
-    tm = t_mask[:, None] & rot[None, :]
-    cos = tl.load(cos_ptr + t_off, mask=tm, other=1.0).to(tl.float32)
-    sin = tl.load(sin_ptr + t_off, mask=tm, other=0.0).to(tl.float32)
-    bad = (~valid)[:, None] & rot[None, :]
-    cos = tl.where(bad, float("nan"), cos)[:, None, :]
-    sin = tl.where(bad, float("nan"), sin)[:, None, :]
-    cm = c < head_dim
-
-    if pid_h < n_q_blocks:
-        heads = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-        th_mask = t_mask[:, None] & (heads < n_q_heads)[None, :]
-        q = _norm_rope_heads(qkv_ptr, stride_qkv_t, sq_h, qw_ptr, tok, heads, th_mask, cos, sin, eps, head_dim,
-                             IS_NEOX, HALF, BLOCK_D)
-        m = th_mask[:, :, None] & cm[None, None, :]
-        o = (tok * n_q_heads)[:, None] + heads[None, :]
-        o = o[:, :, None] * head_dim + c[None, None, :]
-        tl.store(q_ptr + o, q.to(q_ptr.dtype.element_ty), mask=m)
+    first, heads, tok, t_mask, th_mask = _two_part_block(n_q_heads, n_kv_heads, n_tokens, BLOCK_T, BLOCK_H, INT64)
+    if first:
+        o1, o2, rest = _norm_rope_heads(qkv_ptr, stride_qkv_t, sq_h, qw_ptr, tok, t_mask, heads, th_mask, pos_ptr,
+                                        off_ptr, cos_ptr, sin_ptr, n_rows, stride_t_r, stride_t_f, eps, head_dim,
+                                        HAS_OFFSETS, IS_NEOX, REUSE, HALF, BLOCK_HALF, BLOCK_REST, BLOCK_T)
+        q_ty = q_ptr.dtype.element_ty
+        qo = (q_ptr + tok * (n_q_heads * head_dim))[:, None] + heads[None, :] * head_dim
+        _store_head(qo, o1.to(q_ty), o2.to(q_ty), rest.to(q_ty), th_mask, head_dim, 1, HALF, BLOCK_HALF, BLOCK_REST,
+                    IS_NEOX)
         if GATED:
+            c = tl.arange(0, BLOCK_D)
+            m = th_mask[:, :, None] & (c < head_dim)[None, None, :]
             g = (qkv_ptr + tok * stride_qkv_t + gate_off)[:, None] + heads[None, :] * sq_h
-            tl.store(gate_ptr + o, tl.load(g[:, :, None] + c[None, None, :], mask=m), mask=m)
+            go = (gate_ptr + tok * (n_q_heads * head_dim))[:, None] + heads[None, :] * head_dim
+            _store_chans(go, c, tl.load(g[:, :, None] + c[None, None, :], mask=m), m, 1, 1, 0)
     else:
-        heads = (pid_h - n_q_blocks) * BLOCK_H + tl.arange(0, BLOCK_H)
-        th_mask = t_mask[:, None] & (heads < n_kv_heads)[None, :]
         k_base = qkv_ptr + k_col
-        k = _norm_rope_heads(k_base, stride_qkv_t, head_dim, kw_ptr, tok, heads, th_mask, cos, sin, eps, head_dim,
-                             IS_NEOX, HALF, BLOCK_D)
-        m = th_mask[:, :, None] & cm[None, None, :]
-        vb = (k_base + n_kv_heads * head_dim + tok * stride_qkv_t)[:, None] + heads[None, :] * head_dim
-        v = tl.load(vb[:, :, None] + c[None, None, :], mask=m)
-        o = (tok * n_kv_heads)[:, None] + heads[None, :]
-        o = o[:, :, None] * head_dim + c[None, None, :]
-        tl.store(k_ptr + o, k.to(k_ptr.dtype.element_ty), mask=m)
-        tl.store(v_ptr + o, v, mask=m)
+        o1, o2, rest = _norm_rope_heads(k_base, stride_qkv_t, head_dim, kw_ptr, tok, t_mask, heads, th_mask,
+                                        pos_ptr, off_ptr, cos_ptr, sin_ptr, n_rows, stride_t_r, stride_t_f, eps,
+                                        head_dim, HAS_OFFSETS, IS_NEOX, REUSE, HALF, BLOCK_HALF, BLOCK_REST, BLOCK_T)
+        k_ty = k_ptr.dtype.element_ty
+        ko = (k_ptr + tok * (n_kv_heads * head_dim))[:, None] + heads[None, :] * head_dim
+        _store_head(ko, o1.to(k_ty), o2.to(k_ty), rest.to(k_ty), th_mask, head_dim, 1, HALF, BLOCK_HALF,
+                    BLOCK_REST, IS_NEOX)
+        c = tl.arange(0, BLOCK_D)
+        m = th_mask[:, :, None] & (c < head_dim)[None, None, :]
+        vh = (k_base + n_kv_heads * head_dim + tok * stride_qkv_t)[:, None] + heads[None, :] * head_dim
+        v = tl.load(vh[:, :, None] + c[None, None, :], mask=m)
+        vo = (v_ptr + tok * (n_kv_heads * head_dim))[:, None] + heads[None, :] * head_dim
+        _store_chans(vo, c, v, m, 1, 1, 0)
 
         blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size)
-        wm = m & writes[:, None, None]
-        k_inv = 1.0
-        if HAS_K_SCALE:
-            k_inv = tl.math.div_rn(1.0, tl.load(ks_ptr).to(tl.float32))
-        v_inv = 1.0
-        if HAS_V_SCALE:
-            v_inv = tl.math.div_rn(1.0, tl.load(vs_ptr).to(tl.float32))
-        ko = (blk * skc_b + off * skc_o)[:, None] + heads[None, :].to(tl.int64) * skc_h
-        tl.store(kc_ptr + ko[:, :, None] + c[None, None, :] * skc_d,
-                 _cast(k, k_inv, c_min, c_max, kc_ptr.dtype.element_ty, K_FP8, SOFT_ROUND), mask=wm)
-        vo = (blk * svc_b + off * svc_o)[:, None] + heads[None, :].to(tl.int64) * svc_h
-        tl.store(vc_ptr + vo[:, :, None] + c[None, None, :] * svc_d,
-                 _cast(v.to(tl.float32), v_inv, c_min, c_max, vc_ptr.dtype.element_ty, V_FP8, SOFT_ROUND), mask=wm)
+        w_mask = writes[:, None] & th_mask
+        k_inv = tl.math.div_rn(1.0, tl.load(ks_ptr).to(tl.float32)) if HAS_K_SCALE else 1.0
+        v_inv = tl.math.div_rn(1.0, tl.load(vs_ptr).to(tl.float32)) if HAS_V_SCALE else 1.0
+        c_ty = kc_ptr.dtype.element_ty
+        kc = (kc_ptr + blk * skc_b + off * skc_o)[:, None] + heads[None, :].to(tl.int64) * skc_h
+        _store_head(kc, _cast(o1, k_inv, c_min, c_max, c_ty, K_FP8, SOFT_ROUND),
+                    _cast(o2, k_inv, c_min, c_max, c_ty, K_FP8, SOFT_ROUND),
+                    _cast(rest, k_inv, c_min, c_max, c_ty, K_FP8, SOFT_ROUND), w_mask, head_dim, skc_d, HALF,
+                    BLOCK_HALF, BLOCK_REST, IS_NEOX)
+        vc = (vc_ptr + blk * svc_b + off * svc_o)[:, None] + heads[None, :].to(tl.int64) * svc_h
+        _store_chans(vc, c, _cast(v.to(tl.float32), v_inv, c_min, c_max, vc_ptr.dtype.element_ty, V_FP8,
+                                  SOFT_ROUND), m & writes[:, None, None], 1, svc_d, 0)
