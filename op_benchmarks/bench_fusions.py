@@ -18,6 +18,9 @@ Ops (aiter's names, aiter_lite.ops.triton.fusions; T tokens, QH / KH query / key
     mla_cache       cat_and_cache_mla: cat(k_nope (T, L), k_pe (T, R)) written into the latent cache
     qk_rope_cat_cache  fused_qk_rope_cat_and_cache_mla as SGLang calls it: q_out = cat(q_nope, rope(q_pe)),
                     cat(k_nope, rope(k_pe)) written into the latent cache, k_pe_out (every token decoding)
+    rope_cosine_cache  fused_qk_rope_cosine_cache_llama: Q and K turned (Q into a new q_out), K and V
+                    written into a per-sequence cache, token t at row t, offset slot_mapping[t] (random
+                    in [0, B)); --layout flash or paged (the classic layouts) as rope_cache's
     qk_norm_rope_cache  fused_qkv_split_qk_norm_rope_cache as vLLM calls it for Qwen3-Next: qkv (T, (2 QH
                     + 2 KH) D), gates interleaved with Q, into Q, gate, K, V; Q and K RMS-normalized per
                     head (1 + w) and turned; K, V into the caches (--layout flash: NHD, paged: HND)
@@ -41,6 +44,8 @@ c the cache's, 8 an index, 4 a table entry, F = R / 2 table columns):
     rope_cache      Q read and written 2 T QH D e; K read, K out written 2 T KH D e; V read T KH D e;
                     both caches written 2 T KH D c; positions, slots 16 T; cos / sin rows 8 T F
     qkv_split_rope  qkv read, Q K V written 2 T (QH + 2 KH) D e; positions 8 T; cos / sin rows 8 T F
+    rope_cosine_cache  Q read and written 2 T QH D e; K, V read 2 T KH D e; the caches 2 T KH D c; positions,
+                    slots 16 T; cos / sin rows 8 T F
     qk_norm_rope_cache  qkv read, Q gate K V written 4 T (QH + KH) D e; the caches 2 T KH D c; weights 4 D e;
                     positions, slots 16 T; cos / sin rows 8 T F
     qk_cat          the four parts read, Q (T, H, L + R) and K (T, 1, L + R) written 2 T (H + 1) (L + R) e
@@ -60,6 +65,7 @@ unfused (this project's ops in sequence, as a serving stack without the fusion r
     mla_cache       torch.cat, (fp8: scale, cast), index_copy_ into the flat cache (shuffled: into the
                     preshuffled positions of each element, computed once per step, outside the timing)
     qk_rope_cat_cache  this project's fused_qk_rope_cat, then its cat_and_cache_mla (two launches)
+    rope_cosine_cache  this project's RoPE out of place, then torch's scaling and index_put_ at (row, offset)
     qk_norm_rope_cache  this project's rms_norm (weight_offset 1) on the Q and K views of qkv, then its
                     fused_qk_rope_reshape_and_cache (NHD only), the gate and V copied out (five launches)
 Every provider writes its own copies of Q and K and its own zeroed caches, so whole caches are
@@ -86,12 +92,13 @@ from aiter_lite.ops.triton.normalization import rmsnorm as tri_norm  # noqa: E40
 from aiter_lite.ops.triton.rope import rope as tri_rope  # noqa: E402
 from op_benchmarks.utils import rope as torch_rope  # noqa: E402
 
-GQA_OPS = ("rope_cache", "qkv_split_rope", "qk_norm_rope_cache")
+GQA_OPS = ("rope_cache", "qkv_split_rope", "qk_norm_rope_cache", "rope_cosine_cache")
 MLA_OPS = ("qk_rope_cat", "qk_cat", "mla_cache", "qk_rope_cat_cache")
-CACHE_OPS = ("rope_cache", "mla_cache", "qk_rope_cat_cache", "qk_norm_rope_cache")
+CACHE_OPS = ("rope_cache", "mla_cache", "qk_rope_cat_cache", "qk_norm_rope_cache", "rope_cosine_cache")
 OPS = {"rope_cache": "fused_qk_rope_reshape_and_cache", "qkv_split_rope": "fused_qkv_split_qk_rope",
        "qk_rope_cat": "fused_qk_rope_cat", "qk_cat": "fused_qk_cat", "mla_cache": "cat_and_cache_mla",
-       "qk_rope_cat_cache": "fused_qk_rope_cat_and_cache_mla", "qk_norm_rope_cache": "fused_qkv_split_qk_norm_rope_cache"}
+       "qk_rope_cat_cache": "fused_qk_rope_cat_and_cache_mla", "qk_norm_rope_cache": "fused_qkv_split_qk_norm_rope_cache",
+       "rope_cosine_cache": "fused_qk_rope_cosine_cache_llama"}
 NORM_EPS = 1e-6
 DEFAULT_MODELS = ["llama3-8B", "qwen2.5-7B", "deepseek-v3"]
 DEFAULT_T = [1, 16, 128, 512, 2048, 8192, 32768]
@@ -145,6 +152,7 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
         "mla_cache": t * d * (e + c) + 8 * t,
         "qk_rope_cat_cache": 2 * t * qh * d * e + t * d * (e + c) + t * r * e + 16 * t + 8 * t * f,
         "qk_norm_rope_cache": 4 * t * (qh + kh) * d * e + 2 * t * kh * d * c + 4 * d * e + 16 * t + 8 * t * f,
+        "rope_cosine_cache": 2 * t * qh * d * e + 2 * t * kh * d * e + 2 * t * kh * d * c + 16 * t + 8 * t * f,
     }[op]
 
     def make_inputs():
@@ -160,7 +168,18 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
         else:
             order = torch.randperm(blocks, device=dev)
             x["slots"] = (order[:, None] * bs + torch.arange(bs, device=dev)).flatten()[:t]
-        if op == "rope_cache":
+        if op == "rope_cosine_cache":  # a row a token (sequence), slot_mapping the offset in it
+            x.update(q=randn(t, qh, d), k=randn(t, kh, d), v=randn(t, kh, d),
+                     slots=torch.randint(0, bs, (t,), device=dev))
+            rows = max(t, 1)
+            if layout == "flash":
+                kshape = vshape = (rows, bs, kh, d)
+            else:
+                xw = 16 // c
+                kshape, vshape = (rows, kh, d // xw, bs, xw), (rows, kh, d, bs)
+            x["key_cache"] = torch.zeros(kshape, device=dev, dtype=kv_dtype)
+            x["value_cache"] = torch.zeros(vshape, device=dev, dtype=kv_dtype)
+        elif op == "rope_cache":
             x.update(q=randn(t, qh, d), k=randn(t, kh, d), v=randn(t, kh, d))
             if layout == "flash":
                 kshape = vshape = (blocks, bs, kh, d)
@@ -258,6 +277,10 @@ def _fused(mod):
                               k_out=x["k_out"], output_zeros=False)
         if case.op == "qkv_split_rope":
             return lambda: fn(x["qkv"], x["cos"], x["sin"], x["pos"], qh, kh, d, neox)
+        if case.op == "rope_cosine_cache":
+            kc, vc = x["key_cache"], x["value_cache"]
+            return lambda: fn(x["q"], x["k"], x["v"], kc, vc, x["slots"], x["pos"], x["cos"], x["sin"], x["scale"],
+                              x["scale"], neox, case.dims["LAYOUT"] == "flash", fp8)
         if case.op == "qk_norm_rope_cache":
             kc, vc, scale = x["key_cache"], x["value_cache"], x["scale"] if fp8 else None
             layout = "NHD" if case.dims["LAYOUT"] == "flash" else "HND"
@@ -322,6 +345,20 @@ def _unfused(case, inputs):
             q, k, v = qkv.view(qkv.shape[0], qh + 2 * kh, d).split([qh, kh, kh], dim=1)
             return (*rope(q, k), v.contiguous())
         return split_rope
+    if case.op == "rope_cosine_cache":  # this project's RoPE, then torch's scaling and scatter into (row, slot)
+        q, k, v, kc, vc = x["q"], x["k"], x["v"], x["key_cache"], x["value_cache"]
+        where = (torch.arange(q.shape[0], device=q.device), slots)
+        if case.dims["LAYOUT"] == "flash":
+            kdst, vdst = _bytes(kc), _bytes(vc)  # (rows, B, KH, D)
+        else:
+            kdst, vdst = _bytes(kc).permute(0, 3, 1, 2, 4), _bytes(vc).permute(0, 3, 1, 2)
+
+        def rope_cosine_cache():
+            q_out, k_out = rope(q, k)
+            kdst.index_put_(where, to_cache(k_out, kc).view(k.shape[0], *kdst.shape[2:]))
+            vdst.index_put_(where, to_cache(v, vc).view(v.shape[0], *vdst.shape[2:]))
+            return q_out, kc, vc
+        return rope_cosine_cache
     if case.op == "qk_norm_rope_cache":  # this project's norms, then its RoPE + cache write (NHD only)
         if case.dims["LAYOUT"] != "flash":
             return None

@@ -30,9 +30,10 @@ def test_the_families_without_gradient_are_declared():
     # and, until their backward lands, topk and the QKV / concat fusions
     assert {"topk", "fused_qkv_split_qk_rope", "fused_qk_cat", "fused_qk_rope_cat"} <= set(NO_GRAD)
     assert {"fused_clamp_act_mul", "fused_mul_add", "fused_routing_from_topk",
-            "fused_qk_rope_cat_and_cache_mla", "fused_qkv_split_qk_norm_rope_cache"} <= set(NO_GRAD)  # aiter's inference fusions
+            "fused_qk_rope_cat_and_cache_mla", "fused_qkv_split_qk_norm_rope_cache",
+            "fused_qk_rope_cosine_cache_llama", "rope_fwd_3d"} <= set(NO_GRAD)  # aiter's inference fusions
     assert not {"softmax", "log_softmax"} & set(NO_GRAD)  # differentiable (a backward kernel)
-    assert len(NO_GRAD) == 56, NO_GRAD
+    assert len(NO_GRAD) == 58, NO_GRAD
 
 
 @pytest.mark.parametrize("name", NO_GRAD)

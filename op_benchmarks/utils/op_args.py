@@ -157,6 +157,26 @@ def _cache(m: _Make) -> tuple:
             None)
 
 
+def _rope_3d(m: _Make) -> tuple:
+    """Wan's call: one video of the tokens' count as a 1 x 1 x T grid, a complex table."""
+    d = m.d
+    rows = max(d.tokens, 1)
+    freqs = torch.polar(torch.ones(rows, d.head_dim // 2, device=m.device),
+                        torch.zeros(rows, d.head_dim // 2, device=m.device).uniform_(-3, 3))
+    return (m.r(1, d.tokens, d.heads, d.head_dim), torch.tensor([[1, 1, d.tokens]], device=m.device), freqs, 1, 0)
+
+
+def _cosine_cache(m: _Make) -> tuple:
+    """A per-sequence cache: a row a token, slot_mapping its offset in the row."""
+    d = m.d
+    cos, sin = m.tab(d.head_dim // 2)
+    q, k, v = (m.r(d.tokens, h, d.head_dim) for h in (d.heads, d.kv_heads, d.kv_heads))
+    caches = (torch.zeros(max(d.tokens, 1), d.block_size, d.kv_heads, d.head_dim, device=m.device, dtype=m.dtype)
+              for _ in range(2))
+    return (q, k, v, *caches, m.slots(d.block_size), m.i(d.rope_rows, d.tokens), cos, sin, None, None, True, True,
+            False, None, m.e(d.tokens, d.heads, d.head_dim))
+
+
 def _qk_norm_cache(m: _Make, gated: bool = True) -> tuple:
     """Qwen3-Next's call: gates interleaved with Q, an HND cache."""
     d = m.d
@@ -258,6 +278,8 @@ def op_args(name: str, dims: Dims = TINY, device="cpu", dtype=torch.float32, qdt
                                             m.i(d.rope_rows, t), d.heads, d.kv_heads, d.head_dim),
         "fused_qk_rope_reshape_and_cache": lambda: _cache(m),
         "fused_qkv_split_qk_norm_rope_cache": lambda: _qk_norm_cache(m),
+        "fused_qk_rope_cosine_cache_llama": lambda: _cosine_cache(m),
+        "rope_fwd_3d": lambda: _rope_3d(m),
         "fused_qk_cat": lambda: (m.r(t, d.heads, d.kv_lora), m.r(t, d.heads, d.rope_dim), m.r(t, 1, d.kv_lora),
                                  m.r(t, 1, d.rope_dim)),
         "fused_qk_rope_cat": lambda: (m.r(t, d.heads, d.kv_lora), m.r(t, d.heads, d.rope_dim), m.r(t, 1, d.kv_lora),

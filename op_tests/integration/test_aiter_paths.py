@@ -270,6 +270,13 @@ AITER = [
      "decode_q_pe_out: torch.Tensor = None, k_pe_out: torch.Tensor = None, q_out_dtype: torch.dtype = None, "
      "shuffled_kv_cache: bool = False, upcast_operand: bool = False) -> tuple[torch.Tensor, torch.Tensor, "
      "torch.Tensor, torch.Tensor]"),
+    ("aiter.ops.triton.rope.rope",
+     "rope_fwd_3d(x, grid_sizes: tl.constexpr, freqs: tl.constexpr, sp_size: tl.constexpr, sp_rank: tl.constexpr)"),
+    ("aiter.ops.triton.fusions.fused_kv_cache",
+     "fused_qk_rope_cosine_cache_llama(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, "
+     "key_cache: torch.Tensor, value_cache: torch.Tensor, slot_mapping: torch.Tensor, pos: torch.Tensor, "
+     "cos: torch.Tensor, sin: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor, is_neox: bool, "
+     "flash_layout: bool, apply_scale: bool = True, offs: torch.Tensor = None, q_out: torch.Tensor = None)"),
     ("aiter.ops.triton.rope.fused_qkv_split_qk_norm_rope_cache",
      "fused_qkv_split_qk_norm_rope_cache(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, "
      "cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, key_cache: torch.Tensor, "
@@ -286,7 +293,7 @@ AITER = [
 # older module paths vLLM and SGLang still import, and what each must hold
 FLAT_PATHS = {
     "aiter.ops.triton.fused_kv_cache": ["fused_qk_rope_reshape_and_cache", "cat_and_cache_mla",
-                                        "fused_qk_rope_cat_and_cache_mla"],
+                                        "fused_qk_rope_cat_and_cache_mla", "fused_qk_rope_cosine_cache_llama"],
     "aiter.ops.triton.fused_qk_concat": ["fused_qk_cat", "fused_qk_rope_cat"],
     "aiter.ops.triton.kv_cache": ["cat_and_cache_mla"],
     "aiter.ops.triton.fused_mxfp4_quant": ["fused_rms_mxfp4_quant", "fused_flatten_mxfp4_quant"],

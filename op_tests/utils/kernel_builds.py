@@ -93,10 +93,12 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
         fused_clamp_act_mul,
         fused_mul_add,
         fused_qk_rope_cat_and_cache_mla,
+        fused_qk_rope_cosine_cache_llama,
         fused_qkv_split_qk_norm_rope_cache,
         fused_routing_from_topk,
     )
     from aiter_lite.ops.triton.quant import fused_fp8_quant as ffq
+    from aiter_lite.ops.triton.rope.rope_3d import rope_fwd_3d
     from aiter_lite.ops.triton.quant import mx_quant as mxq
     from op_benchmarks.utils.op_args import TINY, op_args
 
@@ -221,6 +223,17 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
                _meta(*shape, dtype=fp8), _meta(4096, dtype=torch.int64), 16, 2, 256, False,
                _meta(4096, dtype=torch.int64), True, True, _meta(1, dtype=f32), _meta(1, dtype=f32), 1e-6, gl, lay))
           for gl, lay, shape in (("interleaved", "HND", (300, 2, 16, 256)), ("blocked", "NHD", (300, 16, 2, 256)))],
+        *[(f"fused_qk_rope_cosine_cache_llama, llama3-8B decode, {what}",
+           lambda flash=flash: fused_qk_rope_cosine_cache_llama(
+               _meta(64, 32, 128), _meta(64, 8, 128), _meta(64, 8, 128),
+               *((_meta(64, 4096, 8, 128, dtype=fp8),) * 2 if flash else
+                 (_meta(64, 8, 128 // 16, 4096, 16, dtype=fp8), _meta(64, 8, 128, 4096, dtype=fp8))),
+               _meta(64, dtype=torch.int64), _meta(64, dtype=torch.int64), _meta(8192, 64, dtype=f32),
+               _meta(8192, 64, dtype=f32), _meta(1, dtype=f32), _meta(1, dtype=f32), True, flash))
+          for what, flash in (("flash fp8 cache", True), ("classic fp8 cache", False))],
+        ("rope_fwd_3d, Wan2.1-14B 720p on one rank, 8 videos (64-bit offsets)",
+         lambda: rope_fwd_3d(_meta(8, 75600, 40, 128), _meta(8, 3, dtype=torch.int64),
+                             _meta(1024, 64, dtype=torch.complex128), 1, 0)),
         ("fused_routing_from_topk, the most pairs a program sorts, an expert map",
          lambda: fused_routing_from_topk(_meta(1024, 8, dtype=f32), _meta(1024, 8, dtype=torch.int32), 256,
                                          _meta(512, dtype=torch.int32))),

@@ -6,7 +6,9 @@
 from aiter_lite.ops.native.fusions.fused_kv_cache import (
     cat_and_cache_mla,
     fused_qk_rope_cat_and_cache_mla,
+    fused_qk_rope_cosine_cache_llama,
     fused_qk_rope_reshape_and_cache,
 )
 
-__all__ = ["cat_and_cache_mla", "fused_qk_rope_reshape_and_cache", "fused_qk_rope_cat_and_cache_mla"]
+__all__ = ["cat_and_cache_mla", "fused_qk_rope_reshape_and_cache", "fused_qk_rope_cat_and_cache_mla",
+           "fused_qk_rope_cosine_cache_llama"]

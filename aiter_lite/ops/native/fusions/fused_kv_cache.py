@@ -74,6 +74,32 @@ def fused_qk_rope_reshape_and_cache(q, k, v, key_cache, value_cache, slot_mappin
     return out
 
 
+def fused_qk_rope_cosine_cache_llama(q, k, v, key_cache, value_cache, slot_mapping, pos, cos, sin, k_scale, v_scale,
+                                     is_neox, flash_layout, apply_scale=True, offs=None, q_out=None):
+    """q and k rotated (q into ``q_out``, new if None); token t's rotated k and its v written
+    into row t of the caches at offset ``slot_mapping[t]`` (a slot outside [0, block_size):
+    nothing); returns (q_out, key_cache, value_cache)."""
+    op = "fused_qk_rope_cosine_cache_llama"
+    d = q.shape[-1]
+    qr, kr = rotate_qk(op, q, k, cos, sin, pos, offs, is_neox)
+    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device) if q_out is None else q_out
+    q_out.copy_(_to_cache(qr, None, False, q_out.dtype))
+    bs = key_cache.shape[1] if flash_layout else key_cache.shape[3]
+    s = slot_mapping.long()
+    toks = torch.nonzero((s >= 0) & (s < bs)).flatten()
+    off = s[toks]
+    kc = _to_cache(kr[toks], k_scale, apply_scale, key_cache.dtype)
+    vc = _to_cache(v[toks], v_scale, apply_scale, value_cache.dtype)
+    if flash_layout:
+        key_cache[toks, off] = kc
+        value_cache[toks, off] = vc
+    else:
+        x = key_cache.shape[-1]
+        key_cache[toks, :, :, off, :] = kc.reshape(kc.shape[0], kc.shape[1], d // x, x)
+        value_cache[toks, :, :, off] = vc
+    return q_out, key_cache, value_cache
+
+
 def cat_and_cache_mla(k_nope, k_pe, kv_cache, slot_mapping, k_scale, apply_scale=True, shuffled_kv_cache=False):
     """cat(k_nope, k_pe) of each token (scaled, saturated for fp8) written at its slot of
     ``kv_cache`` ([slots, kv_heads, d] or [num_blocks, block_size, kv_heads, d]); inputs

@@ -318,3 +318,6 @@ def rope_bwd_2d(x, cos_h, sin_h, cos_w, sin_w, img_height, img_width, rotate_sty
     y = _2d("rope_bwd_2d", x, cos_h, sin_h, cos_w, sin_w, img_height,
             img_width, rotate_style, reuse_freqs_front_part, nope_first, True)
     return _transposed(y, transpose_output)
+
+
+from aiter_lite.ops.native.rope.rope_3d import rope_fwd_3d  # noqa: E402  (aiter's module holds it)

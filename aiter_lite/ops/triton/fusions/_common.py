@@ -84,7 +84,7 @@ def check_scale(op: str, name: str, scale, ref: torch.Tensor, ref_name: str = "q
 
 
 def check_slots(op: str, slot_mapping, n_tokens: int, n_cache_slots: int, ref: torch.Tensor,
-                tokens_name: str = "q") -> torch.Tensor:
+                tokens_name: str = "q", slots_are: str = "num_blocks x block_size") -> torch.Tensor:
     """slot_mapping: 1-D int32 / int64 on ``ref``'s device, no longer than the tokens; its
     slots checked against the cache on the host where it is there already, or when asked
     to. Returns it with a unit stride."""
@@ -102,7 +102,7 @@ def check_slots(op: str, slot_mapping, n_tokens: int, n_cache_slots: int, ref: t
         hi = int(slot_mapping.max())
         if hi >= n_cache_slots:
             raise ValueError(f"{op}: slot_mapping must hold slots below the cache's {n_cache_slots} "
-                             f"(num_blocks x block_size), or < 0 for padding; got {hi}")
+                             f"({slots_are}), or < 0 for padding; got {hi}")
     return slot_mapping.contiguous()  # the kernels read it with a unit stride (a no-op when it has one)
 
 

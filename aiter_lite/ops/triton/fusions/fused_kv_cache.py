@@ -48,7 +48,8 @@ from aiter_lite.utils.registry import public_op
 # why the public ops here refuse a call autograd would record (utils.registry.public_op)
 _NO_GRAD = "it writes a KV cache"
 
-__all__ = ["fused_qk_rope_reshape_and_cache", "cat_and_cache_mla", "fused_qk_rope_cat_and_cache_mla"]
+__all__ = ["fused_qk_rope_reshape_and_cache", "cat_and_cache_mla", "fused_qk_rope_cat_and_cache_mla",
+           "fused_qk_rope_cosine_cache_llama"]
 
 
 def _check_caches(op: str, key_cache, value_cache, flash_layout: bool, n_kv_heads: int, head_dim: int,
@@ -112,15 +113,19 @@ def classic_launch_config(n_tokens: int, n_q_heads: int, n_kv_heads: int, head_d
 
 
 @launcher(mutates=("q_out", "k_out", "zeros_out", "key_cache", "value_cache"))
-def _launch_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_out: torch.Tensor, k_out: torch.Tensor,
+def _launch_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_out: torch.Tensor,
+                       k_out: torch.Tensor | None,
                        zeros_out: torch.Tensor | None, key_cache: torch.Tensor, value_cache: torch.Tensor,
                        slot_mapping: torch.Tensor, pos: torch.Tensor, offs: torch.Tensor | None,
                        cos: torch.Tensor, sin: torch.Tensor, k_scale: torch.Tensor | None,
                        v_scale: torch.Tensor | None, geometry: list[int], flags: list[bool],
                        config: RopeLaunchConfig | None = None) -> None:
-    """Q and K rotated into q_out / k_out, K and V written into the paged caches, zeros_out zeroed."""
+    """Q and K rotated into q_out / k_out (None: the cache only), K and V written into the
+    paged caches, zeros_out zeroed. ``flags``: is_neox, reuse, flash_layout and, optionally,
+    row_slots (token t's cache row is row t, its slot the offset in it)."""
     n_rows, stride_r, stride_f, half, n_cache_slots, block_size, x = geometry
-    is_neox, reuse, flash_layout = flags
+    is_neox, reuse, flash_layout, *more = flags
+    row_slots = bool(more and more[0])
     n_tokens, n_q_heads, d = q.shape
     n_kv_heads = k.shape[1]
     if n_tokens == 0:
@@ -130,23 +135,25 @@ def _launch_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_out:
     rest = d - 2 * half
     kc_strides, vc_strides = _cache_strides(key_cache, value_cache, flash_layout)
     z = q_out if zeros_out is None else zeros_out
+    ko = k if k_out is None else k_out
     grid = (cdiv(n_tokens, cfg.BLOCK_T) * (cdiv(n_q_heads, cfg.BLOCK_H) + cdiv(n_kv_heads, cfg.BLOCK_H)),)
     launch(
         _rope_cache_kernel, grid,
-        q, k, v, q_out, k_out, z, key_cache, value_cache, slot_mapping, pos, pos if offs is None else offs,
+        q, k, v, q_out, ko, z, key_cache, value_cache, slot_mapping, pos, pos if offs is None else offs,
         cos, sin, key_cache if k_scale is None else k_scale, key_cache if v_scale is None else v_scale,
-        *q.stride(), *k.stride(), *v.stride(), *q_out.stride(), *k_out.stride(), *z.stride(),
+        *q.stride(), *k.stride(), *v.stride(), *q_out.stride(), *ko.stride(), *z.stride(),
         *kc_strides, *vc_strides, stride_r, stride_f,
         n_tokens, slot_mapping.shape[0], n_cache_slots, block_size, n_rows, n_q_heads, n_kv_heads, d,
-        *fp8_range(q_out.dtype), *fp8_range(k_out.dtype), *fp8_range(key_cache.dtype),
+        *fp8_range(q_out.dtype), *fp8_range(ko.dtype), *fp8_range(key_cache.dtype),
         HAS_OFFSETS=offs is not None, IS_NEOX=is_neox, REUSE=reuse,
         HAS_K_SCALE=k_scale is not None, HAS_V_SCALE=v_scale is not None,
-        Q_FP8=q_out.dtype.itemsize == 1, K_FP8=k_out.dtype.itemsize == 1, KC_FP8=key_cache.dtype.itemsize == 1,
+        Q_FP8=q_out.dtype.itemsize == 1, K_FP8=ko.dtype.itemsize == 1, KC_FP8=key_cache.dtype.itemsize == 1,
         VC_FP8=value_cache.dtype.itemsize == 1,
-        SOFT_ROUND=soft_round(q_out.dtype, k_out.dtype, key_cache.dtype), ZEROS=zeros_out is not None, KC_X=x,
+        SOFT_ROUND=soft_round(q_out.dtype, ko.dtype, key_cache.dtype), ZEROS=zeros_out is not None, KC_X=x,
         HALF=half, BLOCK_HALF=next_power_of_2(half), BLOCK_REST=next_power_of_2(rest) if rest else 0,
         BLOCK_D=next_power_of_2(d), BLOCK_T=cfg.BLOCK_T, BLOCK_H=cfg.BLOCK_H,
         INT64=max_offset(q, k, v, q_out, k_out, zeros_out) >= 2**31, num_warps=cfg.num_warps,
+        **({"ROW_SLOTS": True} if row_slots else {}), **({"K_OUT": False} if k_out is None else {}),
     )
 
 
@@ -208,6 +215,67 @@ def fused_qk_rope_reshape_and_cache(q: torch.Tensor, k: torch.Tensor, v: torch.T
                        geometry, [is_neox, reuse, flash_layout])
     out = (q_out, k_out, key_cache, value_cache)
     return out if zeros_out is None else (*out, zeros_out)
+
+
+@public_op(mutates=("key_cache", "value_cache", "q_out"), no_grad=_NO_GRAD, aliases={"q_out": ("q",)},
+           unless=check_rope_and_slots)
+def fused_qk_rope_cosine_cache_llama(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_cache: torch.Tensor,
+                                     value_cache: torch.Tensor, slot_mapping: torch.Tensor, pos: torch.Tensor,
+                                     cos: torch.Tensor, sin: torch.Tensor, k_scale: torch.Tensor | None,
+                                     v_scale: torch.Tensor | None, is_neox: bool, flash_layout: bool,
+                                     apply_scale: bool = True, offs: torch.Tensor | None = None,
+                                     q_out: torch.Tensor | None = None) -> tuple:
+    """aiter's RoPE + KV-cache write into a per-sequence cache: q and k rotated (q [T, QH, d],
+    k and v [T, KH, d]); token t's rotated k and its v written into row t of the caches at
+    offset ``slot_mapping[t]`` (flash layout [rows, block_size, KH, d]; else [rows, KH,
+    d // x, block_size, x] and [rows, KH, d, block_size]), scaled by 1 / k_scale, 1 / v_scale
+    where given and ``apply_scale``. Returns (q_out, key_cache, value_cache); ``q_out=q``
+    rotates in place.
+
+    Where aiter is limited this does more, and checks it: fp32 math, one rounding (aiter: fp64);
+    any even head dim (aiter: powers of 2); a slot_mapping shorter than the tokens writes no cache
+    entry for the rest while every token's q is rotated (aiter leaves the last heads of the last
+    tokens' q unwritten and reads past slot_mapping); a slot outside [0, block_size) writes
+    nothing (a ValueError on the host where slot_mapping is there; aiter writes out of bounds)."""
+    op = "fused_qk_rope_cosine_cache_llama"
+    check_heads(op, "q", q)
+    check_heads(op, "k", k, "q", q)
+    check_heads(op, "v", v, "q", q)
+    n_tokens, n_q_heads, d = q.shape
+    n_kv_heads = k.shape[1]
+    if tuple(k.shape) != (n_tokens, n_kv_heads, d) or n_kv_heads == 0:
+        raise ValueError(f"{op}: k must be (tokens, kv heads >= 1, head_dim) = ({n_tokens}, KH, {d}) for q of shape "
+                         f"{tuple(q.shape)}, got {tuple(k.shape)}")
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError(f"{op}: v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+    if n_q_heads % n_kv_heads:
+        raise ValueError(f"{op}: q's {n_q_heads} heads must be a multiple of k's {n_kv_heads}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{op}: {name} must have q's dtype {q.dtype}, got {t.dtype}")
+    is_neox = check_bool(op, "is_neox", is_neox)
+    flash_layout = check_bool(op, "flash_layout", flash_layout)
+    apply_scale = check_bool(op, "apply_scale", apply_scale)
+    tab, reuse, half = rope_tables(op, cos, sin, q, d)
+    pos, offs = check_positions(op, "pos", pos, n_tokens, q, tab.rows, offs, "offs")
+    n_rows, block_size, x = _check_caches(op, key_cache, value_cache, flash_layout, n_kv_heads, d, q)
+    slot_mapping = check_slots(op, slot_mapping, n_tokens, block_size, q, slots_are="block_size: an offset in "
+                               "the token's row")
+    if slot_mapping.shape[0] > n_rows:
+        raise ValueError(f"{op}: slot_mapping has {slot_mapping.shape[0]} tokens, more than key_cache's {n_rows} "
+                         f"rows (one a token)")
+    check_scale(op, "k_scale", k_scale, q)
+    check_scale(op, "v_scale", v_scale, q)
+    q_out = check_out(op, "q_out", q_out, q.shape, q)
+    if debug_on():
+        log_call(op, q=q, k=k, v=v, key_cache=key_cache, value_cache=value_cache, slot_mapping=slot_mapping,
+                 pos=pos, cos=tab.cos, sin=tab.sin, k_scale=k_scale, v_scale=v_scale, is_neox=is_neox,
+                 flash_layout=flash_layout, apply_scale=apply_scale, offs=offs, q_out=q_out)
+    geometry = [tab.rows, tab.stride_r, tab.stride_f, half, n_rows * block_size, block_size, x]
+    _launch_rope_cache(q, k, v, q_out, None, None, key_cache, value_cache, slot_mapping, pos, offs, tab.cos, tab.sin,
+                       k_scale if apply_scale else None, v_scale if apply_scale else None, geometry,
+                       [is_neox, reuse, flash_layout, True])
+    return q_out, key_cache, value_cache
 
 
 def _mla_part(op: str, name: str, t, ref: torch.Tensor | None) -> torch.Tensor:

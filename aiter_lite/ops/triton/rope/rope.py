@@ -60,7 +60,7 @@ __all__ = [
     "rope_cached_thd_positions_2c_bwd",
     "rope_cached_thd_positions_offsets_2c_fwd", "rope_cached_thd_positions_offsets_2c_fwd_inplace",
     "rope_cached_thd_positions_offsets_2c_bwd",
-    "rope_fwd_2d", "rope_fwd_2d_inplace", "rope_bwd_2d",
+    "rope_fwd_2d", "rope_fwd_2d_inplace", "rope_bwd_2d", "rope_fwd_3d",
 ]
 
 # ---------------------------------------------------------------------------
@@ -858,3 +858,6 @@ class RoPE2D(torch.autograd.Function):
         parts = [(tables[:2], tok // img_width), (tables[2:], tok % img_width)]
         grads = _table_grads(ctx.needs_input_grad[1:5], x, grad, parts, *ctx.args)
         return (dx, *grads, None, None, None, None, None)
+
+
+from aiter_lite.ops.triton.rope.rope_3d import rope_fwd_3d  # noqa: E402  (aiter's module holds it)

@@ -8,7 +8,9 @@ with strides, a channel ``c`` at ``(c // X) * stride_cx + (c % X) * stride_c``: 
 the flash layout and the classic value cache, X = x for the classic key cache's
 16-byte-chunked head dim. A token writes the caches only when its slot is in
 [0, cache slots): padding (slot < 0, or past the end of slot_mapping) writes nothing and
-a slot past the cache is never an out-of-bounds write.
+a slot past the cache is never an out-of-bounds write. ROW_SLOTS (aiter's per-sequence
+cache of ``fused_qk_rope_cosine_cache_llama``): token t writes row t of the cache at offset
+``slot_mapping[t]``, a slot in [0, block_size).
 
 Values bound for a cache are multiplied by ``inv_scale`` (1 unscaled) in fp32 and, for
 fp8, saturated and rounded as the quant kernels do (``_quantize``).
@@ -118,10 +120,10 @@ def _turn_and_store(x_ptr, sx_t, sx_h, sx_d, out_ptr, so_t, so_h, so_d, o_min, o
                     head_dim, HAS_OFFSETS: tl.constexpr, IS_NEOX: tl.constexpr, REUSE: tl.constexpr,
                     O_FP8: tl.constexpr, C_FP8: tl.constexpr, SOFT_ROUND: tl.constexpr, TO_CACHE: tl.constexpr,
                     X: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr,
-                    BLOCK_T: tl.constexpr):
+                    BLOCK_T: tl.constexpr, TO_OUT: tl.constexpr = True):
     """A (BLOCK_T, BLOCK_H) block of x's heads turned (rounded to x's dtype) into ``out``,
     channels past the rotary part copied; TO_CACHE: the same values times ``inv_scale``
-    into the cache entries at ``cache`` where ``w_mask``."""
+    into the cache entries at ``cache`` where ``w_mask`` (TO_OUT False: into the cache only)."""
     o1, o2 = _rotated_heads(x_ptr, sx_t, sx_h, sx_d, tok, t_mask, heads, th_mask, pos_ptr, off_ptr, 1,
                             cos_ptr, sin_ptr, n_rows, stride_t_r, stride_t_f, 0, HAS_OFFSETS, IS_NEOX, REUSE,
                             HALF, BLOCK_HALF, BLOCK_T)
@@ -129,9 +131,10 @@ def _turn_and_store(x_ptr, sx_t, sx_h, sx_d, out_ptr, so_t, so_h, so_d, o_min, o
     o1, o2 = _rounded(o1, o2, x_ptr.dtype.element_ty)
     out = (out_ptr + tok * so_t)[:, None] + heads[None, :] * so_h
     o_ty = out_ptr.dtype.element_ty
-    _store_pairs(out, 0, _cast(o1, 1.0, o_min, o_max, o_ty, O_FP8, SOFT_ROUND),
-                 _cast(o2, 1.0, o_min, o_max, o_ty, O_FP8, SOFT_ROUND), th_mask, 1, so_d, 0,
-                 HALF, BLOCK_HALF, IS_NEOX)
+    if TO_OUT:
+        _store_pairs(out, 0, _cast(o1, 1.0, o_min, o_max, o_ty, O_FP8, SOFT_ROUND),
+                     _cast(o2, 1.0, o_min, o_max, o_ty, O_FP8, SOFT_ROUND), th_mask, 1, so_d, 0,
+                     HALF, BLOCK_HALF, IS_NEOX)
     c_ty = cache.dtype.element_ty
     if TO_CACHE:
         _store_pairs(cache, 0, _cast(o1, inv_scale, c_min, c_max, c_ty, C_FP8, SOFT_ROUND),
@@ -142,7 +145,8 @@ def _turn_and_store(x_ptr, sx_t, sx_h, sx_d, out_ptr, so_t, so_h, so_d, o_min, o
         m = th_mask[:, :, None] & (c < head_dim)[None, None, :]
         xh = (x_ptr + tok * sx_t)[:, None] + heads[None, :] * sx_h
         rest = tl.load(xh[:, :, None] + c[None, None, :] * sx_d, mask=m, other=0.0).to(tl.float32)
-        _store_chans(out, c, _cast(rest, 1.0, o_min, o_max, o_ty, O_FP8, SOFT_ROUND), m, 1, so_d, 0)
+        if TO_OUT:
+            _store_chans(out, c, _cast(rest, 1.0, o_min, o_max, o_ty, O_FP8, SOFT_ROUND), m, 1, so_d, 0)
         if TO_CACHE:
             _store_chans(cache, c, _cast(rest, inv_scale, c_min, c_max, c_ty, C_FP8, SOFT_ROUND),
                          m & w_mask[:, :, None], X, s_cx, s_c)
@@ -179,6 +183,8 @@ def _rope_cache_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
     INT64: tl.constexpr,
+    ROW_SLOTS: tl.constexpr = False,  # token t's cache row is row t (aiter's per-sequence cache), its slot the offset in it
+    K_OUT: tl.constexpr = True,       # rotated K into k_out as well as the cache
 ):
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     qo_min = tl.cast(qo_min, tl.float32)
@@ -200,7 +206,11 @@ def _rope_cache_kernel(
             z = (zeros_ptr + tok * sz_t)[:, None] + heads[None, :] * sz_h
             _store_chans(z, c, tl.zeros([BLOCK_T, BLOCK_H, BLOCK_D], zeros_ptr.dtype.element_ty), m, 1, sz_d, 0)
     else:
-        blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size)
+        if ROW_SLOTS:  # the wrapper keeps slot_mapping's tokens within the cache's rows
+            blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, block_size, block_size)
+            blk = tl.where(writes, tok.to(tl.int64), 0)
+        else:
+            blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size)
         w_mask = writes[:, None] & th_mask
         kc = (kc_ptr + blk * skc_blk + off * skc_off)[:, None] + heads[None, :] * skc_h
         k_inv = tl.math.div_rn(1.0, tl.load(k_scale_ptr)) if HAS_K_SCALE else 1.0
@@ -208,7 +218,7 @@ def _rope_cache_kernel(
                         kc, w_mask, k_inv, c_min, c_max, skc_cx, skc_c,
                         tok, t_mask, heads, th_mask, pos_ptr, off_ptr, cos_ptr, sin_ptr, n_rows, stride_t_r,
                         stride_t_f, head_dim, HAS_OFFSETS, IS_NEOX, REUSE, K_FP8, KC_FP8, SOFT_ROUND, True, KC_X,
-                        HALF, BLOCK_HALF, BLOCK_REST, BLOCK_T)
+                        HALF, BLOCK_HALF, BLOCK_REST, BLOCK_T, K_OUT)
         c = tl.arange(0, BLOCK_D)
         m = th_mask[:, :, None] & (c < head_dim)[None, None, :]
         vh = (v_ptr + tok * sv_t)[:, None] + heads[None, :] * sv_h
