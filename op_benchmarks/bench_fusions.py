@@ -33,7 +33,8 @@ Caches, B = --block-size, ceil(T / B) blocks; int64 slot_mapping as vLLM builds 
 (--slots blocks: the blocks in a random order, each filled from offset 0 by consecutive tokens)
 or a random permutation of the slots (--slots random: every token in a block of its own, as in
 decode); --layout flash: key and value (blocks, B, KH, D); paged: key
-(blocks, KH, D / x, B, x) with x = 16 / c (16-byte chunks), value (blocks, KH, D, B); MLA: paged
+(blocks, KH, D / x, B, x) with x = 16 / c (16-byte chunks), value (blocks, KH, D, B) (shuffled:
+aiter's (blocks, KH, B / x, D, x), rope_cache only); MLA: paged
 (blocks, B, 1, L + R), flash the flat (slots, 1, L + R), shuffled aiter's preshuffled cache
 (blocks, 1, B, L + R), B a multiple of 16 (mla_cache only: cat_and_cache_mla(...,
 shuffled_kv_cache=True), the layout gfx950's MLA decode reads). --cache-dtype fp8 is the device's
@@ -185,7 +186,8 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
                 kshape = vshape = (blocks, bs, kh, d)
             else:
                 xw = 16 // c
-                kshape, vshape = (blocks, kh, d // xw, bs, xw), (blocks, kh, d, bs)
+                kshape = (blocks, kh, d // xw, bs, xw)
+                vshape = (blocks, kh, bs // xw, d, xw) if layout == "shuffled" else (blocks, kh, d, bs)
             x["key_cache"] = torch.zeros(kshape, device=dev, dtype=kv_dtype)
             x["value_cache"] = torch.zeros(vshape, device=dev, dtype=kv_dtype)
         elif op == "qkv_split_rope":
@@ -422,10 +424,14 @@ def _unfused(case, inputs):
         bs = kc.shape[3]
         where = (slots // bs, slots % bs)
         kdst = _bytes(kc).permute(0, 3, 1, 2, 4)  # (blocks, B, KH, D / x, x)
-        vdst = _bytes(vc).permute(0, 3, 1, 2)  # (blocks, B, KH, D)
+        vdst = _bytes(vc).permute(0, 3, 1, 2) if vc.dim() == 4 else None  # (blocks, B, KH, D)
+        if vc.dim() == 5:  # aiter's shuffled (blocks, KH, B / x, D, x) as (blocks, B / x, x, KH, D)
+            vdst, xw = _bytes(vc).permute(0, 2, 4, 1, 3), vc.shape[4]
+            vwhere = (slots // bs, slots % bs // xw, slots % bs % xw)
 
         def write(dst, src):
-            dst.index_put_(where, src.view(src.shape[0], *dst.shape[2:]))
+            at = vwhere if dst is vdst and vc.dim() == 5 else where
+            dst.index_put_(at, src.view(src.shape[0], *dst.shape[len(at):]))
 
     def rope_cache():
         if case.extra["inplace"]:
@@ -470,7 +476,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("-T", dest="M", type=int, nargs="+", help="token counts; -M is the same")
     p.add_argument("--op", nargs="+", default=list(OPS), choices=list(OPS))
     p.add_argument("--layout", nargs="+", default=["flash"], choices=["flash", "paged", "shuffled"],
-                   help="KV-cache layout of rope_cache and mla_cache (shuffled: mla_cache only)")
+                   help="KV-cache layout of the cache ops (shuffled: aiter's MLA cache; rope_cache: the classic "
+                        "key cache with aiter's 5-D value cache)")
     p.add_argument("--cache-dtype", nargs="+", default=["bf16"], choices=["bf16", "fp8"],
                    help="cache dtype: bf16, or fp8 (the device's e4m3, scaled)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per cache block")
@@ -487,7 +494,8 @@ def _cases(args: argparse.Namespace, ops: list[str], shapes_of, dtypes: list[tor
     caches = [(layout, kv) for layout in args.layout for kv in args.cache_dtype]
     for dtype in dtypes:
         for op in ops:
-            variants = [(layout, kv) for layout, kv in caches if layout != "shuffled" or op == "mla_cache"] \
+            variants = [(layout, kv) for layout, kv in caches
+                        if layout != "shuffled" or op in ("mla_cache", "qk_rope_cat_cache", "rope_cache")] \
                 if op in CACHE_OPS else [("-", "-")]
             for label, t, hd in shapes_of(op):
                 for layout, kv in variants:

@@ -279,6 +279,14 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
              q, k, v, _meta(*kc.shape, dtype=fp8), _meta(*vc.shape, dtype=fp8), slots, pos, cos, sin,
              _meta(1, dtype=f32), _meta(1, dtype=f32), True, True, True, None,
              _meta(*q.shape, dtype=fp8), _meta(*k.shape, dtype=fp8), False, None)),
+        # aiter's shuffled 5-D value cache (gpt-oss: 64 KV heads of 64, blocks of 16), fp8 (x 16) and bf16 (x 8)
+        *[(f"fused_qk_rope_reshape_and_cache, aiter's shuffled value cache, {dt}",
+           lambda dt=dt, xw=16 // dt.itemsize: op["fused_qk_rope_reshape_and_cache"](
+               _meta(64, 64, 64), _meta(64, 8, 64), _meta(64, 8, 64), _meta(512, 8, 64 // xw, 16, xw, dtype=dt),
+               _meta(512, 8, 16 // xw, 64, xw, dtype=dt), _meta(64, dtype=torch.int64), _meta(64, dtype=torch.int64),
+               _meta(4096, 32, dtype=f32), _meta(4096, 32, dtype=f32), _meta(1, dtype=f32), _meta(1, dtype=f32),
+               True, False, True, None, None, None, False, None))
+          for dt in (torch.bfloat16, fp8)],
         ("cat_and_cache_mla fp8 cache, scaled",
          lambda: op["cat_and_cache_mla"](mla[0], mla[1], _meta(*mla[2].shape, dtype=fp8), mla[3],
                                          _meta(1, dtype=f32), True)),

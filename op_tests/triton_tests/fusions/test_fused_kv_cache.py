@@ -88,13 +88,14 @@ def _codes(b: torch.Tensor) -> torch.Tensor:
 def _slot_index(slots, bs, heads, width, layout, x=1):
     """Index tensors, broadcasting to (tokens, heads, width), of the cache elements the
     tokens at ``slots`` own. flash / paged: [nb, bs, heads, width]; key: [nb, heads,
-    width // x, bs, x]; value: [nb, heads, width, bs]; flat: [slots, heads, width]."""
+    width // x, bs, x]; value: [nb, heads, width, bs]; value_shuffled: [nb, heads, bs // x,
+    width, x] (aiter's); flat: [slots, heads, width]."""
     s = slots.long().view(-1, 1, 1)
     blk, off = s // bs, s % bs
     h = torch.arange(heads, device=DEVICE).view(1, -1, 1)
     c = torch.arange(width, device=DEVICE).view(1, 1, -1)
     return {"flash": (blk, off, h, c), "key": (blk, h, c // x, off, c % x), "value": (blk, h, c, off),
-            "flat": (s, h, c)}[layout]
+            "value_shuffled": (blk, h, off // x, c, off % x), "flat": (s, h, c)}[layout]
 
 
 def _cache_values(x, scale, apply, dtype):
@@ -166,13 +167,15 @@ def _scales(mode):
     return ks, vs, mode == "scaled"
 
 
-def _kv_caches(nb, bs, kh, d, dtype, flash, x=0):
+def _kv_caches(nb, bs, kh, d, dtype, flash, x=0, shuffled=False):
     """Sentinel-filled key / value caches: flash [nb, bs, kh, d] both; else the x-split
-    key [nb, kh, d // x, bs, x] (x: 16 bytes of elements unless given) and value [nb, kh, d, bs]."""
+    key [nb, kh, d // x, bs, x] (x: 16 bytes of elements unless given) and value [nb, kh, d, bs]
+    (``shuffled``: aiter's [nb, kh, bs // x, d, x])."""
     if flash:
         return _sentinel((nb, bs, kh, d), dtype), _sentinel((nb, bs, kh, d), dtype)
     x = x or 16 // dtype.itemsize
-    return _sentinel((nb, kh, d // x, bs, x), dtype), _sentinel((nb, kh, d, bs), dtype)
+    value = (nb, kh, bs // x, d, x) if shuffled else (nb, kh, d, bs)
+    return _sentinel((nb, kh, d // x, bs, x), dtype), _sentinel(value, dtype)
 
 
 # ---------------------------------------------------------------------------
@@ -201,6 +204,7 @@ class Case:
     zeros: str = "flag"                          # flag (output_zeros), given (a poisoned zeros_out), off
     strided: bool = False                        # q, k, v column views of one qkv with a padded row
     x: int = 0                                   # the x-split key cache's last dim; 0: 16 bytes of elements
+    shuffled: bool = False                       # not flash: aiter's shuffled 5-D value cache
 
 
 def _qkv(c: Case):
@@ -221,7 +225,7 @@ def _check(c: Case):
     cos, sin = _tables(c.width or c.d // 2, c.table_dtype, c.table_layout)
     pos, offs = _indices(c.t, c.index_dtype, c.offsets)
     nb = (c.t + 3) // c.bs + 2
-    key_cache, value_cache = _kv_caches(nb, c.bs, c.kh, c.d, c.cache_dtype, c.flash, c.x)
+    key_cache, value_cache = _kv_caches(nb, c.bs, c.kh, c.d, c.cache_dtype, c.flash, c.x, c.shuffled)
     slot_mapping = _slot_mapping(c.t, nb * c.bs, c.slots, c.index_dtype)
     k_scale, v_scale, apply = _scales(c.scale)
     common = (slot_mapping, pos, cos, sin, k_scale, v_scale, c.is_neox, c.flash, apply, offs)
@@ -259,7 +263,8 @@ def _check(c: Case):
     toks, slots = _written(slot_mapping, c.t)
     x = c.x or 16 // c.cache_dtype.itemsize
     kidx = _slot_index(slots, c.bs, c.kh, c.d, "flash" if c.flash else "key", x)
-    vidx = _slot_index(slots, c.bs, c.kh, c.d, "flash" if c.flash else "value")
+    vidx = _slot_index(slots, c.bs, c.kh, c.d, "flash" if c.flash else "value_shuffled" if c.shuffled else "value",
+                       x)
     want_kc = _cache_values(out[1][toks], k_scale, apply, c.cache_dtype)
     want_vc = _cache_values(v[toks], v_scale, apply, c.cache_dtype)
     # the index arithmetic here agrees with the reference's layout
@@ -268,6 +273,23 @@ def _check(c: Case):
     _assert_cache("reference value_cache", ref_vc, before_vc, vidx, want_vc[0])
     _assert_cache("key_cache", key_cache, before_kc, kidx, want_kc, one_step=c.cache_dtype in FP8)
     _assert_cache("value_cache", value_cache, before_vc, vidx, want_vc)
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float16, *FP8])
+@pytest.mark.parametrize("t,bs,slots", [(7, 16, "padded"), (40, 32, "all"), (3, 16, "short")])
+def test_shuffled_value_cache(cache_dtype, t, bs, slots):
+    """aiter's 5-D value cache [blocks, heads, block_size // x, head_dim, x] (gpt-oss on gfx950)."""
+    _check(Case(t=t, qh=8, kh=2, d=64, bs=bs, dtype=_io_dtype(cache_dtype), cache_dtype=cache_dtype, flash=False,
+                shuffled=True, slots=slots, scale="scaled" if cache_dtype in FP8 else "none"))
+
+
+def test_shuffled_value_cache_needs_whole_chunks():
+    a = _cache_args(flash=False)
+    a["value_cache"] = _sentinel((2, 2, 2, 64, 8), torch.bfloat16)  # 2 chunks of 8 offsets: 16 = block_size, ok
+    fusions.fused_qk_rope_reshape_and_cache(**a)
+    a["value_cache"] = _sentinel((2, 2, 3, 64, 8), torch.bfloat16)  # 24 offsets, the key cache's block holds 16
+    with pytest.raises(ValueError, match="value_cache"):
+        fusions.fused_qk_rope_reshape_and_cache(**a)
 
 
 def _io_dtype(cache_dtype):

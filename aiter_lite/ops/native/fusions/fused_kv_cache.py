@@ -5,7 +5,8 @@ orders (aiter's). RoPE as :mod:`aiter_lite.ops.native.fusions._common` says; cac
 * Paged KV caches as vLLM lays them out: ``flash_layout`` key and value
   ``[num_blocks, block_size, kv_heads, head_dim]``; otherwise key
   ``[num_blocks, kv_heads, head_dim // x, block_size, x]`` (``x = key_cache.shape[-1]``)
-  and value ``[num_blocks, kv_heads, head_dim, block_size]``. Token ``t`` goes to slot
+  and value ``[num_blocks, kv_heads, head_dim, block_size]`` (or aiter's shuffled
+  ``[num_blocks, kv_heads, block_size // x, head_dim, x]``). Token ``t`` goes to slot
   ``slot_mapping[t]`` = ``block * block_size + offset``; a negative slot, or a token past
   the end of ``slot_mapping`` (CUDA-graph padding), writes nothing.
 * MLA's latent cache: ``[slots, kv_heads, d]``, ``[num_blocks, block_size, kv_heads, d]``,
@@ -65,7 +66,11 @@ def fused_qk_rope_reshape_and_cache(q, k, v, key_cache, value_cache, slot_mappin
         blk, off = slots // bs, slots % bs
         kc = _to_cache(kr[toks], k_scale, apply_scale, key_cache.dtype)  # (n, kvh, d)
         key_cache[blk, :, :, off, :] = kc.reshape(kc.shape[0], kc.shape[1], d // x, x)
-        value_cache[blk, :, :, off] = _to_cache(v[toks], v_scale, apply_scale, value_cache.dtype)
+        vc = _to_cache(v[toks], v_scale, apply_scale, value_cache.dtype)
+        if value_cache.dim() == 5:  # aiter's shuffled [num_blocks, kv_heads, block_size // x, head_dim, x]
+            value_cache[blk, :, off // x, :, off % x] = vc
+        else:
+            value_cache[blk, :, :, off] = vc
     out = (q_out, k_out, key_cache, value_cache)
     if output_zeros or zeros_out is not None:
         zeros_out = torch.empty(q.shape, dtype=q.dtype, device=q.device) if zeros_out is None else zeros_out

@@ -2,6 +2,8 @@
 and argument orders). Semantics are ``aiter_lite.ops.native.fusions.fused_kv_cache``'s;
 where aiter is limited this does more, and checks it:
 
+* the classic layout's value cache also as aiter's shuffled 5-D one, ``[num_blocks, kv_heads,
+  block_size // x, head_dim, x]`` (gpt-oss on gfx950), bf16 / fp16 / fp32 / fp8;
 * any head dim and block size (aiter: powers of two); a partial rotary part (a table
   narrower than head_dim / 2); fp16 and fp32 caches as well as bf16 and fp8;
 * ``slot_mapping`` may be shorter than the tokens (CUDA-graph padding: the tail writes
@@ -53,8 +55,9 @@ __all__ = ["fused_qk_rope_reshape_and_cache", "cat_and_cache_mla", "fused_qk_rop
 
 
 def _check_caches(op: str, key_cache, value_cache, flash_layout: bool, n_kv_heads: int, head_dim: int,
-                  q: torch.Tensor) -> tuple[int, int, int]:
-    """The caches' (num_blocks, block_size, x) for vLLM's layouts; x = 1 for the flash layout."""
+                  q: torch.Tensor, shuffled_values: bool = True) -> tuple[int, int, int, bool]:
+    """The caches' (num_blocks, block_size, x, whether the value cache is aiter's shuffled 5-D
+    one) for vLLM's layouts; x = 1 for the flash layout. ``shuffled_values``: that layout allowed."""
     for name, c in (("key_cache", key_cache), ("value_cache", value_cache)):
         if not isinstance(c, torch.Tensor):
             raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(c).__name__}")
@@ -71,22 +74,32 @@ def _check_caches(op: str, key_cache, value_cache, flash_layout: bool, n_kv_head
         if vshape != kshape:
             raise ValueError(f"{op}: value_cache must have key_cache's shape {kshape} with flash_layout=True, "
                              f"got {vshape}")
-        return kshape[0], kshape[1], 1
+        return kshape[0], kshape[1], 1, False
     if len(kshape) != 5 or kshape[1] != n_kv_heads or kshape[2] * kshape[4] != head_dim:
         raise ValueError(f"{op}: key_cache must be (num_blocks, {n_kv_heads}, head_dim // x, block_size, x) with "
                          f"x * (head_dim // x) = {head_dim} and flash_layout=False, got {kshape}")
-    if vshape != (kshape[0], n_kv_heads, head_dim, kshape[3]):
-        raise ValueError(f"{op}: value_cache must be (num_blocks, kv heads, head_dim, block_size) = "
-                         f"{(kshape[0], n_kv_heads, head_dim, kshape[3])} with flash_layout=False, got {vshape}")
-    return kshape[0], kshape[3], kshape[4]
+    nb, bs, x = kshape[0], kshape[3], kshape[4]
+    classic = (nb, n_kv_heads, head_dim, bs)
+    shuffled = (nb, n_kv_heads, bs // x, head_dim, x)
+    if vshape == classic:
+        return nb, bs, x, False
+    if shuffled_values and len(vshape) == 5 and bs % x == 0 and vshape == shuffled:
+        return nb, bs, x, True
+    also = (f", or aiter's shuffled (num_blocks, kv heads, block_size // x, head_dim, x) = {shuffled}"
+            f"{'' if bs % x == 0 else ' (block_size a multiple of x)'}") if shuffled_values else ""
+    raise ValueError(f"{op}: value_cache must be (num_blocks, kv heads, head_dim, block_size) = {classic}{also} "
+                     f"with flash_layout=False, got {vshape}")
 
 
 def _cache_strides(key_cache: torch.Tensor, value_cache: torch.Tensor, flash_layout: bool) -> tuple:
-    """(block, offset, head, chunk, in-chunk) of the key cache, (block, offset, head, channel) of the value cache."""
+    """(block, offset, head, chunk, in-chunk) of the key cache, (block, offset (chunk), head,
+    channel, offset in its chunk) of the value cache."""
     k, v = key_cache.stride(), value_cache.stride()
     if flash_layout:
-        return (k[0], k[1], k[2], k[3], 0), (v[0], v[1], v[2], v[3])
-    return (k[0], k[3], k[1], k[2], k[4]), (v[0], v[3], v[1], v[2])
+        return (k[0], k[1], k[2], k[3], 0), (v[0], v[1], v[2], v[3], 0)
+    if value_cache.dim() == 5:  # [blocks, heads, block_size // x, head_dim, x]
+        return (k[0], k[3], k[1], k[2], k[4]), (v[0], v[2], v[1], v[3], v[4])
+    return (k[0], k[3], k[1], k[2], k[4]), (v[0], v[3], v[1], v[2], 0)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -154,6 +167,7 @@ def _launch_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_out:
         BLOCK_D=next_power_of_2(d), BLOCK_T=cfg.BLOCK_T, BLOCK_H=cfg.BLOCK_H,
         INT64=max_offset(q, k, v, q_out, k_out, zeros_out) >= 2**31, num_warps=cfg.num_warps,
         **({"ROW_SLOTS": True} if row_slots else {}), **({"K_OUT": False} if k_out is None else {}),
+        **({"VC_X": x} if value_cache.dim() == 5 else {}),
     )
 
 
@@ -196,7 +210,7 @@ def fused_qk_rope_reshape_and_cache(q: torch.Tensor, k: torch.Tensor, v: torch.T
     output_zeros = check_bool(op, "output_zeros", output_zeros)
     tab, reuse, half = rope_tables(op, cos, sin, q, d)
     pos, offs = check_positions(op, "pos", pos, n_tokens, q, tab.rows, offs, "offs")
-    n_blocks, block_size, x = _check_caches(op, key_cache, value_cache, flash_layout, n_kv_heads, d, q)
+    n_blocks, block_size, x, _ = _check_caches(op, key_cache, value_cache, flash_layout, n_kv_heads, d, q)
     slot_mapping = check_slots(op, slot_mapping, n_tokens, n_blocks * block_size, q)
     check_scale(op, "k_scale", k_scale, q)
     check_scale(op, "v_scale", v_scale, q)
@@ -258,7 +272,8 @@ def fused_qk_rope_cosine_cache_llama(q: torch.Tensor, k: torch.Tensor, v: torch.
     apply_scale = check_bool(op, "apply_scale", apply_scale)
     tab, reuse, half = rope_tables(op, cos, sin, q, d)
     pos, offs = check_positions(op, "pos", pos, n_tokens, q, tab.rows, offs, "offs")
-    n_rows, block_size, x = _check_caches(op, key_cache, value_cache, flash_layout, n_kv_heads, d, q)
+    n_rows, block_size, x, _ = _check_caches(op, key_cache, value_cache, flash_layout, n_kv_heads, d, q,
+                                             shuffled_values=False)
     slot_mapping = check_slots(op, slot_mapping, n_tokens, block_size, q, slots_are="block_size: an offset in "
                                "the token's row")
     if slot_mapping.shape[0] > n_rows:

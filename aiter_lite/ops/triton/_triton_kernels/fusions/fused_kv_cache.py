@@ -6,7 +6,8 @@ slot of the caches); the grid runs over Q's head blocks, then the KV heads' bloc
 each token block in turn. Cache entries are addressed by (block, offset, head, channel)
 with strides, a channel ``c`` at ``(c // X) * stride_cx + (c % X) * stride_c``: X = 1 for
 the flash layout and the classic value cache, X = x for the classic key cache's
-16-byte-chunked head dim. A token writes the caches only when its slot is in
+16-byte-chunked head dim; VC_X > 1 chunks the value cache's offsets instead (aiter's
+shuffled value cache [blocks, heads, block_size // x, head_dim, x]). A token writes the caches only when its slot is in
 [0, cache slots): padding (slot < 0, or past the end of slot_mapping) writes nothing and
 a slot past the cache is never an out-of-bounds write. ROW_SLOTS (aiter's per-sequence
 cache of ``fused_qk_rope_cosine_cache_llama``): token t writes row t of the cache at offset
@@ -162,7 +163,7 @@ def _rope_cache_kernel(
     sq_t, sq_h, sq_d, sk_t, sk_h, sk_d, sv_t, sv_h, sv_d,
     sqo_t, sqo_h, sqo_d, sko_t, sko_h, sko_d, sz_t, sz_h, sz_d,
     skc_blk, skc_off, skc_h, skc_cx, skc_c,   # key cache: block, offset, head, channel (x-chunk), in-chunk
-    svc_blk, svc_off, svc_h, svc_cx,          # value cache
+    svc_blk, svc_off, svc_h, svc_cx, svc_ox,  # value cache (svc_ox: VC_X > 1, an offset's place in its chunk)
     stride_t_r, stride_t_f,
     n_tokens, n_slot_tokens, n_cache_slots, block_size, n_rows,
     n_q_heads, n_kv_heads, head_dim,
@@ -185,6 +186,7 @@ def _rope_cache_kernel(
     INT64: tl.constexpr,
     ROW_SLOTS: tl.constexpr = False,  # token t's cache row is row t (aiter's per-sequence cache), its slot the offset in it
     K_OUT: tl.constexpr = True,       # rotated K into k_out as well as the cache
+    VC_X: tl.constexpr = 1,           # > 1: the value cache's offsets in chunks of VC_X (aiter's 5-D shuffled value cache)
 ):
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     qo_min = tl.cast(qo_min, tl.float32)
@@ -224,6 +226,10 @@ def _rope_cache_kernel(
         vh = (v_ptr + tok * sv_t)[:, None] + heads[None, :] * sv_h
         v = tl.load(vh[:, :, None] + c[None, None, :] * sv_d, mask=m & writes[:, None, None], other=0.0)
         v_inv = tl.math.div_rn(1.0, tl.load(v_scale_ptr)) if HAS_V_SCALE else 1.0
-        vc = (vc_ptr + blk * svc_blk + off * svc_off)[:, None] + heads[None, :] * svc_h
+        if VC_X > 1:  # [blocks, heads, block_size // x, head_dim, x]
+            vc = (vc_ptr + blk * svc_blk + (off // VC_X) * svc_off + (off % VC_X) * svc_ox)[:, None]
+        else:
+            vc = (vc_ptr + blk * svc_blk + off * svc_off)[:, None]
+        vc = vc + heads[None, :] * svc_h
         _store_chans(vc, c, _cast(v.to(tl.float32), v_inv, c_min, c_max, vc_ptr.dtype.element_ty, VC_FP8,
                                   SOFT_ROUND), m & writes[:, None, None], 1, svc_cx, 0)
