@@ -21,6 +21,9 @@ Ops (aiter's names, aiter_lite.ops.triton.fusions; T tokens, QH / KH query / key
     rope_cosine_cache  fused_qk_rope_cosine_cache_llama: Q and K turned (Q into a new q_out), K and V
                     written into a per-sequence cache, token t at row t, offset slot_mapping[t] (random
                     in [0, B)); --layout flash or paged (the classic layouts) as rope_cache's
+    qk_norm_rope_swa  fused_reduce_qk_norm_rope_swa_write (DeepSeek-V4-style MQA): q (T, H D) and kv (T, D)
+                    RMS-normalized per head, their last R channels turned, kv in place and into a
+                    window cache of 128 (every token its own sequence); MLA models' H, D = L + R, R
     qk_norm_rope_cache  fused_qkv_split_qk_norm_rope_cache as vLLM calls it for Qwen3-Next: qkv (T, (2 QH
                     + 2 KH) D), gates interleaved with Q, into Q, gate, K, V; Q and K RMS-normalized per
                     head (1 + w) and turned; K, V into the caches (--layout flash: NHD, paged: HND)
@@ -45,6 +48,8 @@ c the cache's, 8 an index, 4 a table entry, F = R / 2 table columns):
     rope_cache      Q read and written 2 T QH D e; K read, K out written 2 T KH D e; V read T KH D e;
                     both caches written 2 T KH D c; positions, slots 16 T; cos / sin rows 8 T F
     qkv_split_rope  qkv read, Q K V written 2 T (QH + 2 KH) D e; positions 8 T; cos / sin rows 8 T F
+    qk_norm_rope_swa  q read, q_out written 2 T H D e; kv read, written, into the window 3 T D e; weights 4 D e;
+                    positions and three index tables 20 T; cos / sin rows 8 T F
     rope_cosine_cache  Q read and written 2 T QH D e; K, V read 2 T KH D e; the caches 2 T KH D c; positions,
                     slots 16 T; cos / sin rows 8 T F
     qk_norm_rope_cache  qkv read, Q gate K V written 4 T (QH + KH) D e; the caches 2 T KH D c; weights 4 D e;
@@ -67,6 +72,8 @@ unfused (this project's ops in sequence, as a serving stack without the fusion r
                     preshuffled positions of each element, computed once per step, outside the timing)
     qk_rope_cat_cache  this project's fused_qk_rope_cat, then its cat_and_cache_mla (two launches)
     rope_cosine_cache  this project's RoPE out of place, then torch's scaling and index_put_ at (row, offset)
+    qk_norm_rope_swa  this project's rms_norm on Q's heads and on kv, its 2c RoPE in place on their tails
+                    (nope_first), kv copied back and index_put_ into the window (four launches and a copy)
     qk_norm_rope_cache  this project's rms_norm (weight_offset 1) on the Q and K views of qkv, then its
                     fused_qk_rope_reshape_and_cache (NHD only), the gate and V copied out (five launches)
 Every provider writes its own copies of Q and K and its own zeroed caches, so whole caches are
@@ -94,12 +101,14 @@ from aiter_lite.ops.triton.rope import rope as tri_rope  # noqa: E402
 from op_benchmarks.utils import rope as torch_rope  # noqa: E402
 
 GQA_OPS = ("rope_cache", "qkv_split_rope", "qk_norm_rope_cache", "rope_cosine_cache")
-MLA_OPS = ("qk_rope_cat", "qk_cat", "mla_cache", "qk_rope_cat_cache")
+MLA_OPS = ("qk_rope_cat", "qk_cat", "mla_cache", "qk_rope_cat_cache", "qk_norm_rope_swa")
 CACHE_OPS = ("rope_cache", "mla_cache", "qk_rope_cat_cache", "qk_norm_rope_cache", "rope_cosine_cache")
 OPS = {"rope_cache": "fused_qk_rope_reshape_and_cache", "qkv_split_rope": "fused_qkv_split_qk_rope",
        "qk_rope_cat": "fused_qk_rope_cat", "qk_cat": "fused_qk_cat", "mla_cache": "cat_and_cache_mla",
        "qk_rope_cat_cache": "fused_qk_rope_cat_and_cache_mla", "qk_norm_rope_cache": "fused_qkv_split_qk_norm_rope_cache",
-       "rope_cosine_cache": "fused_qk_rope_cosine_cache_llama"}
+       "rope_cosine_cache": "fused_qk_rope_cosine_cache_llama",
+       "qk_norm_rope_swa": "fused_reduce_qk_norm_rope_swa_write"}
+SWA_WIN = 128
 NORM_EPS = 1e-6
 DEFAULT_MODELS = ["llama3-8B", "qwen2.5-7B", "deepseek-v3"]
 DEFAULT_T = [1, 16, 128, 512, 2048, 8192, 32768]
@@ -154,6 +163,7 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
         "qk_rope_cat_cache": 2 * t * qh * d * e + t * d * (e + c) + t * r * e + 16 * t + 8 * t * f,
         "qk_norm_rope_cache": 4 * t * (qh + kh) * d * e + 2 * t * kh * d * c + 4 * d * e + 16 * t + 8 * t * f,
         "rope_cosine_cache": 2 * t * qh * d * e + 2 * t * kh * d * e + 2 * t * kh * d * c + 16 * t + 8 * t * f,
+        "qk_norm_rope_swa": 2 * t * qh * d * e + 3 * t * d * e + 4 * d * e + 20 * t + 8 * t * f,
     }[op]
 
     def make_inputs():
@@ -197,6 +207,12 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
             shape = (blocks, bs, kh, d) if layout == "flash" else (blocks, kh, bs, d)
             x["key_cache"] = torch.zeros(shape, device=dev, dtype=kv_dtype)
             x["value_cache"] = torch.zeros(shape, device=dev, dtype=kv_dtype)
+        elif op == "qk_norm_rope_swa":  # every token its own sequence's window slot (decode)
+            x.update(q=randn(t, qh * d), kv=randn(t, d), q_weight=randn(d), kv_weight=randn(d),
+                     write_indices=torch.arange(t, device=dev, dtype=torch.int32),
+                     batch_id=torch.arange(t, device=dev, dtype=torch.int32),
+                     state_slots=torch.arange(t, device=dev, dtype=torch.int32),
+                     swa_kv=torch.zeros(max(t, 1), SWA_WIN, d, device=dev, dtype=dtype))
         elif op in ("mla_cache", "qk_rope_cat_cache"):
             x.update(k_nope=randn(t, d - r), k_pe=randn(t, r))
             shape = {"paged": (blocks, bs, 1, d), "shuffled": (blocks, 1, bs, d)}.get(layout, (blocks * bs, 1, d))
@@ -302,6 +318,16 @@ def _fused(mod):
                                            shuffled_kv_cache=shuffled)
                 return q_out, k_pe_out, kv
             return qk_rope_cat_cache
+        if case.op == "qk_norm_rope_swa":
+            kv, swa = x["kv"].clone(), x["swa_kv"].clone()
+            r = case.dims["R"]
+
+            def norm_rope_swa():
+                q_out = fn(x["q"], kv, x["q_weight"], x["kv_weight"], 1e-6, 1e-6, r, x["cos"], x["sin"], x["pos"],
+                           None, neox, x["write_indices"], x["batch_id"], x["state_slots"], swa, SWA_WIN,
+                           x["q"].dtype)
+                return q_out, kv, swa
+            return norm_rope_swa
         if case.op == "qk_cat":
             return lambda: fn(x["q_nope"], x["q_pe"], x["k_nope"], x["k_pe"])
         return lambda: fn(x["q_nope"], x["q_pe"], x["k_nope"], x["k_pe"], x["pos"], x["cos"], x["sin"], neox)
@@ -347,6 +373,20 @@ def _unfused(case, inputs):
             q, k, v = qkv.view(qkv.shape[0], qh + 2 * kh, d).split([qh, kh, kh], dim=1)
             return (*rope(q, k), v.contiguous())
         return split_rope
+    if case.op == "qk_norm_rope_swa":  # this project's norms, its RoPE on the tails in place, torch's copies
+        kv, swa, r = x["kv"].clone(), x["swa_kv"].clone(), case.dims["R"]
+        t = kv.shape[0]
+        slots = x["state_slots"].long()[x["batch_id"].long()[x["write_indices"].long()]]
+        neox = case.extra["rotate_style"] == "neox"
+
+        def norm_rope_swa():
+            qn = tri_norm.rms_norm(x["q"].view(t, qh, d), x["q_weight"], 1e-6)
+            kn = tri_norm.rms_norm(kv, x["kv_weight"], 1e-6)
+            tri_rope.rope_cached_thd_positions_2c_fwd_inplace(qn, kn[:, None], cos, sin, pos, style, True, True)
+            kv.copy_(kn)
+            swa[slots, pos % SWA_WIN] = kn
+            return qn, kv, swa
+        return norm_rope_swa
     if case.op == "rope_cosine_cache":  # this project's RoPE, then torch's scaling and scatter into (row, slot)
         q, k, v, kc, vc = x["q"], x["k"], x["v"], x["key_cache"], x["value_cache"]
         where = (torch.arange(q.shape[0], device=q.device), slots)

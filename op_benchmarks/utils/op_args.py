@@ -157,6 +157,19 @@ def _cache(m: _Make) -> tuple:
             None)
 
 
+def _swa_write(m: _Make) -> tuple:
+    """A DeepSeek-V4-style call: two split-K slices of Q, the window cache written (the registered
+    op's arguments: q_out, an output buffer, left out)."""
+    d, t = m.d, m.d.tokens
+    hd = d.head_dim
+    r = min(64, hd)
+    cos, sin = m.tab(r // 2)
+    return (m.r(2, t, d.heads * hd), m.r(t, hd), m.w(hd), m.w(hd), 1e-6, 1e-6, r, cos, sin, m.i(d.rope_rows, t),
+            False, torch.arange(t, device=m.device, dtype=torch.int32),
+            torch.zeros(t, device=m.device, dtype=torch.int32), torch.zeros(1, device=m.device, dtype=torch.int32),
+            torch.zeros(2, 16, hd, device=m.device, dtype=m.dtype), 16, m.dtype)
+
+
 def _rope_3d(m: _Make) -> tuple:
     """Wan's call: one video of the tokens' count as a 1 x 1 x T grid, a complex table."""
     d = m.d
@@ -280,6 +293,7 @@ def op_args(name: str, dims: Dims = TINY, device="cpu", dtype=torch.float32, qdt
         "fused_qkv_split_qk_norm_rope_cache": lambda: _qk_norm_cache(m),
         "fused_qk_rope_cosine_cache_llama": lambda: _cosine_cache(m),
         "rope_fwd_3d": lambda: _rope_3d(m),
+        "fused_reduce_qk_norm_rope_swa_write": lambda: _swa_write(m),
         "fused_qk_cat": lambda: (m.r(t, d.heads, d.kv_lora), m.r(t, d.heads, d.rope_dim), m.r(t, 1, d.kv_lora),
                                  m.r(t, 1, d.rope_dim)),
         "fused_qk_rope_cat": lambda: (m.r(t, d.heads, d.kv_lora), m.r(t, d.heads, d.rope_dim), m.r(t, 1, d.kv_lora),

@@ -270,6 +270,13 @@ AITER = [
      "decode_q_pe_out: torch.Tensor = None, k_pe_out: torch.Tensor = None, q_out_dtype: torch.dtype = None, "
      "shuffled_kv_cache: bool = False, upcast_operand: bool = False) -> tuple[torch.Tensor, torch.Tensor, "
      "torch.Tensor, torch.Tensor]"),
+    ("aiter.ops.triton.fusions.fused_reduce_qk_norm_rope_swa_write",
+     "fused_reduce_qk_norm_rope_swa_write(q: torch.Tensor, kv: torch.Tensor, q_norm_weight: torch.Tensor | None, "
+     "kv_norm_weight: torch.Tensor | None, q_rms_eps: float, kv_rms_eps: float, rope_head_dim: int, "
+     "cos_cache: torch.Tensor, sin_cache: torch.Tensor, positions: torch.Tensor, q_out: torch.Tensor | None = None, "
+     "is_neox: bool = False, write_indices: torch.Tensor | None = None, "
+     "batch_id_per_token: torch.Tensor | None = None, state_slot_mapping: torch.Tensor | None = None, "
+     "swa_kv: torch.Tensor | None = None, win: int = 128, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor"),
     ("aiter.ops.triton.rope.rope",
      "rope_fwd_3d(x, grid_sizes: tl.constexpr, freqs: tl.constexpr, sp_size: tl.constexpr, sp_rank: tl.constexpr)"),
     ("aiter.ops.triton.fusions.fused_kv_cache",

@@ -30,6 +30,8 @@ qkv_split = importlib.import_module("aiter_lite.ops.triton.fusions.fused_qkv_spl
 mul_add = importlib.import_module("aiter_lite.ops.triton.fusions.fused_mul_add")
 routing = importlib.import_module("aiter_lite.ops.triton.fusions.fused_routing_from_topk")
 qk_norm = importlib.import_module("aiter_lite.ops.triton.fusions.fused_qkv_split_qk_norm_rope_cache")
+swa_write = importlib.import_module("aiter_lite.ops.triton.fusions.fused_reduce_qk_norm_rope_swa_write")
+rope_3d = importlib.import_module("aiter_lite.ops.triton.rope.rope_3d")
 BACKEND = "inductor" if ON_GPU else "aot_eager"
 FAMILIES = ["activation", "activation backward", "activation, gate and up apart",
             "activation backward, gate and up apart", "normalization", "normalization backward", "softmax",
@@ -40,7 +42,7 @@ FAMILIES = ["activation", "activation backward", "activation, gate and up apart"
             "fused gated rms + quant", "mx quant", "rope",
             "rope in place", "fusions", "fusions q/k concat", "fusions MLA cache", "fusions KV cache",
             "fusions MLA rope cat cache", "fusions mul add", "fusions routing from top-k",
-            "fusions QK-norm rope cache"]
+            "fusions QK-norm rope cache", "fusions reduce QK-norm rope SWA write", "rope 3-D"]
 F8 = torch.float8_e4m3fn if ON_GPU else torch.int8
 
 
@@ -194,6 +196,17 @@ def _cases():
                                         [16, cos.stride(0), cos.stride(1), 8, 32, 16, 12, 4,
                                          *[128, 32, 16, 1] * 2], 1e-6, [True, True]),
                                        RopeLaunchConfig(2, 2, 1)),
+        "fusions reduce QK-norm rope SWA write": (swa_write._launch_reduce_qk_norm_rope_swa,
+                                                  (_r(2, t, 3 * 16), _e(t, 3, 16), _r(t, 16), _r(16), None, pos,
+                                                   cos, sin, torch.arange(t, device=DEVICE),
+                                                   torch.zeros(t, device=DEVICE, dtype=torch.int64),
+                                                   torch.zeros(1, device=DEVICE, dtype=torch.int64), _e(1, 8, 16),
+                                                   [16, cos.stride(0), cos.stride(1), 8, 8], [1e-6, 1e-6], [True]),
+                                                  RopeLaunchConfig(2, 2, 1)),
+        "rope 3-D": (rope_3d._launch_rope_3d,
+                     (_r(1, t, 2, 16), _r(8, 8), _r(8, 8), torch.tensor([[1, 1, t]], device=DEVICE), _e(1, t, 2, 16),
+                      0),
+                     RopeLaunchConfig(2, 1, 1)),
     }
     return cases
 

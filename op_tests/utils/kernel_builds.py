@@ -95,6 +95,7 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
         fused_qk_rope_cat_and_cache_mla,
         fused_qk_rope_cosine_cache_llama,
         fused_qkv_split_qk_norm_rope_cache,
+        fused_reduce_qk_norm_rope_swa_write,
         fused_routing_from_topk,
     )
     from aiter_lite.ops.triton.quant import fused_fp8_quant as ffq
@@ -231,6 +232,14 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
                _meta(64, dtype=torch.int64), _meta(64, dtype=torch.int64), _meta(8192, 64, dtype=f32),
                _meta(8192, 64, dtype=f32), _meta(1, dtype=f32), _meta(1, dtype=f32), True, flash))
           for what, flash in (("flash fp8 cache", True), ("classic fp8 cache", False))],
+        *[(f"fused_reduce_qk_norm_rope_swa_write, DeepSeek-V4-style 64 heads of 512, {what}",
+           lambda splits=splits, swa=swa: fused_reduce_qk_norm_rope_swa_write(
+               _meta(*((splits,) if splits else ()), 4096, 64 * 512), _meta(4096, 512), _meta(512), _meta(512), 1e-6,
+               1e-6, 64, _meta(65536, 1, 1, 32, dtype=f32), _meta(65536, 1, 1, 32, dtype=f32),
+               _meta(4096, dtype=torch.int64), None, False,
+               *((_meta(4096, dtype=torch.int32), _meta(4096, dtype=torch.int32), _meta(64, dtype=torch.int32),
+                  _meta(64, 128, 512)) if swa else (None, None, None, None)), 128))
+          for what, splits, swa in (("4 split-K slices, the window cache", 4, True), ("reduced q", 0, False))],
         ("rope_fwd_3d, Wan2.1-14B 720p on one rank, 8 videos (64-bit offsets)",
          lambda: rope_fwd_3d(_meta(8, 75600, 40, 128), _meta(8, 3, dtype=torch.int64),
                              _meta(1024, 64, dtype=torch.complex128), 1, 0)),
