@@ -21,6 +21,9 @@ Ops (aiter's names, aiter_lite.ops.triton.fusions; T tokens, QH / KH query / key
     rope_cosine_cache  fused_qk_rope_cosine_cache_llama: Q and K turned (Q into a new q_out), K and V
                     written into a per-sequence cache, token t at row t, offset slot_mapping[t] (random
                     in [0, B)); --layout flash or paged (the classic layouts) as rope_cache's
+    bmm_rope_cat_cache / fp8_bmm_rope_cat_cache  fused_bf16_ / fused_fp8_bmm_rope_cat_and_cache_mla: q_nope
+                    (H, T, 128) times W_UK (H, L, 128) (bf16, or fp8 with q quantized per token and 128
+                    channels) into q_out's latent part, then as qk_rope_cat_cache (the flat cache)
     qk_norm_rope_swa  fused_reduce_qk_norm_rope_swa_write (DeepSeek-V4-style MQA): q (T, H D) and kv (T, D)
                     RMS-normalized per head, their last R channels turned, kv in place and into a
                     window cache of 128 (every token its own sequence); MLA models' H, D = L + R, R
@@ -72,6 +75,8 @@ unfused (this project's ops in sequence, as a serving stack without the fusion r
                     preshuffled positions of each element, computed once per step, outside the timing)
     qk_rope_cat_cache  this project's fused_qk_rope_cat, then its cat_and_cache_mla (two launches)
     rope_cosine_cache  this project's RoPE out of place, then torch's scaling and index_put_ at (row, offset)
+    bmm_rope_cat_cache  torch.bmm (fp8: q quantized per group by torch, the weights dequantized once outside
+                    the timing), then this project's fused_qk_rope_cat_and_cache_mla
     qk_norm_rope_swa  this project's rms_norm on Q's heads and on kv, its 2c RoPE in place on their tails
                     (nope_first), kv copied back and index_put_ into the window (four launches and a copy)
     qk_norm_rope_cache  this project's rms_norm (weight_offset 1) on the Q and K views of qkv, then its
@@ -101,13 +106,18 @@ from aiter_lite.ops.triton.rope import rope as tri_rope  # noqa: E402
 from op_benchmarks.utils import rope as torch_rope  # noqa: E402
 
 GQA_OPS = ("rope_cache", "qkv_split_rope", "qk_norm_rope_cache", "rope_cosine_cache")
-MLA_OPS = ("qk_rope_cat", "qk_cat", "mla_cache", "qk_rope_cat_cache", "qk_norm_rope_swa")
-CACHE_OPS = ("rope_cache", "mla_cache", "qk_rope_cat_cache", "qk_norm_rope_cache", "rope_cosine_cache")
+MLA_OPS = ("qk_rope_cat", "qk_cat", "mla_cache", "qk_rope_cat_cache", "qk_norm_rope_swa", "bmm_rope_cat_cache",
+           "fp8_bmm_rope_cat_cache")
+CACHE_OPS = ("rope_cache", "mla_cache", "qk_rope_cat_cache", "qk_norm_rope_cache", "rope_cosine_cache",
+             "bmm_rope_cat_cache", "fp8_bmm_rope_cat_cache")
 OPS = {"rope_cache": "fused_qk_rope_reshape_and_cache", "qkv_split_rope": "fused_qkv_split_qk_rope",
        "qk_rope_cat": "fused_qk_rope_cat", "qk_cat": "fused_qk_cat", "mla_cache": "cat_and_cache_mla",
        "qk_rope_cat_cache": "fused_qk_rope_cat_and_cache_mla", "qk_norm_rope_cache": "fused_qkv_split_qk_norm_rope_cache",
        "rope_cosine_cache": "fused_qk_rope_cosine_cache_llama",
-       "qk_norm_rope_swa": "fused_reduce_qk_norm_rope_swa_write"}
+       "qk_norm_rope_swa": "fused_reduce_qk_norm_rope_swa_write",
+       "bmm_rope_cat_cache": "fused_bf16_bmm_rope_cat_and_cache_mla",
+       "fp8_bmm_rope_cat_cache": "fused_fp8_bmm_rope_cat_and_cache_mla"}
+NOPE_P = 128  # DeepSeek's qk_nope_head_dim: the absorbed matmul's input channels
 SWA_WIN = 128
 NORM_EPS = 1e-6
 DEFAULT_MODELS = ["llama3-8B", "qwen2.5-7B", "deepseek-v3"]
@@ -164,6 +174,11 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
         "qk_norm_rope_cache": 4 * t * (qh + kh) * d * e + 2 * t * kh * d * c + 4 * d * e + 16 * t + 8 * t * f,
         "rope_cosine_cache": 2 * t * qh * d * e + 2 * t * kh * d * e + 2 * t * kh * d * c + 16 * t + 8 * t * f,
         "qk_norm_rope_swa": 2 * t * qh * d * e + 3 * t * d * e + 4 * d * e + 20 * t + 8 * t * f,
+        # q_nope read, W read (e or 1 byte), then as qk_rope_cat_cache (the latent part of q_out written once)
+        "bmm_rope_cat_cache": t * qh * NOPE_P * e + qh * (d - r) * NOPE_P * e + t * qh * (d + r) * e
+                              + t * d * (e + c) + t * r * e + 16 * t + 8 * t * f,
+        "fp8_bmm_rope_cat_cache": t * qh * NOPE_P * e + qh * (d - r) * NOPE_P + t * qh * (d + r) * e
+                                  + t * d * (e + c) + t * r * e + 16 * t + 8 * t * f,
     }[op]
 
     def make_inputs():
@@ -207,6 +222,12 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
             shape = (blocks, bs, kh, d) if layout == "flash" else (blocks, kh, bs, d)
             x["key_cache"] = torch.zeros(shape, device=dev, dtype=kv_dtype)
             x["value_cache"] = torch.zeros(shape, device=dev, dtype=kv_dtype)
+        elif op in ("bmm_rope_cat_cache", "fp8_bmm_rope_cat_cache"):  # the latent cache flat
+            fp8w = get_fp8_e4m3_dtype() if op.startswith("fp8") else dtype
+            x.update(q_nope=randn(qh, t, NOPE_P), q_pe=randn(t, qh, r), k_nope=randn(t, 1, d - r), k_pe=randn(t, 1, r),
+                     w_k=(torch.randn(qh, d - r, NOPE_P, device=dev) * NOPE_P ** -0.5).to(fp8w),
+                     w_scale=torch.tensor([1.0], device=dev),
+                     kv_cache=torch.zeros(blocks * bs, 1, d, device=dev, dtype=kv_dtype))
         elif op == "qk_norm_rope_swa":  # every token its own sequence's window slot (decode)
             x.update(q=randn(t, qh * d), kv=randn(t, d), q_weight=randn(d), kv_weight=randn(d),
                      write_indices=torch.arange(t, device=dev, dtype=torch.int32),
@@ -318,6 +339,14 @@ def _fused(mod):
                                            shuffled_kv_cache=shuffled)
                 return q_out, k_pe_out, kv
             return qk_rope_cat_cache
+        if case.op in ("bmm_rope_cat_cache", "fp8_bmm_rope_cat_cache"):
+            kv = x["kv_cache"]
+            ks = x["scale"] if fp8 else None
+            if case.op.startswith("fp8"):
+                return lambda: fn(x["q_nope"], x["w_k"], x["w_scale"], x["q_pe"], x["k_nope"], x["k_pe"], kv,
+                                  x["slots"], x["pos"], x["cos"], x["sin"], 128, True, None, ks, neox, x["q_pe"].dtype)
+            return lambda: fn(x["q_nope"], x["w_k"], x["q_pe"], x["k_nope"], x["k_pe"], kv, x["slots"], x["pos"],
+                              x["cos"], x["sin"], ks, neox, x["q_pe"].dtype)
         if case.op == "qk_norm_rope_swa":
             kv, swa = x["kv"].clone(), x["swa_kv"].clone()
             r = case.dims["R"]
@@ -373,6 +402,26 @@ def _unfused(case, inputs):
             q, k, v = qkv.view(qkv.shape[0], qh + 2 * kh, d).split([qh, kh, kh], dim=1)
             return (*rope(q, k), v.contiguous())
         return split_rope
+    if case.op in ("bmm_rope_cat_cache", "fp8_bmm_rope_cat_cache"):  # torch's bmm, then this project's MLA fusion
+        kv, lora = x["kv_cache"], d - case.dims["R"]
+        neox, fp8 = case.extra["rotate_style"] == "neox", kv.dtype.itemsize == 1
+        w = x["w_k"].to(x["q_nope"].dtype)  # fp8: dequantized once, outside the timing (scale 1)
+
+        fp8w = x["w_k"].dtype.itemsize == 1
+        fmax = torch.finfo(x["w_k"].dtype).max if fp8w else 1.0
+
+        def quantized(q):  # torch's per-token group quantization to the weights' fp8, dequantized
+            g = q.float().unflatten(-1, (-1, 128))
+            s = g.abs().amax(-1, keepdim=True) / fmax
+            return ((g * (1.0 / s)).clamp(-fmax, fmax).to(x["w_k"].dtype).float() * s).flatten(-2).to(q.dtype)
+
+        def bmm_then_fusion():
+            qn = quantized(x["q_nope"]) if fp8w else x["q_nope"]
+            ql = torch.bmm(qn, w.transpose(1, 2)).transpose(0, 1)  # (T, H, L)
+            q_out, dq, kpo, _ = tri.fused_qk_rope_cat_and_cache_mla(ql, x["q_pe"], x["k_nope"], x["k_pe"], kv, slots,
+                                                                    pos, cos, sin, scale, neox, apply_scale=fp8)
+            return q_out, dq, kpo, kv
+        return bmm_then_fusion
     if case.op == "qk_norm_rope_swa":  # this project's norms, its RoPE on the tails in place, torch's copies
         kv, swa, r = x["kv"].clone(), x["swa_kv"].clone(), case.dims["R"]
         t = kv.shape[0]

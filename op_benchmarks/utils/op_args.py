@@ -157,6 +157,24 @@ def _cache(m: _Make) -> tuple:
             None)
 
 
+def _bmm_mla(m: _Make, fp8: bool) -> tuple:
+    """MLA's absorbed query: q_nope (H, T, P = head_dim) times W_UK (H, kv_lora, P), then the
+    RoPE / cache side as fused_qk_rope_cat_and_cache_mla's call; fp8 weights in the quantized
+    dtype (e5m2 where that is int8), groups of up to 128 channels."""
+    d, t = m.d, m.d.tokens
+    p = d.head_dim
+    q_dtype = m.dtype if fp8 or m.dtype != torch.float32 else torch.bfloat16  # the bf16 form: 16-bit only
+    w_dtype = (m.qdtype if m.qdtype.is_floating_point else torch.float8_e5m2) if fp8 else q_dtype
+    w = (m.r(d.heads, d.kv_lora, p) * p ** -0.5).to(w_dtype)
+    rest = (m.r(t, d.heads, d.rope_dim), m.r(t, 1, d.kv_lora), m.r(t, 1, d.rope_dim),
+            torch.zeros(d.blocks * d.block_size, 1, d.kv_lora + d.rope_dim, device=m.device, dtype=m.dtype),
+            m.slots(d.blocks * d.block_size), m.i(d.rope_rows, t), *m.tab(d.rope_dim // 2))
+    q = m.r(d.heads, t, p).to(q_dtype)
+    if fp8:
+        return (q, w, m.f32(1), *rest, min(128, p), True, None, False, m.dtype, min(t, 1))
+    return (q, w, *rest, None, False, m.dtype, min(t, 1))
+
+
 def _swa_write(m: _Make) -> tuple:
     """A DeepSeek-V4-style call: two split-K slices of Q, the window cache written (the registered
     op's arguments: q_out, an output buffer, left out)."""
@@ -294,6 +312,8 @@ def op_args(name: str, dims: Dims = TINY, device="cpu", dtype=torch.float32, qdt
         "fused_qk_rope_cosine_cache_llama": lambda: _cosine_cache(m),
         "rope_fwd_3d": lambda: _rope_3d(m),
         "fused_reduce_qk_norm_rope_swa_write": lambda: _swa_write(m),
+        "fused_fp8_bmm_rope_cat_and_cache_mla": lambda: _bmm_mla(m, True),
+        "fused_bf16_bmm_rope_cat_and_cache_mla": lambda: _bmm_mla(m, False),
         "fused_qk_cat": lambda: (m.r(t, d.heads, d.kv_lora), m.r(t, d.heads, d.rope_dim), m.r(t, 1, d.kv_lora),
                                  m.r(t, 1, d.rope_dim)),
         "fused_qk_rope_cat": lambda: (m.r(t, d.heads, d.kv_lora), m.r(t, d.heads, d.rope_dim), m.r(t, 1, d.kv_lora),

@@ -270,6 +270,15 @@ AITER = [
      "decode_q_pe_out: torch.Tensor = None, k_pe_out: torch.Tensor = None, q_out_dtype: torch.dtype = None, "
      "shuffled_kv_cache: bool = False, upcast_operand: bool = False) -> tuple[torch.Tensor, torch.Tensor, "
      "torch.Tensor, torch.Tensor]"),
+    ("aiter.ops.triton.fusions.fused_bmm_rope_kv_cache",
+     "fused_fp8_bmm_rope_cat_and_cache_mla(q_nope: torch.Tensor, w_k: torch.Tensor, w_k_scale: torch.Tensor, "
+     "q_pe: torch.Tensor, k_nope: torch.Tensor, k_rope: torch.Tensor, kv_cache: torch.Tensor, "
+     "slot_mapping: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, "
+     "group_size: int = 128, transpose_bm: bool = True, config: dict | None = None, "
+     "k_scale: torch.Tensor | None = None, is_neox: bool = False, "
+     "q_out_dtype: torch.dtype | None = torch.bfloat16, num_decode_toks_for_zeros: int = 0) "
+     "-> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]"),
+    ("aiter.ops.triton.fusions.fused_bmm_rope_kv_cache", "set_use_gemm_splitk_bf16(value: bool)"),
     ("aiter.ops.triton.fusions.fused_reduce_qk_norm_rope_swa_write",
      "fused_reduce_qk_norm_rope_swa_write(q: torch.Tensor, kv: torch.Tensor, q_norm_weight: torch.Tensor | None, "
      "kv_norm_weight: torch.Tensor | None, q_rms_eps: float, kv_rms_eps: float, rope_head_dim: int, "

@@ -32,6 +32,7 @@ routing = importlib.import_module("aiter_lite.ops.triton.fusions.fused_routing_f
 qk_norm = importlib.import_module("aiter_lite.ops.triton.fusions.fused_qkv_split_qk_norm_rope_cache")
 swa_write = importlib.import_module("aiter_lite.ops.triton.fusions.fused_reduce_qk_norm_rope_swa_write")
 rope_3d = importlib.import_module("aiter_lite.ops.triton.rope.rope_3d")
+bmm = importlib.import_module("aiter_lite.ops.triton.fusions.fused_bmm_rope_kv_cache")
 BACKEND = "inductor" if ON_GPU else "aot_eager"
 FAMILIES = ["activation", "activation backward", "activation, gate and up apart",
             "activation backward, gate and up apart", "normalization", "normalization backward", "softmax",
@@ -42,7 +43,7 @@ FAMILIES = ["activation", "activation backward", "activation, gate and up apart"
             "fused gated rms + quant", "mx quant", "rope",
             "rope in place", "fusions", "fusions q/k concat", "fusions MLA cache", "fusions KV cache",
             "fusions MLA rope cat cache", "fusions mul add", "fusions routing from top-k",
-            "fusions QK-norm rope cache", "fusions reduce QK-norm rope SWA write", "rope 3-D"]
+            "fusions QK-norm rope cache", "fusions reduce QK-norm rope SWA write", "rope 3-D", "fusions MLA bmm"]
 F8 = torch.float8_e4m3fn if ON_GPU else torch.int8
 
 
@@ -207,6 +208,9 @@ def _cases():
                      (_r(1, t, 2, 16), _r(8, 8), _r(8, 8), torch.tensor([[1, 1, t]], device=DEVICE), _e(1, t, 2, 16),
                       0),
                      RopeLaunchConfig(2, 1, 1)),
+        "fusions MLA bmm": (bmm._launch_mla_bmm,
+                            (_r(2, t, 40), (_r(2, 24, 40) * 0.1).to(F8), _r(1), _e(t, 2, 32), 16, True),
+                            bmm.BmmLaunchConfig(16, 16, 1)),
     }
     return cases
 

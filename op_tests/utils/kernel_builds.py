@@ -100,6 +100,10 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
     )
     from aiter_lite.ops.triton.quant import fused_fp8_quant as ffq
     from aiter_lite.ops.triton.rope.rope_3d import rope_fwd_3d
+    from aiter_lite.ops.triton.fusions.fused_bmm_rope_kv_cache import (
+        fused_bf16_bmm_rope_cat_and_cache_mla,
+        fused_fp8_bmm_rope_cat_and_cache_mla,
+    )
     from aiter_lite.ops.triton.quant import mx_quant as mxq
     from op_benchmarks.utils.op_args import TINY, op_args
 
@@ -240,6 +244,18 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
                *((_meta(4096, dtype=torch.int32), _meta(4096, dtype=torch.int32), _meta(64, dtype=torch.int32),
                   _meta(64, 128, 512)) if swa else (None, None, None, None)), 128))
           for what, splits, swa in (("4 split-K slices, the window cache", 4, True), ("reduced q", 0, False))],
+        # DeepSeek-V3's absorbed query (128 heads, 128 -> 512, rope 64) at decode, fp8 weights and cache
+        ("fused_fp8_bmm_rope_cat_and_cache_mla, DeepSeek-V3 decode, fp8 weights and cache",
+         lambda: fused_fp8_bmm_rope_cat_and_cache_mla(
+             _meta(128, 64, 128), _meta(128, 512, 128, dtype=fp8), _meta(1, dtype=f32), _meta(64, 128, 64),
+             _meta(64, 1, 512), _meta(64, 1, 64), _meta(4096, 1, 576, dtype=fp8), _meta(64, dtype=torch.int64),
+             _meta(64, dtype=torch.int64), _meta(4096, 32, dtype=f32), _meta(4096, 32, dtype=f32), 128, True, None,
+             _meta(1, dtype=f32), False, torch.bfloat16, 16)),
+        ("fused_bf16_bmm_rope_cat_and_cache_mla, DeepSeek-V3 prefill",
+         lambda: fused_bf16_bmm_rope_cat_and_cache_mla(
+             _meta(128, 4096, 128), _meta(128, 512, 128), _meta(4096, 128, 64), _meta(4096, 1, 512),
+             _meta(4096, 1, 64), _meta(8192, 1, 576), _meta(4096, dtype=torch.int64), _meta(4096, dtype=torch.int64),
+             _meta(8192, 32, dtype=f32), _meta(8192, 32, dtype=f32))),
         ("rope_fwd_3d, Wan2.1-14B 720p on one rank, 8 videos (64-bit offsets)",
          lambda: rope_fwd_3d(_meta(8, 75600, 40, 128), _meta(8, 3, dtype=torch.int64),
                              _meta(1024, 64, dtype=torch.complex128), 1, 0)),

@@ -14,6 +14,10 @@ from aiter_lite.ops.native.fusions.fused_kv_cache import (
     fused_qk_rope_reshape_and_cache,
 )
 from aiter_lite.ops.native.fusions.fused_qk_concat import fused_qk_cat, fused_qk_rope_cat
+from aiter_lite.ops.native.fusions.fused_bmm_rope_kv_cache import (
+    fused_bf16_bmm_rope_cat_and_cache_mla,
+    fused_fp8_bmm_rope_cat_and_cache_mla,
+)
 from aiter_lite.ops.native.fusions.fused_reduce_qk_norm_rope_swa_write import fused_reduce_qk_norm_rope_swa_write
 from aiter_lite.ops.native.fusions.fused_qkv_split_qk_norm_rope_cache import fused_qkv_split_qk_norm_rope_cache
 from aiter_lite.ops.native.fusions.fused_qkv_split_qk_rope import fused_qkv_split_qk_rope
@@ -22,4 +26,5 @@ from aiter_lite.spec.rope import cache_rotary_reuse
 __all__ = ["fused_qkv_split_qk_rope", "fused_qk_rope_reshape_and_cache", "fused_qk_cat", "fused_qk_rope_cat",
            "cat_and_cache_mla", "cache_rotary_reuse", "fused_clamp_act_mul", "fused_mul_add", "fused_routing_from_topk",
            "fused_qk_rope_cat_and_cache_mla", "fused_qkv_split_qk_norm_rope_cache", "fused_qk_rope_cosine_cache_llama",
-           "fused_reduce_qk_norm_rope_swa_write"]
+           "fused_reduce_qk_norm_rope_swa_write",
+           "fused_fp8_bmm_rope_cat_and_cache_mla", "fused_bf16_bmm_rope_cat_and_cache_mla"]

@@ -343,7 +343,8 @@ def _launch_cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache
     )
 
 
-def _mla_cache(op: str, kv_cache, k_nope: torch.Tensor, k_pe: torch.Tensor, shuffled: bool) -> tuple:
+def _mla_cache(op: str, kv_cache, k_nope: torch.Tensor, k_pe: torch.Tensor, shuffled: bool,
+               k_pe_name: str = "k_pe") -> tuple:
     """An MLA latent cache checked for k_nope's heads and channels and k_pe's: (slots, block_size,
     the kernel's block / offset / head / channel strides, the shuffled layout's chunk width or 0)."""
     if not isinstance(kv_cache, torch.Tensor):
@@ -365,7 +366,7 @@ def _mla_cache(op: str, kv_cache, k_nope: torch.Tensor, k_pe: torch.Tensor, shuf
         strides = s
     else:
         raise ValueError(f"{op}: kv_cache must be (slots, {n_heads}, {d}) or (num_blocks, block_size, {n_heads}, "
-                         f"{d}) for k_nope {tuple(k_nope.shape)} and k_pe {tuple(k_pe.shape)}, got {shape}")
+                         f"{d}) for k_nope {tuple(k_nope.shape)} and {k_pe_name} {tuple(k_pe.shape)}, got {shape}")
     return shape[0] * block_size, block_size, strides, shuffle
 
 
@@ -479,6 +480,41 @@ def _launch_qk_rope_cat_and_cache_mla(q_nope: torch.Tensor, q_pe: torch.Tensor, 
         )
 
 
+def _mla_rope_cache_checks(op: str, q_name: str, q_ref: torch.Tensor, b: int, qh: int, d1: int, d1_of: str, q_pe,
+                           k_nope, k_pe, kv_cache, slot_mapping, pos, cos, sin, k_scale, shuffled: bool,
+                           pos_name: str, k_pe_name: str = "k_pe") -> tuple:
+    """The RoPE + latent-cache side of the MLA fusions checked (b tokens and qh heads of Q,
+    k_nope ``d1`` wide, ``d1_of`` saying whose width that is): (the table, reuse, HALF,
+    positions, slot_mapping, cache slots, block size, cache strides, shuffle)."""
+    check_heads(op, "q_pe", q_pe, q_name, q_ref)
+    check_heads(op, "k_nope", k_nope, q_name, q_ref)
+    check_heads(op, k_pe_name, k_pe, q_name, q_ref)
+    bk, kh, _ = k_nope.shape
+    d2 = q_pe.shape[2]
+    if tuple(q_pe.shape[:2]) != (b, qh):
+        raise ValueError(f"{op}: q_pe must have {q_name}'s tokens and heads ({b}, {qh}), got {tuple(q_pe.shape)}")
+    if k_nope.shape[2] != d1:
+        raise ValueError(f"{op}: k_nope must have {d1_of} {d1} channels, got shape {tuple(k_nope.shape)}")
+    if tuple(k_pe.shape) != (bk, kh, d2):
+        raise ValueError(f"{op}: {k_pe_name} must be ({bk}, {kh}, {d2}) (k_nope's tokens and heads, q_pe's channels), "
+                         f"got {tuple(k_pe.shape)}")
+    if qh % kh:
+        raise ValueError(f"{op}: {q_name}'s {qh} heads must be a multiple of k_nope's {kh}")
+    if b > bk:
+        raise ValueError(f"{op}: {q_name}'s {b} tokens must not pass k_nope's {bk}")
+    for name, t in (("k_nope", k_nope), (k_pe_name, k_pe)):
+        if t.dtype != q_pe.dtype:
+            raise TypeError(f"{op}: {name} must have q_pe's dtype {q_pe.dtype}, got {t.dtype}")
+    tab, reuse, half = rope_tables(op, cos, sin, q_pe, d2, "q_pe", "q_pe")
+    pos, _ = check_positions(op, pos_name, pos, b, q_pe, tab.rows, ref_name="q_pe")
+    n_cache_slots, block_size, strides, shuffle = _mla_cache(op, kv_cache, k_nope, k_pe, shuffled, k_pe_name)
+    slot_mapping = check_slots(op, slot_mapping, bk, n_cache_slots, k_nope, "k_nope")
+    if slot_mapping.shape[0] < b:
+        raise ValueError(f"{op}: slot_mapping must cover {q_name}'s {b} tokens, got {slot_mapping.shape[0]} slots")
+    check_scale(op, "k_scale", k_scale, k_nope, "k_nope")
+    return tab, reuse, half, pos, slot_mapping, n_cache_slots, block_size, strides, shuffle
+
+
 @public_op(mutates=("kv_cache",), buffers=("q_out", "decode_q_pe_out", "k_pe_out"),
            unless=check_rope_and_slots,
            no_grad="its outputs are a cache write and rotated copies (no backward yet)")
@@ -510,39 +546,18 @@ def fused_qk_rope_cat_and_cache_mla(q_nope: torch.Tensor, q_pe: torch.Tensor, k_
     them."""
     op = "fused_qk_rope_cat_and_cache_mla"
     check_heads(op, "q_nope", q_nope)
-    check_heads(op, "q_pe", q_pe, "q_nope", q_nope)
-    check_heads(op, "k_nope", k_nope, "q_nope", q_nope)
-    check_heads(op, "k_pe", k_pe, "q_nope", q_nope)
     b, qh, d1 = q_nope.shape
-    bk, kh, _ = k_nope.shape
-    d2 = q_pe.shape[2]
-    if tuple(q_pe.shape[:2]) != (b, qh):
-        raise ValueError(f"{op}: q_pe must have q_nope's tokens and heads ({b}, {qh}), got {tuple(q_pe.shape)}")
-    if k_nope.shape[2] != d1:
-        raise ValueError(f"{op}: k_nope must have q_nope's {d1} channels, got shape {tuple(k_nope.shape)}")
-    if tuple(k_pe.shape) != (bk, kh, d2):
-        raise ValueError(f"{op}: k_pe must be ({bk}, {kh}, {d2}) (k_nope's tokens and heads, q_pe's channels), "
-                         f"got {tuple(k_pe.shape)}")
-    if qh % kh:
-        raise ValueError(f"{op}: q_nope's {qh} heads must be a multiple of k_nope's {kh}")
-    if b > bk:
-        raise ValueError(f"{op}: q_nope's {b} tokens must not pass k_nope's {bk}")
-    for name, t, ref_name, ref in (("q_pe", q_pe, "q_nope", q_nope), ("k_nope", k_nope, "q_nope", q_nope),
-                                   ("k_pe", k_pe, "q_pe", q_pe)):
-        if t.dtype != ref.dtype:
-            raise TypeError(f"{op}: {name} must have {ref_name}'s dtype {ref.dtype}, got {t.dtype}")
+    if isinstance(q_pe, torch.Tensor) and q_pe.dtype != q_nope.dtype:
+        raise TypeError(f"{op}: q_pe must have q_nope's dtype {q_nope.dtype}, got {q_pe.dtype}")
     is_neox = check_bool(op, "is_neox", is_neox)
     apply_scale = check_bool(op, "apply_scale", apply_scale)
     shuffled = check_bool(op, "shuffled_kv_cache", shuffled_kv_cache)
     upcast = check_bool(op, "upcast_operand", upcast_operand)
     n_zeros = check_int(op, "num_decode_toks_for_zeros", num_decode_toks_for_zeros, 0, b)
-    tab, reuse, half = rope_tables(op, cos, sin, q_nope, d2, "q_nope", "q_pe")
-    pos, _ = check_positions(op, "pos", pos, b, q_nope, tab.rows, ref_name="q_nope")
-    n_cache_slots, block_size, strides, shuffle = _mla_cache(op, kv_cache, k_nope, k_pe, shuffled)
-    slot_mapping = check_slots(op, slot_mapping, bk, n_cache_slots, k_nope, "k_nope")
-    if slot_mapping.shape[0] < b:
-        raise ValueError(f"{op}: slot_mapping must cover q_nope's {b} tokens, got {slot_mapping.shape[0]} slots")
-    check_scale(op, "k_scale", k_scale, k_nope, "k_nope")
+    k = _mla_rope_cache_checks(op, "q_nope", q_nope, b, qh, d1, "q_nope's", q_pe, k_nope, k_pe, kv_cache, slot_mapping,
+                               pos, cos, sin, k_scale, shuffled, "pos")
+    tab, reuse, half, pos, slot_mapping, n_cache_slots, block_size, strides, shuffle = k
+    bk, kh, d2 = k_pe.shape
     if q_out_dtype is not None:
         check_out_dtype(op, "q_out_dtype", q_out_dtype, q_nope.device)
     out_dtype = q_out_dtype or q_nope.dtype

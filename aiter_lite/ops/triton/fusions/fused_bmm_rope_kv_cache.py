@@ -1,0 +1,193 @@
+"""MLA decode's absorbed query in two launches: ``q_out[..., :L] = q_nope @ W_UK^T`` per head
+(the batched matmul), then RoPE + concat + the latent-cache write (``fused_kv_cache``'s
+``_cat_kernel``, as ``fused_qk_rope_cat_and_cache_mla``), under aiter's names:
+``fused_fp8_bmm_rope_cat_and_cache_mla`` (fp8 weights, q quantized per token and group of
+input channels as aiter's prequant form), and ``fused_bf16_bmm_rope_cat_and_cache_mla`` (bf16 /
+fp16 weights, this project's; no aiter counterpart). aiter's fp4 form is not provided.
+
+Where aiter is limited this does more, and checks it: every argument checked, with a clear
+error (aiter: asserts); a group size need not divide qk_nope_head_dim (the last group masked);
+the RoPE / cache side as ``fused_qk_rope_cat_and_cache_mla`` (flat or paged caches, bf16 /
+fp16 / fp32 / fp8, padding slots, a mixed batch's prefill tokens). The matmul
+multiplies bf16 operands with fp32 accumulation on every GPU (fp8 values are exact in bf16),
+so NVIDIA and AMD give the same products.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from aiter_lite.ops.triton._triton_kernels.fusions.fused_bmm_rope_kv_cache import _mla_bmm_kernel
+from aiter_lite.ops.triton.fusions._common import check_out_dtype, fp8_range, soft_round
+from aiter_lite.ops.triton.fusions.fused_kv_cache import _launch_qk_rope_cat_and_cache_mla, _mla_rope_cache_checks
+from aiter_lite.spec.quant import FP8_DTYPES
+from aiter_lite.utils.checks import TRITON_INTERPRET, check_bool, check_int, check_same_device, check_triton_device
+from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launch import cdiv, next_power_of_2
+from aiter_lite.utils.launcher import launcher
+from aiter_lite.utils.logger import debug_on, log_call
+from aiter_lite.utils.registry import public_op
+
+__all__ = ["fused_fp8_bmm_rope_cat_and_cache_mla", "fused_bf16_bmm_rope_cat_and_cache_mla",
+           "set_use_gemm_splitk_bf16", "BmmLaunchConfig"]
+
+_USE_GEMM_SPLITK_BF16 = False
+
+
+def set_use_gemm_splitk_bf16(value: bool) -> None:
+    """aiter's switch of its fp4 form's split-K partial sums to bf16. Kept for code that calls
+    it; nothing here splits K (the fp8 and bf16 forms accumulate every group in fp32)."""
+    global _USE_GEMM_SPLITK_BF16
+    _USE_GEMM_SPLITK_BF16 = check_bool("set_use_gemm_splitk_bf16", "value", value)
+
+
+@dataclass(frozen=True)
+class BmmLaunchConfig:
+    BLOCK_M: int  # tokens a program (tl.dot's 16 at least)
+    BLOCK_N: int  # output channels a program
+    num_warps: int
+
+
+@functools.lru_cache(maxsize=256)
+def bmm_launch_config(n_tokens: int, n_out: int) -> BmmLaunchConfig:
+    """16 to 64 tokens by 64 output channels (decode: the weights read once, 8 N-blocks of
+    DeepSeek's 512 per head); unmeasured beyond the CPU."""
+    block_m = min(64, max(16, next_power_of_2(max(n_tokens, 1))))
+    return BmmLaunchConfig(block_m, 64, 4)
+
+
+@launcher(mutates=("q_out",))
+def _launch_mla_bmm(q_nope: torch.Tensor, w_k: torch.Tensor, w_k_scale: torch.Tensor | None, q_out: torch.Tensor,
+                    group: int, prequant: bool, config: BmmLaunchConfig | None = None) -> None:
+    """q_out[:, h, :L] = q_nope[h] @ w_k[h]^T (times w_k_scale), for every head h."""
+    qh, b, p = q_nope.shape
+    n = w_k.shape[1]
+    if b == 0:
+        return
+    cfg = config or bmm_launch_config(b, n)
+    q_min, q_max = fp8_range(w_k.dtype)
+    o_min, o_max = fp8_range(q_out.dtype)
+    launch(_mla_bmm_kernel, (cdiv(b, cfg.BLOCK_M) * cdiv(n, cfg.BLOCK_N), qh),
+           q_nope, w_k, q_out if w_k_scale is None else w_k_scale, q_out,
+           q_nope.stride(0), q_nope.stride(1), w_k.stride(0), w_k.stride(1), q_out.stride(0), q_out.stride(1),
+           b, n, p, q_min, q_max, o_min, o_max,
+           PREQUANT=prequant, HAS_WS=w_k_scale is not None, O_FP8=q_out.dtype in FP8_DTYPES,
+           SOFT_ROUND=soft_round(w_k.dtype if prequant else q_out.dtype, q_out.dtype), GROUP=group,
+           BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, DOT_FP32=TRITON_INTERPRET, num_warps=cfg.num_warps)
+
+
+def _bmm_rope_cat_cache(op: str, q_nope, w_k, w_k_scale, q_pe, k_nope, k_rope, kv_cache, slot_mapping, positions,
+                        cos, sin, group: int, k_scale, is_neox, q_out_dtype, num_decode_toks_for_zeros,
+                        prequant: bool, config: BmmLaunchConfig | None = None) -> tuple:
+    if not isinstance(q_nope, torch.Tensor):
+        raise TypeError(f"{op}: q_nope must be a torch.Tensor, got {type(q_nope).__name__}")
+    if q_nope.dtype not in ((torch.bfloat16, torch.float16, torch.float32) if prequant else
+                            (torch.bfloat16, torch.float16)):
+        raise TypeError(f"{op}: q_nope must be {'bf16, fp16 or fp32' if prequant else 'bf16 or fp16'}, got "
+                        f"{q_nope.dtype}")
+    check_triton_device(op, "q_nope", q_nope)
+    if q_nope.dim() != 3:
+        raise ValueError(f"{op}: q_nope must be 3-D (heads, tokens, qk_nope_head_dim), got shape "
+                         f"{tuple(q_nope.shape)}")
+    if q_nope.stride(2) != 1:
+        raise ValueError(f"{op}: q_nope's channels must be contiguous (last stride 1), got strides "
+                         f"{tuple(q_nope.stride())}")
+    qh, b, p = q_nope.shape
+    if not isinstance(w_k, torch.Tensor):
+        raise TypeError(f"{op}: w_k must be a torch.Tensor, got {type(w_k).__name__}")
+    check_same_device(op, "w_k", w_k, "q_nope", q_nope)
+    if prequant and w_k.dtype not in FP8_DTYPES:
+        raise TypeError(f"{op}: w_k must be fp8 ({', '.join(map(str, FP8_DTYPES))}), got {w_k.dtype}")
+    if not prequant and w_k.dtype != q_nope.dtype:
+        raise TypeError(f"{op}: w_k must have q_nope's dtype {q_nope.dtype}, got {w_k.dtype}")
+    if w_k.dim() != 3 or w_k.shape[0] != qh or w_k.shape[2] != p or w_k.stride(2) != 1:
+        raise ValueError(f"{op}: w_k must be (heads, kv_lora_rank, qk_nope_head_dim) = ({qh}, L, {p}) (q_nope's heads "
+                         f"and channels) with unit last stride, got shape {tuple(w_k.shape)} strides "
+                         f"{tuple(w_k.stride())}")
+    lora = w_k.shape[1]
+    if prequant:
+        if not isinstance(w_k_scale, torch.Tensor) or not w_k_scale.dtype.is_floating_point \
+                or w_k_scale.dtype in FP8_DTYPES:
+            raise TypeError(f"{op}: w_k_scale must be a one-element float tensor (the weights' per-tensor scale), "
+                            f"got {type(w_k_scale).__name__ if not isinstance(w_k_scale, torch.Tensor) else w_k_scale.dtype}")
+        if w_k_scale.numel() != 1:
+            raise ValueError(f"{op}: w_k_scale must have one element, got shape {tuple(w_k_scale.shape)}")
+        check_same_device(op, "w_k_scale", w_k_scale, "q_nope", q_nope)
+    group = check_int(op, "group_size", group, 16, 4096)
+    if group & (group - 1):
+        raise ValueError(f"{op}: group_size must be a power of 2, got {group}")
+    is_neox = check_bool(op, "is_neox", is_neox)
+    n_zeros = check_int(op, "num_decode_toks_for_zeros", num_decode_toks_for_zeros, 0, b)
+    if k_scale is not None and not isinstance(k_scale, torch.Tensor):  # aiter takes a float too
+        if isinstance(k_scale, bool) or not isinstance(k_scale, (int, float)):
+            raise TypeError(f"{op}: k_scale must be None, a number or a one-element tensor, got "
+                            f"{type(k_scale).__name__}")
+        k_scale = torch.tensor([float(k_scale)], dtype=torch.float32, device=q_nope.device)
+    k = _mla_rope_cache_checks(op, "q_nope", q_nope, b, qh, lora, "w_k's (kv_lora_rank)", q_pe, k_nope, k_rope,
+                               kv_cache, slot_mapping, positions, cos, sin, k_scale, False, "positions", "k_rope")
+    tab, reuse, half, pos, slot_mapping, n_cache_slots, block_size, strides, shuffle = k
+    bk, kh, d2 = k_rope.shape
+    out_dtype = torch.bfloat16 if q_out_dtype is None else q_out_dtype
+    check_out_dtype(op, "q_out_dtype", out_dtype, q_nope.device)
+    q_out = torch.empty((b, qh, lora + d2), dtype=out_dtype, device=q_nope.device)
+    decode_q_pe_out = torch.empty((n_zeros, qh, d2), dtype=q_pe.dtype, device=q_nope.device)
+    k_pe_out = torch.empty((bk, kh, d2), dtype=k_rope.dtype, device=q_nope.device)
+    zeros = torch.empty((n_zeros, qh, lora), dtype=q_nope.dtype, device=q_nope.device)
+    if debug_on():
+        log_call(op, q_nope=q_nope, w_k=w_k, w_k_scale=w_k_scale, q_pe=q_pe, k_nope=k_nope, k_rope=k_rope,
+                 kv_cache=kv_cache, slot_mapping=slot_mapping, positions=pos, cos=tab.cos, sin=tab.sin,
+                 group_size=group, k_scale=k_scale, is_neox=is_neox, q_out_dtype=out_dtype,
+                 num_decode_toks_for_zeros=n_zeros)
+    _launch_mla_bmm(q_nope, w_k, w_k_scale if prequant else None, q_out, group, prequant, config)
+    # The latent part of q_out is _cat_kernel's first input and output at once: each element read,
+    # then written back unchanged, by the same program.
+    _launch_qk_rope_cat_and_cache_mla(
+        q_out[:, :, :lora], q_pe, k_nope, k_rope, q_out, kv_cache, slot_mapping, pos, tab.cos, tab.sin, k_scale,
+        decode_q_pe_out, k_pe_out, zeros,
+        [tab.rows, tab.stride_r, tab.stride_f, half, n_cache_slots, block_size, *strides, shuffle, n_zeros],
+        [is_neox, reuse, False])
+    return q_out, decode_q_pe_out, k_pe_out, kv_cache
+
+
+@public_op(mutates=("kv_cache",), no_grad="it writes a KV cache (no backward)")
+def fused_fp8_bmm_rope_cat_and_cache_mla(q_nope: torch.Tensor, w_k: torch.Tensor, w_k_scale: torch.Tensor,
+                                         q_pe: torch.Tensor, k_nope: torch.Tensor, k_rope: torch.Tensor,
+                                         kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                                         positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                                         group_size: int = 128, transpose_bm: bool = True,
+                                         config: dict | BmmLaunchConfig | None = None,
+                                         k_scale: torch.Tensor | None = None,
+                                         is_neox: bool = False, q_out_dtype: torch.dtype | None = torch.bfloat16,
+                                         num_decode_toks_for_zeros: int = 0) -> tuple:
+    """(q_out, decode_q_pe_out, k_pe_out, kv_cache) as aiter returns them: q_out (B, H, L + R) =
+    cat(q_nope @ W^T, rope(q_pe)) with q_nope (H, B, P) quantized per token and ``group_size``
+    channels to w_k's fp8 format (scale = amax / fp8 max), w_k (H, L, P) fp8 times its
+    per-tensor ``w_k_scale``; the RoPE / cache side as ``fused_qk_rope_cat_and_cache_mla``
+    (k_rope for k_pe, ``positions`` for pos). ``transpose_bm`` (q_out is (B, H, ...) either way,
+    as aiter's fp8 form writes it) is checked only for its type; ``config``: aiter's tuning dict
+    (ignored: the launch picks its own tiles) or a ``BmmLaunchConfig`` that pins them."""
+    op = "fused_fp8_bmm_rope_cat_and_cache_mla"
+    check_bool(op, "transpose_bm", transpose_bm)
+    if config is not None and not isinstance(config, (dict, BmmLaunchConfig)):
+        raise TypeError(f"{op}: config must be None, a dict or a BmmLaunchConfig, got {type(config).__name__}")
+    return _bmm_rope_cat_cache(op, q_nope, w_k, w_k_scale, q_pe, k_nope, k_rope, kv_cache, slot_mapping, positions,
+                               cos, sin, group_size, k_scale, is_neox, q_out_dtype, num_decode_toks_for_zeros, True,
+                               config if isinstance(config, BmmLaunchConfig) else None)
+
+
+@public_op(mutates=("kv_cache",), no_grad="it writes a KV cache (no backward)")
+def fused_bf16_bmm_rope_cat_and_cache_mla(q_nope: torch.Tensor, w_k: torch.Tensor, q_pe: torch.Tensor,
+                                          k_nope: torch.Tensor, k_rope: torch.Tensor, kv_cache: torch.Tensor,
+                                          slot_mapping: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor,
+                                          sin: torch.Tensor, k_scale: torch.Tensor | None = None,
+                                          is_neox: bool = False, q_out_dtype: torch.dtype | None = None,
+                                          num_decode_toks_for_zeros: int = 0) -> tuple:
+    """The fp8 form's outputs with bf16 / fp16 weights w_k (H, L, P) of q_nope's dtype, no
+    quantization: q_out (B, H, L + R) = cat(q_nope @ W^T, rope(q_pe)) in ``q_out_dtype``
+    (bf16 by default)."""
+    op = "fused_bf16_bmm_rope_cat_and_cache_mla"
+    return _bmm_rope_cat_cache(op, q_nope, w_k, None, q_pe, k_nope, k_rope, kv_cache, slot_mapping, positions, cos,
+                               sin, 64, k_scale, is_neox, q_out_dtype, num_decode_toks_for_zeros, False)

@@ -1,0 +1,150 @@
+"""fused_fp8_bmm_rope_cat_and_cache_mla and fused_bf16_bmm_rope_cat_and_cache_mla
+(aiter_lite.ops.triton.fusions) against the fp32 reference (aiter_lite.ops.native.fusions), and
+the matmul part against torch written out here (per-token group quantization to fp8, then
+an fp32 matmul of the dequantized values).
+
+The cache starts as random finite bytes: entries the tokens do not address keep their bits.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aiter_lite.ops.native import fusions as native
+from aiter_lite.ops.triton import fusions
+from aiter_lite.ops.triton.fusions.fused_bmm_rope_kv_cache import BmmLaunchConfig
+from aiter_lite.ops.triton.quant import supported_quant_dtypes
+from aiter_lite.spec.quant import quant_range
+from op_tests.triton_tests.fusions.test_fused_kv_cache import _sentinel
+from op_tests.utils import DEVICE, assert_close, by_device
+from op_tests.utils.fusions import FP8, assert_bits
+from op_tests.utils.rope import angles
+
+SUPPORTED = supported_quant_dtypes(DEVICE)
+ROWS = 64
+
+
+def _args(h=4, b=3, p=64, lora=32, r=16, *, fp8=torch.float8_e4m3fn, dtype=torch.bfloat16, bk=None, n_zeros=1,
+          cache_dtype=torch.bfloat16, k_scale=None):
+    bk = b if bk is None else bk
+    w = torch.randn(h, lora, p, device=DEVICE) * p ** -0.5
+    a = angles(ROWS, r // 2)
+    return dict(q_nope=torch.randn(h, b, p, device=DEVICE).to(dtype), w_k=w.to(fp8 if fp8 else dtype),
+                w_k_scale=torch.tensor([0.75], device=DEVICE), q_pe=torch.randn(b, h, r, device=DEVICE).to(dtype),
+                k_nope=torch.randn(bk, 1, lora, device=DEVICE).to(dtype),
+                k_rope=torch.randn(bk, 1, r, device=DEVICE).to(dtype),
+                kv_cache=_sentinel((bk + 5, 1, lora + r), cache_dtype),
+                slot_mapping=torch.randperm(bk + 5, device=DEVICE)[:bk],
+                positions=torch.randint(0, ROWS, (b,), device=DEVICE), cos=torch.cos(a).float(),
+                sin=torch.sin(a).float(), k_scale=k_scale, num_decode_toks_for_zeros=n_zeros)
+
+
+def _call(a: dict, fp8: bool, mod=fusions, **kw):
+    if fp8:
+        return mod.fused_fp8_bmm_rope_cat_and_cache_mla(**a, **kw)
+    b = {k: v for k, v in a.items() if k != "w_k_scale"}
+    return mod.fused_bf16_bmm_rope_cat_and_cache_mla(**b, **kw)
+
+
+def _check(a: dict, fp8: bool, **kw):
+    ref_a = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in a.items()}
+    before = a["kv_cache"].clone()
+    got = _call(a, fp8, **kw)
+    want = _call(ref_a, fp8, native, **kw)
+    assert len(got) == 4 and got[3] is a["kv_cache"]
+    b, h, lora = a["q_nope"].shape[1], a["q_nope"].shape[0], a["w_k"].shape[1]
+    assert got[0].shape == (b, h, lora + a["q_pe"].shape[2])
+    tol = {"atol": 3e-2, "rtol": 2e-2}  # bf16 outputs of fp32 sums in another order
+    assert_close(got[0], want[0], name="q_out", **tol)
+    assert_close(got[1], want[1], name="decode_q_pe_out", **tol)
+    assert_close(got[2], want[2], name="k_pe_out", **tol)
+    if a["kv_cache"].dtype in FP8:
+        diff = (a["kv_cache"].float() - ref_a["kv_cache"].float()).abs()
+        assert (diff <= ref_a["kv_cache"].float().abs() / 8 * 1.01 + 2e-2).all(), "kv_cache"
+    else:
+        assert_close(a["kv_cache"], ref_a["kv_cache"], name="kv_cache", **tol)
+    unaddressed = torch.ones(a["kv_cache"].shape[0], dtype=torch.bool, device=DEVICE)
+    unaddressed[a["slot_mapping"][a["slot_mapping"] >= 0].long()] = False
+    assert_bits("kv_cache (unaddressed slots)", a["kv_cache"][unaddressed], before[unaddressed])
+    return got
+
+
+def _matmul(q, w, ws, group):
+    """The fp8 form's product written out: q quantized per token and group, dequantized, times w."""
+    lo, hi = quant_range(w.dtype)
+    h, b, p = q.shape
+    g = q.float().reshape(h, b, p // group, group)
+    scale = g.abs().amax(-1, keepdim=True) / hi
+    deq = ((g / scale).clamp(lo, hi).to(w.dtype).float() * scale).reshape(h, b, p)
+    return torch.einsum("hbp,hnp->bhn", deq, w.float()) * ws
+
+
+SHAPES = by_device([(4, 3, 64, 32, 16), (2, 1, 128, 64, 16), (3, 17, 32, 48, 8), (2, 0, 64, 32, 16)],
+                   [(128, b, 128, 512, 64) for b in (1, 16, 64, 257)] + [(16, 3, 96, 80, 32), (2, 0, 64, 32, 16)])
+
+
+@pytest.mark.parametrize("h,b,p,lora,r", SHAPES)
+@pytest.mark.parametrize("fp8", [True, False])
+def test_shapes(h, b, p, lora, r, fp8):
+    wdt = torch.float8_e4m3fn if torch.float8_e4m3fn in SUPPORTED else SUPPORTED[0] if SUPPORTED else None
+    if fp8 and wdt is None:
+        pytest.skip("no fp8 on this device")
+    _check(_args(h, b, p, lora, r, fp8=wdt if fp8 else None, n_zeros=min(b, 1)), fp8)
+
+
+@pytest.mark.parametrize("group", [16, 32, 64])
+def test_fp8_matmul_is_the_group_quantized_product(group):
+    a = _args(4, 5, 64, 32, 16)
+    got = fusions.fused_fp8_bmm_rope_cat_and_cache_mla(**a, group_size=group)
+    want = _matmul(a["q_nope"], a["w_k"], 0.75, group)
+    assert_close(got[0][..., :32], want.to(torch.bfloat16), name="q_out's latent part", atol=3e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float16, *FP8])
+def test_mixed_batch_fp8_cache_scaled(cache_dtype):
+    if cache_dtype in FP8 and cache_dtype not in SUPPORTED:
+        pytest.skip(f"{cache_dtype} cannot be stored on this device")
+    a = _args(4, 3, 64, 32, 16, bk=6, cache_dtype=cache_dtype, k_scale=torch.tensor([0.5], device=DEVICE))
+    _check(a, True)
+
+
+@pytest.mark.parametrize("cfg", [BmmLaunchConfig(16, 16, 1), BmmLaunchConfig(32, 64, 4)])
+def test_pinned_tiles(cfg):
+    _check(_args(3, 19, 64, 48, 16), True, config=cfg)
+
+
+def test_nan_stays_in_its_token():
+    a = _args(2, 3, 64, 32, 16)
+    a["q_nope"][1, 1, 5] = float("nan")
+    q_out = fusions.fused_fp8_bmm_rope_cat_and_cache_mla(**a)[0]
+    assert q_out[1, 1, :32].isnan().all() and not q_out[[0, 2], :, :32].isnan().any()
+    assert not q_out[:, 0].isnan().any()
+
+
+def _bad():
+    def r(*s, dtype=torch.bfloat16):
+        return torch.randn(*s, device=DEVICE).to(dtype)
+
+    return [
+        (TypeError, "w_k", {"w_k": r(4, 32, 64)}),                              # not fp8
+        (ValueError, "w_k", {"w_k": r(4, 32, 48).to(torch.float8_e4m3fn)}),     # P differs
+        (ValueError, "w_k_scale", {"w_k_scale": torch.ones(2, device=DEVICE)}),
+        (TypeError, "w_k_scale", {"w_k_scale": 0.5}),
+        (ValueError, "group_size", {"group_size": 48}),
+        (ValueError, "k_nope", {"k_nope": r(3, 1, 16)}),
+        (ValueError, "k_rope", {"k_rope": r(3, 1, 8)}),
+        (TypeError, "q_nope", {"q_nope": r(4, 3, 64).to(torch.int32)}),
+        (ValueError, "positions", {"positions": torch.arange(2, device=DEVICE)}),
+        (TypeError, "config", {"config": "fast"}),
+        (TypeError, "k_scale", {"k_scale": "one"}),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_bad())))
+def test_bad_arguments(case):
+    exc, name, change = _bad()[case]
+    a = _args()
+    a.update(change)
+    with pytest.raises(exc, match=name):
+        fusions.fused_fp8_bmm_rope_cat_and_cache_mla(**a)
