@@ -38,10 +38,10 @@ def _rest(op_out, q_pe, k_nope, k_rope, kv_cache, slot_mapping, positions, cos, 
 
 
 def fused_fp8_bmm_rope_cat_and_cache_mla(q_nope, w_k, w_k_scale, q_pe, k_nope, k_rope, kv_cache, slot_mapping,
-                                         positions, cos, sin, group_size=128, transpose_bm=True, config=None,
+                                         positions, cos, sin, group_size=128, transpose_bm=True,
                                          k_scale=None, is_neox=False, q_out_dtype=torch.bfloat16,
                                          num_decode_toks_for_zeros=0):
-    """(q_out, decode_q_pe_out, k_pe_out, kv_cache)."""
+    """(q_out, decode_q_pe_out, k_pe_out, kv_cache) (the Triton side's ``config``, its tiles, aside)."""
     return _rest(_bmm(q_nope, w_k, w_k_scale, group_size, True), q_pe, k_nope, k_rope, kv_cache, slot_mapping,
                  positions, cos, sin, k_scale, is_neox, q_out_dtype or torch.bfloat16, num_decode_toks_for_zeros)
 

@@ -73,9 +73,10 @@ def _mla_bmm_kernel(
     for k0 in range(0, n_in, GROUP):
         kk = k0 + k
         k_mask = kk < n_in
-        a = tl.load(q_rows + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0).to(tl.float32)
+        a = tl.load(q_rows + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
         w = tl.load(w_cols + kk[:, None], mask=k_mask[:, None] & n_mask[None, :], other=0.0)
         if PREQUANT:
+            a = a.to(tl.float32)
             amax = tl.max(tl.abs(a), axis=1)
             # a NaN or inf in the group has no scale: the token's outputs NaN
             bad = (tl.max((a != a).to(tl.int32), axis=1) > 0) | (amax == float("inf"))
