@@ -344,7 +344,8 @@ def _fused(mod):
             ks = x["scale"] if fp8 else None
             if case.op.startswith("fp8"):
                 return lambda: fn(x["q_nope"], x["w_k"], x["w_scale"], x["q_pe"], x["k_nope"], x["k_pe"], kv,
-                                  x["slots"], x["pos"], x["cos"], x["sin"], 128, True, None, ks, neox, x["q_pe"].dtype)
+                                  x["slots"], x["pos"], x["cos"], x["sin"], group_size=128, k_scale=ks, is_neox=neox,
+                                  q_out_dtype=x["q_pe"].dtype)
             return lambda: fn(x["q_nope"], x["w_k"], x["q_pe"], x["k_nope"], x["k_pe"], kv, x["slots"], x["pos"],
                               x["cos"], x["sin"], ks, neox, x["q_pe"].dtype)
         if case.op == "qk_norm_rope_swa":
