@@ -424,10 +424,9 @@ def _unfused(case, inputs):
             return q_out, dq, kpo, kv
         return bmm_then_fusion
     if case.op == "qk_norm_rope_swa":  # this project's norms, its RoPE on the tails in place, torch's copies
-        kv, swa, r = x["kv"].clone(), x["swa_kv"].clone(), case.dims["R"]
+        kv, swa = x["kv"].clone(), x["swa_kv"].clone()
         t = kv.shape[0]
         slots = x["state_slots"].long()[x["batch_id"].long()[x["write_indices"].long()]]
-        neox = case.extra["rotate_style"] == "neox"
 
         def norm_rope_swa():
             qn = tri_norm.rms_norm(x["q"].view(t, qh, d), x["q_weight"], 1e-6)

@@ -26,6 +26,7 @@ import torch  # noqa: E402
 
 from aiter_lite.ops.native.rope import rope_3d as native  # noqa: E402
 from aiter_lite.ops.triton.rope import rope_3d as tri  # noqa: E402
+from op_benchmarks.utils.rope import wan_freqs, wan_rope_apply  # noqa: E402
 
 # (label, grid (f, h, w), heads); C = 128 (Wan's head dim)
 VIDEOS = [("wan14b-480p", (21, 30, 52), 40), ("wan14b-720p", (21, 45, 80), 40), ("wan1.3b-480p", (21, 30, 52), 12)]
@@ -33,22 +34,11 @@ SP = [1, 2, 4, 8]
 ROWS = 1024
 
 
-def _freqs(c, dev):
-    """Wan's table: (1024, C / 2) complex128, frames / rows / columns each a band of frequencies."""
-    c1, cc = c - 2 * (c // 3), c // 3
-    parts = []
-    for width in (c1, cc, cc):
-        inv = 1.0 / (10000 ** (torch.arange(width, dtype=torch.float64) / (2 * width)))
-        parts.append(torch.polar(torch.ones(ROWS, width, dtype=torch.float64),
-                                 torch.arange(ROWS, dtype=torch.float64)[:, None] * inv[None, :]))
-    return torch.cat(parts, 1).to(dev)
-
-
 def _case(label, b, s, n, c, grid, sp_size, dtype):
     def make_inputs():
         dev = harness.DEVICE
         x = torch.randn(b, s, n, c, device=dev, dtype=dtype)
-        return x, torch.tensor([grid] * b, dtype=torch.long, device=dev), _freqs(c // 2, dev)
+        return x, torch.tensor([grid] * b, dtype=torch.long, device=dev), wan_freqs(ROWS, c // 2, dev)
 
     e = dtype.itemsize
     return harness.Case(op="rope_fwd_3d", label=label, dims={"B": b, "S": s, "N": n, "C": c}, dtype=dtype,
@@ -63,23 +53,6 @@ def _call(fn, case, inputs):
     return lambda: fn(x, grid, freqs, sp, rank)
 
 
-def _wan(x, grid_sizes, freqs, sp_size, sp_rank):
-    """Wan 2.1's rope_apply (xDiT / USP form), as written there."""
-    s, n, c = x.size(1), x.size(2), x.size(3) // 2
-    parts = freqs.split([c - 2 * (c // 3), c // 3, c // 3], dim=1)
-    out = []
-    for i, (f, h, w) in enumerate(grid_sizes.tolist()):
-        seq_len = f * h * w
-        xi = torch.view_as_complex(x[i, :s].to(torch.float64).reshape(s, n, -1, 2))
-        fi = torch.cat([parts[0][:f].view(f, 1, 1, -1).expand(f, h, w, -1),
-                        parts[1][:h].view(1, h, 1, -1).expand(f, h, w, -1),
-                        parts[2][:w].view(1, 1, w, -1).expand(f, h, w, -1)], dim=-1).reshape(seq_len, 1, -1)
-        fi = torch.cat([fi, fi.new_ones(max(s * sp_size - seq_len, 0), *fi.shape[1:])])
-        xi = torch.view_as_real(xi * fi[sp_rank * s:(sp_rank + 1) * s]).flatten(2)
-        out.append(torch.cat([xi, x[i, s:]]))
-    return torch.stack(out).float()
-
-
 _compiled = []
 
 
@@ -91,7 +64,7 @@ def _compile(case, inputs):
 
 PROVIDERS = {"triton": lambda c, i: _call(tri.rope_fwd_3d, c, i),
              "native": lambda c, i: _call(native.rope_fwd_3d, c, i), "compile": _compile,
-             "wan": lambda c, i: _call(_wan, c, i)}
+             "wan": lambda c, i: _call(wan_rope_apply, c, i)}
 
 
 def main(argv=None):

@@ -102,3 +102,33 @@ def rope(x, y=None, cos=None, sin=None, freqs=None, positions=None, offsets=None
     if y is None:
         return _apply(x, *args)
     return _apply(x, *args), _apply(y, *args)
+
+
+def wan_freqs(rows: int, pairs: int, device, dtype: torch.dtype = torch.complex128) -> torch.Tensor:
+    """Wan 2.x's 3-D RoPE table: (rows, pairs) unit complex numbers, the frame, row and column
+    bands side by side (pairs - 2 (pairs // 3), pairs // 3, pairs // 3), each Wan's rope_params."""
+    parts = []
+    for width in (pairs - 2 * (pairs // 3), pairs // 3, pairs // 3):
+        inv = 1.0 / (ROPE_THETA ** (torch.arange(width, dtype=torch.float64) / (2 * max(width, 1))))
+        parts.append(torch.polar(torch.ones(rows, width, dtype=torch.float64),
+                                 torch.arange(rows, dtype=torch.float64)[:, None] * inv[None, :]))
+    return torch.cat(parts, 1).to(dtype).to(device)
+
+
+def wan_rope_apply(x: torch.Tensor, grid_sizes: torch.Tensor, freqs: torch.Tensor, sp_size: int,
+                   sp_rank: int) -> torch.Tensor:
+    """Wan 2.1's rope_apply in its sequence-parallel (xDiT / USP) form, as written there: a loop
+    over the batch, fp64 complex multiplication, the freqs padded with ones past f * h * w."""
+    s, n, c = x.size(1), x.size(2), x.size(3) // 2
+    parts = freqs.split([c - 2 * (c // 3), c // 3, c // 3], dim=1)
+    out = []
+    for i, (f, h, w) in enumerate(grid_sizes.tolist()):
+        seq_len = f * h * w
+        xi = torch.view_as_complex(x[i, :s].to(torch.float64).reshape(s, n, -1, 2))
+        fi = torch.cat([parts[0][:f].view(f, 1, 1, -1).expand(f, h, w, -1),
+                        parts[1][:h].view(1, h, 1, -1).expand(f, h, w, -1),
+                        parts[2][:w].view(1, 1, w, -1).expand(f, h, w, -1)], dim=-1).reshape(seq_len, 1, -1)
+        fi = torch.cat([fi, fi.new_ones(max(s * sp_size - seq_len, 0), *fi.shape[1:])])
+        xi = torch.view_as_real(xi * fi[sp_rank * s:(sp_rank + 1) * s]).flatten(2)
+        out.append(torch.cat([xi, x[i, s:]]))
+    return torch.stack(out).float()

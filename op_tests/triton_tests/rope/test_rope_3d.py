@@ -1,6 +1,7 @@
 """rope_fwd_3d (aiter_lite.ops.triton.rope.rope): Wan's 3-D RoPE of video tokens under
 sequence parallelism, against the fp32 reference and against Wan's ``rope_apply`` written
-out here (per batch entry, complex multiplication in fp64, padding multiplied by 1).
+as the bench has it (op_benchmarks.utils.rope: per batch entry, complex multiplication in fp64,
+padding multiplied by 1).
 
 The output starts as NaN-poisoned memory (the conftest's allocations), so a token the op
 does not write (aiter leaves the padding unwritten) fails.
@@ -13,7 +14,8 @@ import torch
 
 from aiter_lite.ops.native.rope import rope as native
 from aiter_lite.ops.triton.rope import rope as tr
-from op_tests.utils import DEVICE, ON_GPU, assert_close, by_device
+from op_benchmarks.utils.rope import wan_freqs, wan_rope_apply
+from op_tests.utils import DEVICE, assert_close, by_device
 from op_tests.utils.fusions import assert_bits
 from op_tests.utils.inputs import poison_allocations
 
@@ -23,33 +25,8 @@ def _poison(monkeypatch):
     poison_allocations(monkeypatch)
 
 
-def _freqs(rows, c, dtype=torch.complex128):
-    """Wan's table: (rows, C / 2) unit complex numbers, three bands of frequencies."""
-    c1, cc = c - 2 * (c // 3), c // 3
-    parts = []
-    for width in (c1, cc, cc):
-        inv = 1.0 / (10000 ** (torch.arange(width, dtype=torch.float64) / max(width, 1)))
-        parts.append(torch.polar(torch.ones(rows, width, dtype=torch.float64),
-                                 torch.arange(rows, dtype=torch.float64)[:, None] * inv[None, :]))
-    return torch.cat(parts, 1).to(dtype).to(DEVICE)
-
-
-def _wan(x, grid_sizes, freqs, sp_size, sp_rank):
-    """Wan 2.1's rope_apply (the sequence-parallel form), batch entry by batch entry."""
-    s, n, c = x.size(1), x.size(2), x.size(3) // 2
-    parts = freqs.split([c - 2 * (c // 3), c // 3, c // 3], dim=1)
-    out = []
-    for i, (f, h, w) in enumerate(grid_sizes.tolist()):
-        seq_len = f * h * w
-        xi = torch.view_as_complex(x[i, :s].to(torch.float64).reshape(s, n, -1, 2))
-        fi = torch.cat([parts[0][:f].view(f, 1, 1, -1).expand(f, h, w, -1),
-                        parts[1][:h].view(1, h, 1, -1).expand(f, h, w, -1),
-                        parts[2][:w].view(1, 1, w, -1).expand(f, h, w, -1)], dim=-1).reshape(seq_len, 1, -1)
-        full = torch.ones(s * sp_size, 1, fi.shape[-1], dtype=fi.dtype, device=fi.device)
-        full[:min(seq_len, s * sp_size)] = fi[:s * sp_size]
-        fr = full[sp_rank * s:(sp_rank + 1) * s]
-        out.append(torch.view_as_real(xi * fr).flatten(2))
-    return torch.stack(out).float()
+def _freqs(rows, pairs, dtype=torch.complex128):
+    return wan_freqs(rows, pairs, DEVICE, dtype)
 
 
 CASES = by_device(
@@ -72,7 +49,7 @@ def test_against_wan_and_reference(b, s, n, c, grids, sp_size, sp_rank, dtype):
     assert got.dtype == torch.float32 and got.shape == x.shape
     ref = native.rope_fwd_3d(x, grid_sizes, freqs, sp_size, sp_rank)
     assert_close(got, ref, name="vs reference", atol=2e-6, rtol=2e-6)
-    assert_close(got, _wan(x, grid_sizes, freqs, sp_size, sp_rank), name="vs Wan's rope_apply", atol=1e-5,
+    assert_close(got, wan_rope_apply(x, grid_sizes, freqs, sp_size, sp_rank), name="vs Wan's rope_apply", atol=1e-5,
                  rtol=1e-5)
     assert_bits("x (the input)", x, before)
 

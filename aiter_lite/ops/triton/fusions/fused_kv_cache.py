@@ -171,6 +171,26 @@ def _launch_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_out:
     )
 
 
+def _check_qkv(op: str, q, k, v) -> tuple[int, int, int, int]:
+    """q (T, QH, d), k and v (T, KH, d) of q's dtype, QH a multiple of KH: (T, QH, d, KH)."""
+    check_heads(op, "q", q)
+    check_heads(op, "k", k, "q", q)
+    check_heads(op, "v", v, "q", q)
+    n_tokens, n_q_heads, d = q.shape
+    n_kv_heads = k.shape[1]
+    if tuple(k.shape) != (n_tokens, n_kv_heads, d) or n_kv_heads == 0:
+        raise ValueError(f"{op}: k must be (tokens, kv heads >= 1, head_dim) = ({n_tokens}, KH, {d}) for q of shape "
+                         f"{tuple(q.shape)}, got {tuple(k.shape)}")
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError(f"{op}: v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+    if n_q_heads % n_kv_heads:
+        raise ValueError(f"{op}: q's {n_q_heads} heads must be a multiple of k's {n_kv_heads}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{op}: {name} must have q's dtype {q.dtype}, got {t.dtype}")
+    return n_tokens, n_q_heads, d, n_kv_heads
+
+
 @public_op(mutates=("key_cache", "value_cache", "q_out", "k_out", "zeros_out"), no_grad=_NO_GRAD,
            aliases={"q_out": ("q",), "k_out": ("k",)}, unless=check_rope_and_slots)
 def fused_qk_rope_reshape_and_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_cache: torch.Tensor,
@@ -189,21 +209,7 @@ def fused_qk_rope_reshape_and_cache(q: torch.Tensor, k: torch.Tensor, v: torch.T
     the rotation is always fp32 math, rounded once."""
     op = "fused_qk_rope_reshape_and_cache"
     check_bool(op, "upcast_operand", upcast_operand)
-    check_heads(op, "q", q)
-    check_heads(op, "k", k, "q", q)
-    check_heads(op, "v", v, "q", q)
-    n_tokens, n_q_heads, d = q.shape
-    n_kv_heads = k.shape[1]
-    if tuple(k.shape) != (n_tokens, n_kv_heads, d) or k.shape[1] == 0:
-        raise ValueError(f"{op}: k must be (tokens, kv heads >= 1, head_dim) = ({n_tokens}, KH, {d}) for q of shape "
-                         f"{tuple(q.shape)}, got {tuple(k.shape)}")
-    if tuple(v.shape) != tuple(k.shape):
-        raise ValueError(f"{op}: v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
-    if n_q_heads % n_kv_heads:
-        raise ValueError(f"{op}: q's {n_q_heads} heads must be a multiple of k's {n_kv_heads}")
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype:
-            raise TypeError(f"{op}: {name} must have q's dtype {q.dtype}, got {t.dtype}")
+    n_tokens, n_q_heads, d, n_kv_heads = _check_qkv(op, q, k, v)
     is_neox = check_bool(op, "is_neox", is_neox)
     flash_layout = check_bool(op, "flash_layout", flash_layout)
     apply_scale = check_bool(op, "apply_scale", apply_scale)
@@ -252,21 +258,7 @@ def fused_qk_rope_cosine_cache_llama(q: torch.Tensor, k: torch.Tensor, v: torch.
     tokens' q unwritten and reads past slot_mapping); a slot outside [0, block_size) writes
     nothing (a ValueError on the host where slot_mapping is there; aiter writes out of bounds)."""
     op = "fused_qk_rope_cosine_cache_llama"
-    check_heads(op, "q", q)
-    check_heads(op, "k", k, "q", q)
-    check_heads(op, "v", v, "q", q)
-    n_tokens, n_q_heads, d = q.shape
-    n_kv_heads = k.shape[1]
-    if tuple(k.shape) != (n_tokens, n_kv_heads, d) or n_kv_heads == 0:
-        raise ValueError(f"{op}: k must be (tokens, kv heads >= 1, head_dim) = ({n_tokens}, KH, {d}) for q of shape "
-                         f"{tuple(q.shape)}, got {tuple(k.shape)}")
-    if tuple(v.shape) != tuple(k.shape):
-        raise ValueError(f"{op}: v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
-    if n_q_heads % n_kv_heads:
-        raise ValueError(f"{op}: q's {n_q_heads} heads must be a multiple of k's {n_kv_heads}")
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype:
-            raise TypeError(f"{op}: {name} must have q's dtype {q.dtype}, got {t.dtype}")
+    n_tokens, n_q_heads, d, n_kv_heads = _check_qkv(op, q, k, v)
     is_neox = check_bool(op, "is_neox", is_neox)
     flash_layout = check_bool(op, "flash_layout", flash_layout)
     apply_scale = check_bool(op, "apply_scale", apply_scale)

@@ -26,7 +26,6 @@ from aiter_lite.ops.triton._triton_kernels.fusions.fused_qkv_split_qk_norm_rope_
 from aiter_lite.ops.triton.fusions._common import (
     CACHE_DTYPES,
     check_out_dtype,
-    check_positions,
     check_rope_and_slots,
     check_scale,
     check_slots,
@@ -34,8 +33,9 @@ from aiter_lite.ops.triton.fusions._common import (
     max_offset,
     soft_round,
 )
+from aiter_lite.ops.triton.fusions.fused_qkv_split_qk_rope import head_counts, qkv_rope_tables
 from aiter_lite.ops.triton.normalization.norm import check_eps
-from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig, _table, rope_launch_config
+from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig, rope_launch_config
 from aiter_lite.spec.device import device_profile
 from aiter_lite.utils.checks import (
     check_bool,
@@ -165,9 +165,7 @@ def fused_qkv_split_qk_norm_rope_cache(qkv: torch.Tensor, q_weight: torch.Tensor
     op = "fused_qkv_split_qk_norm_rope_cache"
     check_float_tensor(op, "qkv", qkv)
     check_triton_device(op, "qkv", qkv)
-    qh, kvh, head_dim = (check_int(op, name, v, 1) for name, v in (("qh", qh), ("kvh", kvh), ("head_dim", head_dim)))
-    if qh % kvh:
-        raise ValueError(f"{op}: qh ({qh}) must be a multiple of kvh ({kvh})")
+    qh, kvh, head_dim = head_counts(op, qh, kvh, head_dim)
     gated = check_bool(op, "attn_output_gate", attn_output_gate)
     blocked = check_choice(op, "gated_qkv_layout", gated_qkv_layout, ("interleaved", "blocked")) == "blocked"
     if not isinstance(kv_cache_layout, str):
@@ -183,13 +181,8 @@ def fused_qkv_split_qk_norm_rope_cache(qkv: torch.Tensor, q_weight: torch.Tensor
     is_neox = check_bool(op, "is_neox", is_neox)
     reuse = check_bool(op, "reuse_freqs_front_part", reuse_freqs_front_part)
     eps = check_eps(op, "eps", eps)
-    tab = _table(op, ("cos", "sin"), cos, sin, qkv, "qkv")
-    r = tab.width * (2 if reuse else 1)
-    if r < 2 or r % 2 or r > head_dim:
-        raise ValueError(f"{op}: cos / sin {tab.width} wide (reuse_freqs_front_part={reuse}) rotate {r} channels; "
-                         f"expected an even count from 2 up to head_dim {head_dim}")
+    tab, r, pos, off = qkv_rope_tables(op, qkv, cos, sin, positions, offsets, reuse, head_dim)
     n_tokens = qkv.shape[0]
-    pos, off = check_positions(op, "positions", positions, n_tokens, qkv, tab.rows, offsets, ref_name="qkv")
     n_cache_slots, block_size, strides = _check_caches(op, key_cache, value_cache, layout, kvh, head_dim, qkv)
     slot_mapping = check_slots(op, slot_mapping, n_tokens, n_cache_slots, qkv, "qkv")
     check_scale(op, "k_scale", k_scale, qkv, "qkv")

@@ -46,6 +46,26 @@ def _launch_qkv_split_rope(qkv: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
     )
 
 
+def head_counts(op: str, qh, kvh, head_dim) -> tuple[int, int, int]:
+    """qh, kvh, head_dim as ints >= 1, qh a multiple of kvh (the QKV-split ops' checks)."""
+    qh, kvh, head_dim = (check_int(op, name, v, 1) for name, v in (("qh", qh), ("kvh", kvh), ("head_dim", head_dim)))
+    if qh % kvh:
+        raise ValueError(f"{op}: qh ({qh}) must be a multiple of kvh ({kvh})")
+    return qh, kvh, head_dim
+
+
+def qkv_rope_tables(op: str, qkv: torch.Tensor, cos, sin, positions, offsets, reuse: bool, head_dim: int) -> tuple:
+    """The QKV-split ops' cos / sin table, rotary width R (even, 2 .. head_dim) and positions
+    (+ offsets) of qkv's tokens: (table, R, positions, offsets)."""
+    tab = _table(op, ("cos", "sin"), cos, sin, qkv, "qkv")
+    r = tab.width * (2 if reuse else 1)
+    if r < 2 or r % 2 or r > head_dim:
+        raise ValueError(f"{op}: cos / sin {tab.width} wide (reuse_freqs_front_part={reuse}) rotate {r} channels; "
+                         f"expected an even count from 2 up to head_dim {head_dim}")
+    pos, off = check_positions(op, "positions", positions, qkv.shape[0], qkv, tab.rows, offsets, ref_name="qkv")
+    return tab, r, pos, off
+
+
 @public_op(unless=envs.rope_check_positions, no_grad="no backward yet")
 def fused_qkv_split_qk_rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
                             qh: int, kvh: int, head_dim: int, is_neox: bool = True,
@@ -57,9 +77,7 @@ def fused_qkv_split_qk_rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Ten
     the first R or (nope_first) the last; the rest and v copied."""
     op = "fused_qkv_split_qk_rope"
     check_float_tensor(op, "qkv", qkv)
-    qh, kvh, head_dim = (check_int(op, name, v, 1) for name, v in (("qh", qh), ("kvh", kvh), ("head_dim", head_dim)))
-    if qh % kvh:
-        raise ValueError(f"{op}: qh ({qh}) must be a multiple of kvh ({kvh})")
+    qh, kvh, head_dim = head_counts(op, qh, kvh, head_dim)
     if head_dim % 2:
         raise ValueError(f"{op}: head_dim must be even, got {head_dim}")
     width = (qh + 2 * kvh) * head_dim
@@ -71,13 +89,8 @@ def fused_qkv_split_qk_rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Ten
     is_neox = check_bool(op, "is_neox", is_neox)
     reuse = check_bool(op, "reuse_freqs_front_part", reuse_freqs_front_part)
     nope_first = check_bool(op, "nope_first", nope_first)
-    tab = _table(op, ("cos", "sin"), cos, sin, qkv, "qkv")
-    r = tab.width * (2 if reuse else 1)
-    if r < 2 or r % 2 or r > head_dim:
-        raise ValueError(f"{op}: cos / sin {tab.width} wide (reuse_freqs_front_part={reuse}) rotate {r} channels; "
-                         f"expected an even count from 2 up to head_dim {head_dim}")
+    tab, r, pos, off = qkv_rope_tables(op, qkv, cos, sin, positions, offsets, reuse, head_dim)
     n_tokens = qkv.shape[0]
-    pos, off = check_positions(op, "positions", positions, n_tokens, qkv, tab.rows, offsets, ref_name="qkv")
     if debug_on():
         log_call(op, qkv=qkv, cos=tab.cos, sin=tab.sin, positions=pos, qh=qh, kvh=kvh, head_dim=head_dim,
                  is_neox=is_neox, offsets=off, reuse_freqs_front_part=reuse, nope_first=nope_first)
