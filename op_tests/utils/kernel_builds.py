@@ -251,6 +251,11 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
              _meta(64, 1, 512), _meta(64, 1, 64), _meta(4096, 1, 576, dtype=fp8), _meta(64, dtype=torch.int64),
              _meta(64, dtype=torch.int64), _meta(4096, 32, dtype=f32), _meta(4096, 32, dtype=f32), 128, True, None,
              _meta(1, dtype=f32), False, torch.bfloat16, 16)),
+        ("fused_fp8_bmm_rope_cat_and_cache_mla, DeepSeek-V3 prefill, fp8 weights",
+         lambda: fused_fp8_bmm_rope_cat_and_cache_mla(
+             _meta(128, 4096, 128), _meta(128, 512, 128, dtype=fp8), _meta(1, dtype=f32), _meta(4096, 128, 64),
+             _meta(4096, 1, 512), _meta(4096, 1, 64), _meta(8192, 1, 576), _meta(4096, dtype=torch.int64),
+             _meta(4096, dtype=torch.int64), _meta(8192, 32, dtype=f32), _meta(8192, 32, dtype=f32))),
         ("fused_bf16_bmm_rope_cat_and_cache_mla, DeepSeek-V3 prefill",
          lambda: fused_bf16_bmm_rope_cat_and_cache_mla(
              _meta(128, 4096, 128), _meta(128, 512, 128), _meta(4096, 128, 64), _meta(4096, 1, 512),

@@ -109,9 +109,11 @@ def test_mixed_batch_fp8_cache_scaled(cache_dtype):
     _check(a, True)
 
 
-@pytest.mark.parametrize("cfg", [BmmLaunchConfig(16, 16, 1), BmmLaunchConfig(32, 64, 4)])
+@pytest.mark.parametrize("cfg", [BmmLaunchConfig(16, 16, 1), BmmLaunchConfig(32, 64, 4), BmmLaunchConfig(128, 128, 8),
+                                 BmmLaunchConfig(16, 16, 2, N_SPLITS=1), BmmLaunchConfig(16, 16, 2, N_SPLITS=2)])
 def test_pinned_tiles(cfg):
     _check(_args(3, 19, 64, 48, 16), True, config=cfg)
+    _check(_args(3, 20, 64, 160, 16, fp8=None), False, config=cfg)  # 20 tokens of the bf16 form too
 
 
 def test_nan_stays_in_its_token():

@@ -49,15 +49,27 @@ class BmmLaunchConfig:
     BLOCK_M: int  # tokens a program (tl.dot's 16 at least)
     BLOCK_N: int  # output channels a program
     num_warps: int
+    N_SPLITS: int = 0  # programs a head's output channels are split between, at most one a tile (0: ~1024 programs)
+    num_stages: int = 0  # software pipelining of the loads (0: Triton's default)
 
 
 @functools.lru_cache(maxsize=256)
 def bmm_launch_config(n_tokens: int, n_out: int, prequant: bool = False) -> BmmLaunchConfig:
-    """16 or 32 tokens by 64 output channels (32 with the fp8 form's quantization), 4 warps
-    (decode: the weights read once; larger tiles spilled on sm_80, gfx950 and sm_120 in the
-    offline builds); not yet tuned on a GPU."""
-    block_m = min(32, max(16, next_power_of_2(max(n_tokens, 1))))
-    return BmmLaunchConfig(block_m, 32 if prequant else 64, 4)
+    """Measured on an H200 (DeepSeek-V3's 128 heads, 128 -> 512): bf16, one tile of output
+    channels a program, its q stepped through 64 channels at a time: 16 or 32 tokens by 64
+    channels at decode, 64 by 128 (4 warps) up to 128 tokens, 128 by 128 (8 warps) past that.
+    fp8: each program quantizes its tokens' q once and walks some of the output channels
+    (programs for ~1024 in flight): 16 or 32 tokens by 32 channels at decode, 64 by 64 past
+    that (the fastest of 64 x 32 / 64 x 64 / 128 x 64 there; none spills in the offline builds)."""
+    if prequant:
+        if n_tokens <= 32:
+            return BmmLaunchConfig(max(16, next_power_of_2(max(n_tokens, 1))), 32, 4)
+        return BmmLaunchConfig(64, 64, 4)
+    if n_tokens <= 32:
+        return BmmLaunchConfig(max(16, next_power_of_2(max(n_tokens, 1))), 64, 4, N_SPLITS=n_out)
+    if n_tokens <= 128:
+        return BmmLaunchConfig(64, 128, 4, N_SPLITS=n_out)
+    return BmmLaunchConfig(128, 128, 8, N_SPLITS=n_out)
 
 
 @launcher(mutates=("q_out",))
@@ -69,15 +81,24 @@ def _launch_mla_bmm(q_nope: torch.Tensor, w_k: torch.Tensor, w_k_scale: torch.Te
     if b == 0:
         return
     cfg = config or bmm_launch_config(b, n, prequant)
+    step = group if prequant else min(next_power_of_2(p), 64)
+    m_blocks, n_blocks = cdiv(b, cfg.BLOCK_M), cdiv(n, cfg.BLOCK_N)
+    # each program as many output-channel tiles as keep some 1024 programs in flight
+    n_splits = min(n_blocks, cfg.N_SPLITS or max(1, cdiv(1024, m_blocks * qh)))
+    tiles = cdiv(n_blocks, n_splits)
     q_min, q_max = fp8_range(w_k.dtype)
     o_min, o_max = fp8_range(q_out.dtype)
-    launch(_mla_bmm_kernel, (cdiv(b, cfg.BLOCK_M) * cdiv(n, cfg.BLOCK_N), qh),
+    launch(_mla_bmm_kernel, (m_blocks * cdiv(n_blocks, tiles), qh),
            q_nope, w_k, q_out if w_k_scale is None else w_k_scale, q_out,
            q_nope.stride(0), q_nope.stride(1), w_k.stride(0), w_k.stride(1), q_out.stride(0), q_out.stride(1),
-           b, n, p, q_min, q_max, o_min, o_max,
+           b, n, p, tiles, q_min, q_max, o_min, o_max,
            PREQUANT=prequant, HAS_WS=w_k_scale is not None, O_FP8=q_out.dtype in FP8_DTYPES,
-           SOFT_ROUND=soft_round(w_k.dtype if prequant else q_out.dtype, q_out.dtype), GROUP=group,
-           BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, DOT_FP32=TRITON_INTERPRET, num_warps=cfg.num_warps)
+           SOFT_ROUND=soft_round(w_k.dtype if prequant else q_out.dtype, q_out.dtype), GROUP=step,
+           ONCE=step >= p, N_LOOP=tiles > 1,
+           BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, DOT_FP32=TRITON_INTERPRET,
+           TILE64=max(q_nope.stride(1), q_out.stride(0), w_k.stride(1)) * max(cfg.BLOCK_M, cfg.BLOCK_N) + p >= 2**31,
+           num_warps=cfg.num_warps,
+           **({"num_stages": cfg.num_stages} if cfg.num_stages else {}))
 
 
 def _bmm_rope_cat_cache(op: str, q_nope, w_k, w_k_scale, q_pe, k_nope, k_rope, kv_cache, slot_mapping, positions,
@@ -143,13 +164,12 @@ def _bmm_rope_cat_cache(op: str, q_nope, w_k, w_k_scale, q_pe, k_nope, k_rope, k
                  group_size=group, k_scale=k_scale, is_neox=is_neox, q_out_dtype=out_dtype,
                  num_decode_toks_for_zeros=n_zeros)
     _launch_mla_bmm(q_nope, w_k, w_k_scale if prequant else None, q_out, group, prequant, config)
-    # The latent part of q_out is _cat_kernel's first input and output at once: each element read,
-    # then written back unchanged, by the same program.
+    # The latent part of q_out is in place: _cat_kernel writes the rotated part beside it.
     _launch_qk_rope_cat_and_cache_mla(
         q_out[:, :, :lora], q_pe, k_nope, k_rope, q_out, kv_cache, slot_mapping, pos, tab.cos, tab.sin, k_scale,
         decode_q_pe_out, k_pe_out, zeros,
         [tab.rows, tab.stride_r, tab.stride_f, half, n_cache_slots, block_size, *strides, shuffle, n_zeros],
-        [is_neox, reuse, False])
+        [is_neox, reuse, False], q_nope_in_place=True)
     return q_out, decode_q_pe_out, k_pe_out, kv_cache
 
 
@@ -185,10 +205,13 @@ def fused_bf16_bmm_rope_cat_and_cache_mla(q_nope: torch.Tensor, w_k: torch.Tenso
                                           slot_mapping: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor,
                                           sin: torch.Tensor, k_scale: torch.Tensor | None = None,
                                           is_neox: bool = False, q_out_dtype: torch.dtype | None = None,
-                                          num_decode_toks_for_zeros: int = 0) -> tuple:
+                                          num_decode_toks_for_zeros: int = 0,
+                                          config: BmmLaunchConfig | None = None) -> tuple:
     """The fp8 form's outputs with bf16 / fp16 weights w_k (H, L, P) of q_nope's dtype, no
     quantization: q_out (B, H, L + R) = cat(q_nope @ W^T, rope(q_pe)) in ``q_out_dtype``
-    (bf16 by default)."""
+    (bf16 by default). ``config``: a ``BmmLaunchConfig`` that pins the tiles."""
     op = "fused_bf16_bmm_rope_cat_and_cache_mla"
+    if config is not None and not isinstance(config, BmmLaunchConfig):
+        raise TypeError(f"{op}: config must be None or a BmmLaunchConfig, got {type(config).__name__}")
     return _bmm_rope_cat_cache(op, q_nope, w_k, None, q_pe, k_nope, k_rope, kv_cache, slot_mapping, positions, cos,
-                               sin, 64, k_scale, is_neox, q_out_dtype, num_decode_toks_for_zeros, False)
+                               sin, 64, k_scale, is_neox, q_out_dtype, num_decode_toks_for_zeros, False, config)

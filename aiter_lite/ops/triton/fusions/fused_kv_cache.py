@@ -432,10 +432,11 @@ def _launch_qk_rope_cat_and_cache_mla(q_nope: torch.Tensor, q_pe: torch.Tensor, 
                                       sin: torch.Tensor, k_scale: torch.Tensor | None,
                                       decode_q_pe_out: torch.Tensor, k_pe_out: torch.Tensor,
                                       q_nope_zeros: torch.Tensor, geometry: list[int], flags: list[bool],
-                                      config: RopeLaunchConfig | None = None) -> None:
+                                      config: RopeLaunchConfig | None = None, q_nope_in_place: bool = False) -> None:
     """``_cat_kernel`` over the decode tokens (Q rotated into q_out, K rotated into the cache at
     their slots, the extra outputs beside), then, where slot_mapping holds more tokens, over
-    those (K into the cache unrotated, as aiter's kernel takes them)."""
+    those (K into the cache unrotated, as aiter's kernel takes them). ``q_nope_in_place``: q_nope
+    is q_out's first part already (not copied)."""
     n_rows, stride_r, stride_f, half, n_cache_slots, block_size, s_blk, s_off, s_h, s_d, shuffle, n_zeros = geometry
     is_neox, reuse, upcast = flags
     b, qh, d1 = q_nope.shape
@@ -468,7 +469,8 @@ def _launch_qk_rope_cat_and_cache_mla(q_nope: torch.Tensor, q_pe: torch.Tensor, 
             BLOCK_HALF=next_power_of_2(max(half, 1)), BLOCK_D1=next_power_of_2(d1), BLOCK_D2=next_power_of_2(d2),
             BLOCK_T=block_t, BLOCK_H=block_h,
             INT64=max_offset(q_nope, q_pe, k_nope, k_pe, q_out, k_pe_out, decode_q_pe_out) >= 2**31,
-            UPCAST=upcast, OWN_Q1_RANGE=True, num_warps=cfg.num_warps, **({"SHUFFLE": shuffle} if shuffle else {}),
+            UPCAST=upcast, OWN_Q1_RANGE=True, A1_IN_PLACE=q_nope_in_place, num_warps=cfg.num_warps,
+            **({"SHUFFLE": shuffle} if shuffle else {}),
         )
 
 

@@ -1,9 +1,11 @@
 """MLA's absorbed query: ``q_nope @ W_UK^T`` per head, the batched matmul that precedes the
 RoPE + concat + latent-cache write (``fused_kv_cache``'s ``_cat_kernel``).
 
-A program takes BLOCK_M tokens of one head and BLOCK_N of its L output channels and walks
-the P input channels a group at a time. PREQUANT (aiter's fp8 form): each token's group of
-q is quantized to W's fp8 format with its own scale (amax / fp8 max), multiplied in that
+A program takes BLOCK_M tokens of one head and ``tiles_per_prog`` tiles of BLOCK_N of its L
+output channels, and walks the P input channels a group at a time (ONCE: one group covers
+all P, the tokens' q loaded, and quantized, once for all the program's channels). Offsets
+within a tile are 32-bit from 64-bit bases unless TILE64. PREQUANT (aiter's fp8 form): each
+token's group of q is quantized to W's fp8 format with its own scale (amax / fp8 max), multiplied in that
 format and the group's product scaled back; at the end the weights' per-tensor scale. The
 operands enter ``tl.dot`` as bf16 (fp8 and bf16 values are exact in bf16; the products are
 exact in its fp32 accumulation), so one kernel serves every GPU and both forms.
@@ -39,11 +41,75 @@ def _dot(a, b, dtype: tl.constexpr, DOT_FP32: tl.constexpr):
     return tl.dot(a.to(dtype), b.to(dtype), out_dtype=tl.float32)
 
 
-@triton.jit(do_not_specialize=["n_tokens"])
+@triton.jit
+def _quantized_group(a, q_min, q_max, dtype: tl.constexpr, SOFT_ROUND: tl.constexpr):
+    """Each row of ``a`` quantized to ``dtype`` with its own scale (amax / fp8 max): (the fp8
+    values, the scales); a row holding NaN or inf has no scale (NaN: its outputs NaN)."""
+    a = a.to(tl.float32)
+    amax = tl.max(tl.abs(a), axis=1)
+    bad = (tl.max((a != a).to(tl.int32), axis=1) > 0) | (amax == float("inf"))
+    scale = tl.where(bad, float("nan"), amax / q_max)
+    inv = tl.where(scale == 0.0, 0.0, tl.math.div_rn(1.0, tl.where(scale == 0.0, 1.0, scale)))
+    return _quantize(a, inv[:, None], q_min, q_max, dtype, SOFT_ROUND), scale
+
+
+@triton.jit
+def _store_out(o_tile, acc, ws_ptr, mask, o_min, o_max, HAS_WS: tl.constexpr, O_FP8: tl.constexpr,
+               SOFT_ROUND: tl.constexpr):
+    if HAS_WS:
+        acc = acc * tl.load(ws_ptr).to(tl.float32)
+    if O_FP8:
+        tl.store(o_tile, _quantize(acc, 1.0, o_min, o_max, o_tile.dtype.element_ty, SOFT_ROUND), mask=mask)
+    else:
+        tl.store(o_tile, acc.to(o_tile.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _tile_once(aq, scale, w_head, sw_n, n0, n_hi, cols, k, k_mask, o_row, ws_ptr, m_mask, o_min, o_max,
+               PREQUANT: tl.constexpr, HAS_WS: tl.constexpr, O_FP8: tl.constexpr, SOFT_ROUND: tl.constexpr,
+               DOT_FP32: tl.constexpr):
+    """Output channels n0 .. n0 + BLOCK_N of the tokens whose q (quantized: aq, per-token
+    ``scale``) spans every input channel."""
+    n_mask = n0 + cols < n_hi
+    w = tl.load((w_head + tl.cast(n0, tl.int64) * sw_n) + cols[None, :] * sw_n + k[:, None],
+                mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+    if PREQUANT:
+        acc = _dot(aq, w, tl.bfloat16, DOT_FP32) * scale[:, None]
+    else:
+        acc = _dot(aq, w, w_head.dtype.element_ty, DOT_FP32)
+    _store_out(o_row + n0 + cols[None, :], acc, ws_ptr, m_mask[:, None] & n_mask[None, :], o_min, o_max, HAS_WS,
+               O_FP8, SOFT_ROUND)
+
+
+@triton.jit
+def _tile_stepped(q_tile, w_head, sw_n, n0, n_hi, n_in, cols, k, o_row, ws_ptr, m_mask, q_min, q_max, o_min, o_max,
+                  PREQUANT: tl.constexpr, HAS_WS: tl.constexpr, O_FP8: tl.constexpr, SOFT_ROUND: tl.constexpr,
+                  GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr):
+    """Output channels n0 .. n0 + BLOCK_N, the input channels GROUP at a time (PREQUANT: each
+    group of q quantized with its own scales)."""
+    n_mask = n0 + cols < n_hi
+    w_tile = (w_head + tl.cast(n0, tl.int64) * sw_n) + cols[None, :] * sw_n
+    wt = w_head.dtype.element_ty
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in range(0, n_in, GROUP):
+        k_mask = k0 + k < n_in
+        a = tl.load(q_tile + k0 + k[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+        w = tl.load(w_tile + k0 + k[:, None], mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+        if PREQUANT:
+            aq, scale = _quantized_group(a, q_min, q_max, wt, SOFT_ROUND)
+            acc += _dot(aq, w, tl.bfloat16, DOT_FP32) * scale[:, None]
+        else:
+            acc += _dot(a, w, wt, DOT_FP32)
+    _store_out(o_row + n0 + cols[None, :], acc, ws_ptr, m_mask[:, None] & n_mask[None, :], o_min, o_max, HAS_WS,
+               O_FP8, SOFT_ROUND)
+
+
+@triton.jit(do_not_specialize=["n_tokens", "tiles_per_prog"])
 def _mla_bmm_kernel(
     q_ptr, w_ptr, ws_ptr, out_ptr,   # q (H, B, P), w (H, L, P), ws one fp32 element, out (B, H, >= L)
     sq_h, sq_b, sw_h, sw_n, so_b, so_h,
     n_tokens, n_out, n_in,
+    tiles_per_prog,                  # output channels a program, in tiles of BLOCK_N
     q_min, q_max,                    # PREQUANT: the weights' fp8 range; O_FP8: the output's
     o_min, o_max,
     PREQUANT: tl.constexpr,
@@ -51,46 +117,52 @@ def _mla_bmm_kernel(
     O_FP8: tl.constexpr,
     SOFT_ROUND: tl.constexpr,
     GROUP: tl.constexpr,             # input channels a step (PREQUANT: a quantization group)
+    ONCE: tl.constexpr,              # GROUP covers every input channel: q loaded (and quantized) once
+    N_LOOP: tl.constexpr,            # tiles_per_prog > 1: the program walks its channels a tile at a time
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     DOT_FP32: tl.constexpr,
+    TILE64: tl.constexpr,            # offsets within a tile past 2^31 (else 32-bit from 64-bit bases)
 ):
     q_min = tl.cast(q_min, tl.float32)
     q_max = tl.cast(q_max, tl.float32)
     o_min = tl.cast(o_min, tl.float32)
     o_max = tl.cast(o_max, tl.float32)
     h = tl.program_id(1).to(tl.int64)
-    n_nblocks = tl.cdiv(n_out, BLOCK_N)
+    n_splits = tl.cdiv(n_out, tiles_per_prog * BLOCK_N)
     pid = tl.program_id(0)
-    m = (pid // n_nblocks) * BLOCK_M + tl.arange(0, BLOCK_M)
-    n = (pid % n_nblocks) * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_mask = m < n_tokens
-    n_mask = n < n_out
+    m0 = (pid // n_splits) * BLOCK_M
+    n_lo = (pid % n_splits) * tiles_per_prog * BLOCK_N  # tile-aligned: the stores vectorize
+    n_hi = tl.minimum(n_lo + tiles_per_prog * BLOCK_N, n_out)
+    rows = tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
     k = tl.arange(0, GROUP)
-    q_rows = q_ptr + h * sq_h + m.to(tl.int64)[:, None] * sq_b
-    w_cols = w_ptr + h * sw_h + n.to(tl.int64)[None, :] * sw_n
-    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for k0 in range(0, n_in, GROUP):
-        kk = k0 + k
-        k_mask = kk < n_in
-        a = tl.load(q_rows + kk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-        w = tl.load(w_cols + kk[:, None], mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+    if TILE64:
+        rows = rows.to(tl.int64)
+        cols = cols.to(tl.int64)
+    m_mask = m0 + rows < n_tokens
+    q_tile = (q_ptr + h * sq_h + m0.to(tl.int64) * sq_b) + rows[:, None] * sq_b   # (BLOCK_M, 1)
+    o_row = (out_ptr + m0.to(tl.int64) * so_b + h * so_h) + rows[:, None] * so_b  # (BLOCK_M, 1)
+    w_head = w_ptr + h * sw_h
+    if ONCE:
+        k_mask = k < n_in
+        a = tl.load(q_tile + k[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
         if PREQUANT:
-            a = a.to(tl.float32)
-            amax = tl.max(tl.abs(a), axis=1)
-            # a NaN or inf in the group has no scale: the token's outputs NaN
-            bad = (tl.max((a != a).to(tl.int32), axis=1) > 0) | (amax == float("inf"))
-            scale = tl.where(bad, float("nan"), amax / q_max)
-            inv = tl.where(scale == 0.0, 0.0, tl.math.div_rn(1.0, tl.where(scale == 0.0, 1.0, scale)))
-            aq = _quantize(a, inv[:, None], q_min, q_max, w_ptr.dtype.element_ty, SOFT_ROUND)
-            acc += _dot(aq, w, tl.bfloat16, DOT_FP32) * scale[:, None]
+            aq, scale = _quantized_group(a, q_min, q_max, w_ptr.dtype.element_ty, SOFT_ROUND)
         else:
-            acc += _dot(a, w, w_ptr.dtype.element_ty, DOT_FP32)
-    if HAS_WS:
-        acc = acc * tl.load(ws_ptr).to(tl.float32)
-    o = out_ptr + m.to(tl.int64)[:, None] * so_b + h * so_h + n[None, :]
-    om = m_mask[:, None] & n_mask[None, :]
-    if O_FP8:
-        tl.store(o, _quantize(acc, 1.0, o_min, o_max, out_ptr.dtype.element_ty, SOFT_ROUND), mask=om)
+            aq = a
+            scale = tl.full([BLOCK_M], 1.0, tl.float32)
+        if N_LOOP:
+            for t in range(0, tiles_per_prog):
+                _tile_once(aq, scale, w_head, sw_n, n_lo + t * BLOCK_N, n_hi, cols, k, k_mask, o_row, ws_ptr, m_mask, o_min, o_max,
+                           PREQUANT, HAS_WS, O_FP8, SOFT_ROUND, DOT_FP32)
+        else:
+            _tile_once(aq, scale, w_head, sw_n, n_lo, n_hi, cols, k, k_mask, o_row, ws_ptr, m_mask, o_min, o_max,
+                       PREQUANT, HAS_WS, O_FP8, SOFT_ROUND, DOT_FP32)
+    elif N_LOOP:
+        for t in range(0, tiles_per_prog):
+            _tile_stepped(q_tile, w_head, sw_n, n_lo + t * BLOCK_N, n_hi, n_in, cols, k, o_row, ws_ptr, m_mask, q_min, q_max, o_min,
+                          o_max, PREQUANT, HAS_WS, O_FP8, SOFT_ROUND, GROUP, BLOCK_M, BLOCK_N, DOT_FP32)
     else:
-        tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=om)
+        _tile_stepped(q_tile, w_head, sw_n, n_lo, n_hi, n_in, cols, k, o_row, ws_ptr, m_mask, q_min, q_max, o_min,
+                      o_max, PREQUANT, HAS_WS, O_FP8, SOFT_ROUND, GROUP, BLOCK_M, BLOCK_N, DOT_FP32)

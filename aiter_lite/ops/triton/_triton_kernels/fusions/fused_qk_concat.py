@@ -44,23 +44,25 @@ def _cat_pair(a_ptr, b_ptr, dest, dest_b, b_lo, tok, t_mask, heads, th_mask, w_m
               stride_t_f, ROPE: tl.constexpr, IS_NEOX: tl.constexpr, REUSE: tl.constexpr, IS_FP8: tl.constexpr,
               SOFT_ROUND: tl.constexpr, X: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr,
               BLOCK_D1: tl.constexpr, BLOCK_D2: tl.constexpr, BLOCK_T: tl.constexpr, b_out=None, bo_mask=None,
-              sbo_d=0, z_out=None, z_mask=None, sz_d=0, UPCAST: tl.constexpr = False):
+              sbo_d=0, z_out=None, z_mask=None, sz_d=0, UPCAST: tl.constexpr = False, COPY_A: tl.constexpr = True):
     """cat(a, b) of a (BLOCK_T, BLOCK_H) block where ``w_mask``: a's channels at ``dest``, b's
     from channel ``b_lo`` of ``dest_b`` (``dest`` and d1 but in the shuffled cache), channel
     ``c`` at ``_chan_off(c, X, sd_cx, sd_c)``; ROPE: b's channels 0 .. 2 HALF rotated (rounded
     to b's dtype first unless UPCAST), the rest copied. ``b_out``: b as written (rotated, not
     scaled, in b_out's dtype) also at those rows where ``bo_mask``; ``z_out``: zeros in a's
-    place at those rows where ``z_mask``."""
+    place at those rows where ``z_mask``. COPY_A false: a is already in place at ``dest`` (not
+    read, not written)."""
     dt = dest.dtype.element_ty
     c = tl.arange(0, BLOCK_D1)
     m = w_mask[:, :, None] & (c < d1)[None, None, :]
-    ah = (a_ptr + tok * sa_t)[:, None] + heads[None, :] * sa_h
-    a = tl.load(ah[:, :, None] + c[None, None, :] * sa_d, mask=m, other=0.0)
-    _store_chans(dest, c, _cast(a.to(tl.float32), inv_scale, q_min, q_max, dt, IS_FP8, SOFT_ROUND), m, X, sd_cx,
-                 sd_c)
+    if COPY_A:
+        ah = (a_ptr + tok * sa_t)[:, None] + heads[None, :] * sa_h
+        a = tl.load(ah[:, :, None] + c[None, None, :] * sa_d, mask=m, other=0.0)
+        _store_chans(dest, c, _cast(a.to(tl.float32), inv_scale, q_min, q_max, dt, IS_FP8, SOFT_ROUND), m, X,
+                     sd_cx, sd_c)
     if z_out is not None:
         zm = z_mask[:, :, None] & (c < d1)[None, None, :]
-        _store_chans(z_out, c, tl.zeros(a.shape, z_out.dtype.element_ty), zm, 1, sz_d, sz_d)
+        _store_chans(z_out, c, tl.zeros(zm.shape, z_out.dtype.element_ty), zm, 1, sz_d, sz_d)
     lm = w_mask if b_out is None else th_mask  # b read for b_out's rows too
     if ROPE:
         o1, o2 = _rotated_heads(b_ptr, sb_t, sb_h, sb_d, tok, t_mask, heads, lm, pos_ptr, pos_ptr, 1,
@@ -126,6 +128,7 @@ def _cat_kernel(
     SHUFFLE: tl.constexpr = 0,    # DEST_SLOTS: aiter's preshuffled MLA cache, channel chunks this wide (module doc)
     UPCAST: tl.constexpr = False,  # rotated values not rounded to b's dtype before their destinations'
     OWN_Q1_RANGE: tl.constexpr = False,
+    A1_IN_PLACE: tl.constexpr = False,  # the first pair's a already at its destination (neither read nor written)
 ):
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     q_min = tl.cast(q_min, tl.float32)
@@ -146,7 +149,7 @@ def _cat_kernel(
         _cat_pair(a1_ptr, b1_ptr, dest1, dest1, d1, tok, t_mask, heads, th_mask, th_mask, sa1_t, sa1_h, sa1_d,
                   sb1_t, sb1_h, sb1_d, so1_d, so1_d, d1, d2, 1.0, r_min, r_max, pos_ptr, cos_ptr, sin_ptr, n_rows,
                   stride_t_r, stride_t_f, ROPE, IS_NEOX, REUSE, O1_FP8, SOFT_ROUND, 1, HALF, BLOCK_HALF,
-                  BLOCK_D1, BLOCK_D2, BLOCK_T, bo_1, extra, sbo1_d, z_1, extra, sz1_d, UPCAST)
+                  BLOCK_D1, BLOCK_D2, BLOCK_T, bo_1, extra, sbo1_d, z_1, extra, sz1_d, UPCAST, not A1_IN_PLACE)
     else:
         if DEST_SLOTS:
             blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size)
