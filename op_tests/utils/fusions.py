@@ -1,6 +1,8 @@
-"""Helpers of the fusion tests: bit views, tolerances, bitwise asserts."""
+"""Helpers of the fusion tests: bit views, tolerances, bitwise asserts, sentinel-filled caches."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -10,6 +12,15 @@ _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
 
 def bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(_BITS[t.element_size()])
+
+
+def sentinel(shape, dtype, device) -> torch.Tensor:
+    """Random bytes, the non-finite patterns replaced by -7.5: a distinctive finite value in every slot."""
+    n = math.prod(shape) * dtype.itemsize
+    t = torch.randint(0, 256, (n,), dtype=torch.uint8, device=device).view(dtype).reshape(shape)
+    bad = ~torch.isfinite(t.float())
+    bits(t)[bad] = bits(torch.tensor([-7.5], device=device).to(dtype))
+    return t
 
 
 def tol(dtype: torch.dtype) -> dict:

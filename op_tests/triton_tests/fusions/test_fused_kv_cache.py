@@ -15,7 +15,6 @@ the fp32 reference (aiter_lite.ops.native.fusions.fused_kv_cache) and the projec
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 import torch
@@ -25,7 +24,7 @@ from aiter_lite.ops.triton import fusions
 from aiter_lite.ops.triton.quant import quant_range, supported_quant_dtypes
 from aiter_lite.ops.triton.rope import rope as tr
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device
-from op_tests.utils.fusions import FP8, assert_bits, bits, tol
+from op_tests.utils.fusions import FP8, assert_bits, bits, sentinel, tol
 from op_tests.utils.inputs import poison
 from op_tests.utils.rope import angles
 
@@ -45,12 +44,7 @@ def _storable(dtype: torch.dtype) -> None:
 
 
 def _sentinel(shape, dtype) -> torch.Tensor:
-    """Random bytes, the non-finite patterns replaced by -7.5: a distinctive finite value in every slot."""
-    n = math.prod(shape) * dtype.itemsize
-    t = torch.randint(0, 256, (n,), dtype=torch.uint8, device=DEVICE).view(dtype).reshape(shape)
-    bad = ~torch.isfinite(t.float())
-    bits(t)[bad] = bits(torch.tensor([-7.5], device=DEVICE).to(dtype))
-    return t
+    return sentinel(shape, dtype, DEVICE)
 
 
 def _poisoned(shape, dtype) -> torch.Tensor:

@@ -9,7 +9,6 @@ element the op does not write fails; qkv is left alone.
 
 from __future__ import annotations
 
-import math
 
 import pytest
 import torch
@@ -20,7 +19,7 @@ from aiter_lite.ops.triton.fusions.fused_qkv_split_qk_norm_rope_cache import inf
 from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig
 from aiter_lite.ops.triton.quant import supported_quant_dtypes
 from op_tests.utils import DEVICE, ON_GPU, assert_close, by_device
-from op_tests.utils.fusions import FP8, assert_bits, bits, tol
+from op_tests.utils.fusions import FP8, assert_bits, sentinel, tol
 from op_tests.utils.rope import angles
 
 OP = "fused_qkv_split_qk_norm_rope_cache"
@@ -29,12 +28,7 @@ SUPPORTED = supported_quant_dtypes(DEVICE)
 
 
 def _sentinel(shape, dtype) -> torch.Tensor:
-    """Random bytes, the non-finite patterns replaced by -7.5: a distinctive finite value in every slot."""
-    n = math.prod(shape) * dtype.itemsize
-    t = torch.randint(0, 256, (n,), dtype=torch.uint8, device=DEVICE).view(dtype).reshape(shape)
-    bad = ~torch.isfinite(t.float())
-    bits(t)[bad] = bits(torch.tensor([-7.5], device=DEVICE).to(dtype))
-    return t
+    return sentinel(shape, dtype, DEVICE)
 
 
 def _args(t=5, qh=4, kvh=2, d=64, *, dtype=torch.bfloat16, cache_dtype=None, layout="HND", bs=16, gated=False,
