@@ -21,9 +21,10 @@ Ops (aiter's names, aiter_lite.ops.triton.fusions; T tokens, QH / KH query / key
     rope_cosine_cache  fused_qk_rope_cosine_cache_llama: Q and K turned (Q into a new q_out), K and V
                     written into a per-sequence cache, token t at row t, offset slot_mapping[t] (random
                     in [0, B)); --layout flash or paged (the classic layouts) as rope_cache's
-    bmm_rope_cat_cache / fp8_bmm_rope_cat_cache  fused_bf16_ / fused_fp8_bmm_rope_cat_and_cache_mla: q_nope
-                    (H, T, 128) times W_UK (H, L, 128) (bf16, or fp8 with q quantized per token and 128
-                    channels) into q_out's latent part, then as qk_rope_cat_cache (the flat cache)
+    bmm_rope_cat_cache / fp8_ / fp4_bmm_rope_cat_cache  fused_bf16_ / fused_fp8_ / fused_fp4_bmm_rope_cat_and_cache_mla:
+                    q_nope (H, T, 128) times W_UK (H, L, 128) (bf16; fp8 with q quantized per token and 128
+                    channels; MXFP4 with q quantized to MXFP4) into q_out's latent part, then as
+                    qk_rope_cat_cache (the flat cache)
     qk_norm_rope_swa  fused_reduce_qk_norm_rope_swa_write (DeepSeek-V4-style MQA): q (T, H D) and kv (T, D)
                     RMS-normalized per head, their last R channels turned, kv in place and into a
                     window cache of 128 (every token its own sequence); MLA models' H, D = L + R, R
@@ -100,23 +101,25 @@ import torch  # noqa: E402
 
 from aiter_lite.ops.native import fusions as native  # noqa: E402
 from aiter_lite.ops.triton import fusions as tri  # noqa: E402
+from aiter_lite.ops.native.quant import mx_quant as native_mx  # noqa: E402
+from aiter_lite.ops.triton import quant as tri_quant  # noqa: E402
 from aiter_lite.ops.triton.quant import get_fp8_e4m3_dtype  # noqa: E402
 from aiter_lite.ops.triton.normalization import rmsnorm as tri_norm  # noqa: E402
 from aiter_lite.ops.triton.rope import rope as tri_rope  # noqa: E402
 from op_benchmarks.utils import rope as torch_rope  # noqa: E402
 
 GQA_OPS = ("rope_cache", "qkv_split_rope", "qk_norm_rope_cache", "rope_cosine_cache")
-MLA_OPS = ("qk_rope_cat", "qk_cat", "mla_cache", "qk_rope_cat_cache", "qk_norm_rope_swa", "bmm_rope_cat_cache",
-           "fp8_bmm_rope_cat_cache")
-CACHE_OPS = ("rope_cache", "mla_cache", "qk_rope_cat_cache", "qk_norm_rope_cache", "rope_cosine_cache",
-             "bmm_rope_cat_cache", "fp8_bmm_rope_cat_cache")
+BMM_OPS = ("bmm_rope_cat_cache", "fp8_bmm_rope_cat_cache", "fp4_bmm_rope_cat_cache")
+MLA_OPS = ("qk_rope_cat", "qk_cat", "mla_cache", "qk_rope_cat_cache", "qk_norm_rope_swa", *BMM_OPS)
+CACHE_OPS = ("rope_cache", "mla_cache", "qk_rope_cat_cache", "qk_norm_rope_cache", "rope_cosine_cache", *BMM_OPS)
 OPS = {"rope_cache": "fused_qk_rope_reshape_and_cache", "qkv_split_rope": "fused_qkv_split_qk_rope",
        "qk_rope_cat": "fused_qk_rope_cat", "qk_cat": "fused_qk_cat", "mla_cache": "cat_and_cache_mla",
        "qk_rope_cat_cache": "fused_qk_rope_cat_and_cache_mla", "qk_norm_rope_cache": "fused_qkv_split_qk_norm_rope_cache",
        "rope_cosine_cache": "fused_qk_rope_cosine_cache_llama",
        "qk_norm_rope_swa": "fused_reduce_qk_norm_rope_swa_write",
        "bmm_rope_cat_cache": "fused_bf16_bmm_rope_cat_and_cache_mla",
-       "fp8_bmm_rope_cat_cache": "fused_fp8_bmm_rope_cat_and_cache_mla"}
+       "fp8_bmm_rope_cat_cache": "fused_fp8_bmm_rope_cat_and_cache_mla",
+       "fp4_bmm_rope_cat_cache": "fused_fp4_bmm_rope_cat_and_cache_mla"}
 NOPE_P = 128  # DeepSeek's qk_nope_head_dim: the absorbed matmul's input channels
 SWA_WIN = 128
 NORM_EPS = 1e-6
@@ -179,6 +182,8 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
                               + t * d * (e + c) + t * r * e + 16 * t + 8 * t * f,
         "fp8_bmm_rope_cat_cache": t * qh * NOPE_P * e + qh * (d - r) * NOPE_P + t * qh * (d + r) * e
                                   + t * d * (e + c) + t * r * e + 16 * t + 8 * t * f,
+        "fp4_bmm_rope_cat_cache": t * qh * NOPE_P * e + qh * (d - r) * (NOPE_P // 2 + NOPE_P // 32)
+                                  + t * qh * (d + r) * e + t * d * (e + c) + t * r * e + 16 * t + 8 * t * f,
     }[op]
 
     def make_inputs():
@@ -222,12 +227,15 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
             shape = (blocks, bs, kh, d) if layout == "flash" else (blocks, kh, bs, d)
             x["key_cache"] = torch.zeros(shape, device=dev, dtype=kv_dtype)
             x["value_cache"] = torch.zeros(shape, device=dev, dtype=kv_dtype)
-        elif op in ("bmm_rope_cat_cache", "fp8_bmm_rope_cat_cache"):  # the latent cache flat
+        elif op in BMM_OPS:  # the latent cache flat
             fp8w = get_fp8_e4m3_dtype() if op.startswith("fp8") else dtype
+            w = torch.randn(qh, d - r, NOPE_P, device=dev) * NOPE_P ** -0.5
             x.update(q_nope=randn(qh, t, NOPE_P), q_pe=randn(t, qh, r), k_nope=randn(t, 1, d - r), k_pe=randn(t, 1, r),
-                     w_k=(torch.randn(qh, d - r, NOPE_P, device=dev) * NOPE_P ** -0.5).to(fp8w),
-                     w_scale=torch.tensor([1.0], device=dev),
+                     w_k=w.to(fp8w), w_scale=torch.tensor([1.0], device=dev),
                      kv_cache=torch.zeros(blocks * bs, 1, d, device=dev, dtype=kv_dtype))
+            if op.startswith("fp4"):  # MXFP4 weights: packed e2m1 (H, L, P / 2), e8m0 scales (H, L, P / 32)
+                wq, ws = native_mx.dynamic_mxfp4_quant(w.reshape(-1, NOPE_P))
+                x.update(w_k=wq.reshape(qh, d - r, NOPE_P // 2), w_scale=ws.contiguous().reshape(qh, d - r, -1))
         elif op == "qk_norm_rope_swa":  # every token its own sequence's window slot (decode)
             x.update(q=randn(t, qh * d), kv=randn(t, d), q_weight=randn(d), kv_weight=randn(d),
                      write_indices=torch.arange(t, device=dev, dtype=torch.int32),
@@ -339,9 +347,13 @@ def _fused(mod):
                                            shuffled_kv_cache=shuffled)
                 return q_out, k_pe_out, kv
             return qk_rope_cat_cache
-        if case.op in ("bmm_rope_cat_cache", "fp8_bmm_rope_cat_cache"):
+        if case.op in BMM_OPS:
             kv = x["kv_cache"]
             ks = x["scale"] if fp8 else None
+            if case.op.startswith("fp4"):  # (its fourth output the zeros: the cache compared instead)
+                return lambda: (*fn(x["q_nope"], x["w_k"], x["w_scale"], x["q_pe"], x["k_nope"], x["k_pe"], kv,
+                                    x["slots"], x["pos"], x["cos"], x["sin"], k_scale=ks, is_neox=neox,
+                                    q_out_dtype=x["q_pe"].dtype)[:3], kv)
             if case.op.startswith("fp8"):
                 return lambda: fn(x["q_nope"], x["w_k"], x["w_scale"], x["q_pe"], x["k_nope"], x["k_pe"], kv,
                                   x["slots"], x["pos"], x["cos"], x["sin"], group_size=128, k_scale=ks, is_neox=neox,
@@ -403,12 +415,17 @@ def _unfused(case, inputs):
             q, k, v = qkv.view(qkv.shape[0], qh + 2 * kh, d).split([qh, kh, kh], dim=1)
             return (*rope(q, k), v.contiguous())
         return split_rope
-    if case.op in ("bmm_rope_cat_cache", "fp8_bmm_rope_cat_cache"):  # torch's bmm, then this project's MLA fusion
+    if case.op in BMM_OPS:  # torch's bmm, then this project's MLA fusion
         kv, lora = x["kv_cache"], d - case.dims["R"]
         neox, fp8 = case.extra["rotate_style"] == "neox", kv.dtype.itemsize == 1
-        w = x["w_k"].to(x["q_nope"].dtype)  # fp8: dequantized once, outside the timing (scale 1)
+        fp4 = case.op.startswith("fp4")
+        if fp4:  # the weights decoded once, outside the timing; q through this project's MXFP4 quantizer
+            w = native_mx.mxfp4_dequant(x["w_k"].reshape(-1, NOPE_P // 2), x["w_scale"].reshape(-1, NOPE_P // 32))
+            w = w.reshape(x["w_k"].shape[0], -1, NOPE_P).to(x["q_nope"].dtype)
+        else:
+            w = x["w_k"].to(x["q_nope"].dtype)  # fp8: dequantized once, outside the timing (scale 1)
 
-        fp8w = x["w_k"].dtype.itemsize == 1
+        fp8w = not fp4 and x["w_k"].dtype.itemsize == 1
         fmax = torch.finfo(x["w_k"].dtype).max if fp8w else 1.0
 
         def quantized(q):  # torch's per-token group quantization to the weights' fp8, dequantized
@@ -416,8 +433,13 @@ def _unfused(case, inputs):
             s = g.abs().amax(-1, keepdim=True) / fmax
             return ((g * (1.0 / s)).clamp(-fmax, fmax).to(x["w_k"].dtype).float() * s).flatten(-2).to(q.dtype)
 
+        def mx_quantized(q):  # this project's dynamic_mxfp4_quant, torch's decode
+            h, t, p = q.shape
+            return native_mx.mxfp4_dequant(*tri_quant.dynamic_mxfp4_quant(q.reshape(h * t, p))).reshape(q.shape) \
+                .to(q.dtype)
+
         def bmm_then_fusion():
-            qn = quantized(x["q_nope"]) if fp8w else x["q_nope"]
+            qn = mx_quantized(x["q_nope"]) if fp4 else quantized(x["q_nope"]) if fp8w else x["q_nope"]
             ql = torch.bmm(qn, w.transpose(1, 2)).transpose(0, 1)  # (T, H, L)
             q_out, dq, kpo, _ = tri.fused_qk_rope_cat_and_cache_mla(ql, x["q_pe"], x["k_nope"], x["k_pe"], kv, slots,
                                                                     pos, cos, sin, scale, neox, apply_scale=fp8)

@@ -175,6 +175,18 @@ def _bmm_mla(m: _Make, fp8: bool) -> tuple:
     return (q, w, *rest, None, False, m.dtype, min(t, 1))
 
 
+def _bmm_mla_fp4(m: _Make) -> tuple:
+    """The fp4 form: random packed e2m1 weights (H, kv_lora, P / 2) with e8m0 scales near 1
+    (H, kv_lora, P / 32), q quantized to MXFP4 in the kernel (prequant)."""
+    d, t = m.d, m.d.tokens
+    p = d.head_dim
+    w = torch.randint(0, 256, (d.heads, d.kv_lora, p // 2), device=m.device, dtype=torch.uint8)
+    ws = torch.randint(120, 128, (d.heads, d.kv_lora, -(-p // 32)), device=m.device, dtype=torch.uint8)
+    rest = _bmm_mla(m, False)[2:10]  # q_pe .. sin: the bf16 form's
+    # (the registered op's arguments: aiter's config, a tuning string, left out)
+    return (m.r(d.heads, t, p), w, ws, *rest, None, True, True, None, None, False, None, min(t, 1))
+
+
 def _swa_write(m: _Make) -> tuple:
     """A DeepSeek-V4-style call: two split-K slices of Q, the window cache written (the registered
     op's arguments: q_out, an output buffer, left out)."""
@@ -314,6 +326,7 @@ def op_args(name: str, dims: Dims = TINY, device="cpu", dtype=torch.float32, qdt
         "fused_reduce_qk_norm_rope_swa_write": lambda: _swa_write(m),
         "fused_fp8_bmm_rope_cat_and_cache_mla": lambda: _bmm_mla(m, True),
         "fused_bf16_bmm_rope_cat_and_cache_mla": lambda: _bmm_mla(m, False),
+        "fused_fp4_bmm_rope_cat_and_cache_mla": lambda: _bmm_mla_fp4(m),
         "fused_qk_cat": lambda: (m.r(t, d.heads, d.kv_lora), m.r(t, d.heads, d.rope_dim), m.r(t, 1, d.kv_lora),
                                  m.r(t, 1, d.rope_dim)),
         "fused_qk_rope_cat": lambda: (m.r(t, d.heads, d.kv_lora), m.r(t, d.heads, d.rope_dim), m.r(t, 1, d.kv_lora),

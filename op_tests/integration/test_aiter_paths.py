@@ -278,6 +278,14 @@ AITER = [
      "k_scale: torch.Tensor | None = None, is_neox: bool = False, "
      "q_out_dtype: torch.dtype | None = torch.bfloat16, num_decode_toks_for_zeros: int = 0) "
      "-> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]"),
+    ("aiter.ops.triton.fusions.fused_bmm_rope_kv_cache",
+     "fused_fp4_bmm_rope_cat_and_cache_mla(q_nope: torch.Tensor, w_k: torch.Tensor, w_k_scale: torch.Tensor, "
+     "q_pe: torch.Tensor, k_nope: torch.Tensor, k_rope: torch.Tensor, kv_cache: torch.Tensor, "
+     "slot_mapping: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, "
+     "y: torch.Tensor | None = None, transpose_bm: bool = True, prequant: bool = True, "
+     "y_scale: torch.Tensor | None = None, config: str | None = None, k_scale: torch.Tensor | None = None, "
+     "is_neox: bool = False, q_out_dtype = None, num_decode_toks_for_zeros: int = 0) "
+     "-> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]"),
     ("aiter.ops.triton.fusions.fused_bmm_rope_kv_cache", "set_use_gemm_splitk_bf16(value: bool)"),
     ("aiter.ops.triton.fusions.fused_reduce_qk_norm_rope_swa_write",
      "fused_reduce_qk_norm_rope_swa_write(q: torch.Tensor, kv: torch.Tensor, q_norm_weight: torch.Tensor | None, "

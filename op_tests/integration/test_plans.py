@@ -32,7 +32,7 @@ _UNPLANNED = {"tiny": {"log_softmax"}}  # over dim 0: a gathered copy first
 # At every size: the losses reduce their rows with torch (and the fused one multiplies); the
 # MLA matmul + RoPE + cache ops launch the matmul, then the RoPE / cache kernel.
 _NEVER_PLANNED = {"cross_entropy", "fused_linear_cross_entropy", "fused_fp8_bmm_rope_cat_and_cache_mla",
-                  "fused_bf16_bmm_rope_cat_and_cache_mla"}
+                  "fused_bf16_bmm_rope_cat_and_cache_mla", "fused_fp4_bmm_rope_cat_and_cache_mla"}
 
 
 def _params(name: str) -> list[str]:

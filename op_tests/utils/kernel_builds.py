@@ -102,6 +102,7 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
     from aiter_lite.ops.triton.rope.rope_3d import rope_fwd_3d
     from aiter_lite.ops.triton.fusions.fused_bmm_rope_kv_cache import (
         fused_bf16_bmm_rope_cat_and_cache_mla,
+        fused_fp4_bmm_rope_cat_and_cache_mla,
         fused_fp8_bmm_rope_cat_and_cache_mla,
     )
     from aiter_lite.ops.triton.quant import mx_quant as mxq
@@ -256,6 +257,13 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
              _meta(128, 4096, 128), _meta(128, 512, 128, dtype=fp8), _meta(1, dtype=f32), _meta(4096, 128, 64),
              _meta(4096, 1, 512), _meta(4096, 1, 64), _meta(8192, 1, 576), _meta(4096, dtype=torch.int64),
              _meta(4096, dtype=torch.int64), _meta(8192, 32, dtype=f32), _meta(8192, 32, dtype=f32))),
+        *[(f"fused_fp4_bmm_rope_cat_and_cache_mla, DeepSeek-V3 at {t} tokens, {'q quantized' if pq else 'bf16 q'}",
+           lambda t=t, pq=pq: fused_fp4_bmm_rope_cat_and_cache_mla(
+               _meta(128, t, 128), _meta(128, 512, 64, dtype=torch.uint8), _meta(128, 512, 4, dtype=torch.uint8),
+               _meta(t, 128, 64), _meta(t, 1, 512), _meta(t, 1, 64), _meta(8192, 1, 576),
+               _meta(t, dtype=torch.int64), _meta(t, dtype=torch.int64), _meta(8192, 32, dtype=f32),
+               _meta(8192, 32, dtype=f32), None, True, pq, _meta(1, dtype=f32)))
+          for t in (16, 4096) for pq in (True, False)],
         ("fused_bf16_bmm_rope_cat_and_cache_mla, DeepSeek-V3 prefill",
          lambda: fused_bf16_bmm_rope_cat_and_cache_mla(
              _meta(128, 4096, 128), _meta(128, 512, 128), _meta(4096, 128, 64), _meta(4096, 1, 512),

@@ -1,5 +1,5 @@
-"""fused_fp8_bmm_rope_cat_and_cache_mla and fused_bf16_bmm_rope_cat_and_cache_mla
-(aiter_lite.ops.triton.fusions) against the fp32 reference (aiter_lite.ops.native.fusions), and
+"""fused_fp8_bmm_rope_cat_and_cache_mla, fused_fp4_bmm_rope_cat_and_cache_mla and
+fused_bf16_bmm_rope_cat_and_cache_mla (aiter_lite.ops.triton.fusions) against the fp32 reference (aiter_lite.ops.native.fusions), and
 the matmul part against torch written out here (per-token group quantization to fp8, then
 an fp32 matmul of the dequantized values).
 
@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from aiter_lite.ops.native import fusions as native
+from aiter_lite.ops.native.quant import mx_quant as native_quant
 from aiter_lite.ops.triton import fusions
 from aiter_lite.ops.triton.fusions.fused_bmm_rope_kv_cache import BmmLaunchConfig
 from aiter_lite.ops.triton.quant import supported_quant_dtypes
@@ -143,10 +144,105 @@ def _bad():
     ]
 
 
-@pytest.mark.parametrize("case", range(len(_bad())))
-def test_bad_arguments(case):
-    exc, name, change = _bad()[case]
-    a = _args()
+# fused_fp4_bmm_rope_cat_and_cache_mla: MXFP4 weights (packed e2m1, e8m0 scales) made by the
+# reference quantizer from random weights; q quantized to MXFP4 too where prequant
+
+
+def _fp4_args(h=4, b=3, p=64, lora=32, r=16, *, dtype=torch.bfloat16, n_zeros=1, **kw):
+    a = _args(h, b, p, lora, r, fp8=None, dtype=dtype, n_zeros=n_zeros, **kw)
+    wq, ws = native_quant.dynamic_mxfp4_quant(torch.randn(h * lora, p, device=DEVICE) * 0.5)
+    a["w_k"] = wq.reshape(h, lora, p // 2)
+    a["w_k_scale"] = ws.contiguous().reshape(h, lora, -(-p // 32))
+    return a
+
+
+def _check_fp4(a: dict, **kw):
+    ref_a = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in a.items()}
+    before = a["kv_cache"].clone()
+    got = fusions.fused_fp4_bmm_rope_cat_and_cache_mla(**a, **kw)
+    want = native.fused_fp4_bmm_rope_cat_and_cache_mla(**ref_a, **{k: v for k, v in kw.items() if k != "config"})
+    b, h, lora = a["q_nope"].shape[1], a["q_nope"].shape[0], a["w_k"].shape[1]
+    assert got[0].shape == (b, h, lora + a["q_pe"].shape[2])
+    assert got[0].dtype == kw.get("q_out_dtype", a["q_nope"].dtype)
+    assert got[3].shape == (a["num_decode_toks_for_zeros"], h, lora) and (got[3] == 0).all()  # aiter's fourth: zeros
+    tol = {"atol": 3e-2, "rtol": 2e-2}
+    for i, name in enumerate(("q_out", "decode_q_pe_out", "k_pe_out")):
+        assert_close(got[i], want[i], name=name, **tol)
+    assert_close(a["kv_cache"], ref_a["kv_cache"], name="kv_cache", **tol)
+    unaddressed = torch.ones(a["kv_cache"].shape[0], dtype=torch.bool, device=DEVICE)
+    unaddressed[a["slot_mapping"].long()] = False
+    assert_bits("kv_cache (unaddressed slots)", a["kv_cache"][unaddressed], before[unaddressed])
+    return got
+
+
+FP4_SHAPES = by_device([(4, 3, 64, 32, 16), (2, 1, 48, 40, 8), (3, 17, 96, 48, 16), (2, 0, 64, 32, 16)],
+                       [(128, b, 128, 512, 64) for b in (1, 16, 64, 257)] + [(16, 3, 48, 80, 32)])
+
+
+@pytest.mark.parametrize("h,b,p,lora,r", FP4_SHAPES)
+@pytest.mark.parametrize("prequant", [True, False])
+def test_fp4_shapes(h, b, p, lora, r, prequant):
+    _check_fp4(_fp4_args(h, b, p, lora, r, n_zeros=min(b, 1)), prequant=prequant)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_fp4_dtypes_y_scale_and_tiles(dtype):
+    y_scale = torch.tensor([1.5], device=DEVICE)
+    got = _check_fp4(_fp4_args(3, 20, 64, 48, 16, dtype=dtype), y_scale=y_scale, q_out_dtype=torch.float32,
+                     config=BmmLaunchConfig(16, 16, 2, N_SPLITS=2))
+    assert got[0].dtype == torch.float32
+
+
+def test_fp4_product_is_the_decoded_product():
+    """The latent part written out: both operands MXFP4-decoded, an fp32 matmul."""
+    a = _fp4_args(2, 5, 64, 32, 16)
+    got = fusions.fused_fp4_bmm_rope_cat_and_cache_mla(**a)[0][..., :32].float()
+    h, b, p = a["q_nope"].shape
+    q = native_quant.mxfp4_dequant(*native_quant.dynamic_mxfp4_quant(a["q_nope"].float().reshape(h * b, p)))
+    w = native_quant.mxfp4_dequant(a["w_k"].reshape(-1, p // 2), a["w_k_scale"].reshape(-1, 2))
+    want = torch.einsum("hbp,hnp->bhn", q.reshape(h, b, p), w.reshape(h, -1, p))
+    assert_close(got, want.to(torch.bfloat16).float(), name="q_out's latent part", atol=3e-2, rtol=2e-2)
+
+
+def test_fp4_nan_scale_and_nan_q_stay_in_place():
+    a = _fp4_args(2, 3, 64, 32, 16)
+    a["w_k_scale"][1, 7, 0] = 255                # an e8m0 NaN: head 1, output channel 7
+    a["q_nope"][0, 2, 40] = float("nan")         # head 0, token 2
+    a["q_nope"][1, 0, 3] = float("-inf")         # head 1, token 0: no MXFP4 scale, as the fp8 form's NaN
+    q_out = fusions.fused_fp4_bmm_rope_cat_and_cache_mla(**a)[0]
+    assert q_out[:, 1, 7].isnan().all() and not q_out[1:, 1, :7].isnan().any()
+    assert q_out[0, 1, :32].isnan().all()
+    assert q_out[2, 0, :32].isnan().all() and not q_out[:2, 0, :32].isnan().any()
+    assert not q_out[..., 32:].isnan().any()
+
+
+def _bad_fp4():
+    def r(*s, dtype=torch.bfloat16):
+        return torch.randn(*s, device=DEVICE).to(dtype)
+
+    u8 = torch.zeros(4, 32, 32, device=DEVICE, dtype=torch.uint8)
+    return [
+        (TypeError, "w_k", {"w_k": r(4, 32, 32)}),                          # not packed bytes
+        (ValueError, "w_k", {"w_k": u8[:, :, :16]}),                        # P / 2 differs
+        (TypeError, "w_k_scale", {"w_k_scale": None}),
+        (ValueError, "w_k_scale", {"w_k_scale": torch.zeros(4, 32, 3, device=DEVICE, dtype=torch.uint8)}),
+        (TypeError, "w_k_scale", {"w_k_scale": torch.zeros(4, 32, 2, device=DEVICE)}),
+        (TypeError, "y_scale", {"y_scale": 2.0}),
+        (ValueError, "y_scale", {"y_scale": torch.ones(2, device=DEVICE)}),
+        (TypeError, "y", {"y": "out"}),
+        (TypeError, "prequant", {"prequant": "yes"}),
+        (TypeError, "q_nope", {"q_nope": r(4, 3, 64, dtype=torch.float32), "prequant": False}),
+        (ValueError, "qk_nope_head_dim", {"q_nope": r(4, 3, 63)}),
+        (TypeError, "config", {"config": 3}),
+        (ValueError, "k_nope", {"k_nope": r(3, 1, 16)}),
+    ]
+
+
+@pytest.mark.parametrize("form,case", [("fp8", i) for i in range(len(_bad()))] +
+                         [("fp4", i) for i in range(len(_bad_fp4()))])
+def test_bad_arguments(form, case):
+    exc, name, change = (_bad if form == "fp8" else _bad_fp4)()[case]
+    a = _args() if form == "fp8" else _fp4_args()
     a.update(change)
     with pytest.raises(exc, match=name):
-        fusions.fused_fp8_bmm_rope_cat_and_cache_mla(**a)
+        getattr(fusions, f"fused_{form}_bmm_rope_cat_and_cache_mla")(**a)

@@ -14,6 +14,7 @@ from aiter_lite.ops.triton.fusions.fused_kv_cache import (
 from aiter_lite.ops.triton.fusions.fused_qk_concat import fused_qk_cat, fused_qk_rope_cat
 from aiter_lite.ops.triton.fusions.fused_bmm_rope_kv_cache import (
     fused_bf16_bmm_rope_cat_and_cache_mla,
+    fused_fp4_bmm_rope_cat_and_cache_mla,
     fused_fp8_bmm_rope_cat_and_cache_mla,
 )
 from aiter_lite.ops.triton.fusions.fused_reduce_qk_norm_rope_swa_write import fused_reduce_qk_norm_rope_swa_write
@@ -24,4 +25,5 @@ __all__ = ["fused_qkv_split_qk_rope", "fused_qk_rope_reshape_and_cache", "fused_
            "cat_and_cache_mla", "fused_clamp_act_mul", "fused_mul_add", "fused_routing_from_topk",
            "fused_qk_rope_cat_and_cache_mla", "fused_qkv_split_qk_norm_rope_cache", "fused_qk_rope_cosine_cache_llama",
            "fused_reduce_qk_norm_rope_swa_write",
-           "fused_fp8_bmm_rope_cat_and_cache_mla", "fused_bf16_bmm_rope_cat_and_cache_mla"]
+           "fused_fp8_bmm_rope_cat_and_cache_mla", "fused_bf16_bmm_rope_cat_and_cache_mla",
+           "fused_fp4_bmm_rope_cat_and_cache_mla"]

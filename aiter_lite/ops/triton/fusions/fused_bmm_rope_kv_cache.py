@@ -2,15 +2,18 @@
 (the batched matmul), then RoPE + concat + the latent-cache write (``fused_kv_cache``'s
 ``_cat_kernel``, as ``fused_qk_rope_cat_and_cache_mla``), under aiter's names:
 ``fused_fp8_bmm_rope_cat_and_cache_mla`` (fp8 weights, q quantized per token and group of
-input channels as aiter's prequant form), and ``fused_bf16_bmm_rope_cat_and_cache_mla`` (bf16 /
-fp16 weights, this project's; no aiter counterpart). aiter's fp4 form is not provided.
+input channels as aiter's prequant form), ``fused_fp4_bmm_rope_cat_and_cache_mla`` (MXFP4
+weights with e8m0 scales, q quantized to MXFP4 or not), and
+``fused_bf16_bmm_rope_cat_and_cache_mla`` (bf16 / fp16 weights, this project's; no aiter
+counterpart).
 
 Where aiter is limited this does more, and checks it: every argument checked, with a clear
 error (aiter: asserts); a group size need not divide qk_nope_head_dim (the last group masked);
 the RoPE / cache side as ``fused_qk_rope_cat_and_cache_mla`` (flat or paged caches, bf16 /
 fp16 / fp32 / fp8, padding slots, a mixed batch's prefill tokens). The matmul
-multiplies bf16 operands with fp32 accumulation on every GPU (fp8 values are exact in bf16),
-so NVIDIA and AMD give the same products.
+multiplies bf16 operands with fp32 accumulation on every GPU (fp8 values, and e2m1 values,
+whose power-of-2 scales multiply the products, are exact in bf16), so NVIDIA and AMD give
+the same products and the fp4 form needs no fp4 matrix instructions.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_bmm_rope_kv_cache import _mla_bmm_kernel
 from aiter_lite.ops.triton.fusions._common import check_out_dtype, fp8_range, soft_round
 from aiter_lite.ops.triton.fusions.fused_kv_cache import _launch_qk_rope_cat_and_cache_mla, _mla_rope_cache_checks
+from aiter_lite.ops.triton.quant.mx_quant import E2M1_MAX, MX_BLOCK
 from aiter_lite.spec.quant import FP8_DTYPES
 from aiter_lite.utils.checks import TRITON_INTERPRET, check_bool, check_int, check_same_device, check_triton_device
 from aiter_lite.utils.fast_launch import launch
@@ -31,7 +35,8 @@ from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
 
-__all__ = ["fused_fp8_bmm_rope_cat_and_cache_mla", "fused_bf16_bmm_rope_cat_and_cache_mla",
+__all__ = ["fused_fp4_bmm_rope_cat_and_cache_mla", "fused_fp8_bmm_rope_cat_and_cache_mla",
+           "fused_bf16_bmm_rope_cat_and_cache_mla",
            "set_use_gemm_splitk_bf16", "BmmLaunchConfig"]
 
 _USE_GEMM_SPLITK_BF16 = False
@@ -54,13 +59,19 @@ class BmmLaunchConfig:
 
 
 @functools.lru_cache(maxsize=256)
-def bmm_launch_config(n_tokens: int, n_out: int, prequant: bool = False) -> BmmLaunchConfig:
+def bmm_launch_config(n_tokens: int, n_out: int, prequant: bool = False, fp4: bool = False) -> BmmLaunchConfig:
     """Measured on an H200 (DeepSeek-V3's 128 heads, 128 -> 512): bf16, one tile of output
     channels a program, its q stepped through 64 channels at a time: 16 or 32 tokens by 64
     channels at decode, 64 by 128 (4 warps) up to 128 tokens, 128 by 128 (8 warps) past that.
     fp8: each program quantizes its tokens' q once and walks some of the output channels
     (programs for ~1024 in flight): 16 or 32 tokens by 32 channels at decode, 64 by 64 past
-    that (the fastest of 64 x 32 / 64 x 64 / 128 x 64 there; none spills in the offline builds)."""
+    that (the fastest of 64 x 32 / 64 x 64 / 128 x 64 there; none spills in the offline builds).
+    fp4 (not yet timed): one tile a program, 16 or 32 by 64 at decode, 64 by 64 past that, 4
+    warps, loads not pipelined (the weights' decoding beside the sums spilled at 128 x 128, and
+    on gfx942 / gfx950 at 64 x 64 pipelined)."""
+    if fp4:
+        return BmmLaunchConfig(min(64, max(16, next_power_of_2(max(n_tokens, 1)))), 64, 4, N_SPLITS=n_out,
+                               num_stages=1)
     if prequant:
         if n_tokens <= 32:
             return BmmLaunchConfig(max(16, next_power_of_2(max(n_tokens, 1))), 32, 4)
@@ -74,36 +85,48 @@ def bmm_launch_config(n_tokens: int, n_out: int, prequant: bool = False) -> BmmL
 
 @launcher(mutates=("q_out",))
 def _launch_mla_bmm(q_nope: torch.Tensor, w_k: torch.Tensor, w_k_scale: torch.Tensor | None, q_out: torch.Tensor,
-                    group: int, prequant: bool, config: BmmLaunchConfig | None = None) -> None:
-    """q_out[:, h, :L] = q_nope[h] @ w_k[h]^T (times w_k_scale), for every head h."""
+                    group: int, prequant: bool, config: BmmLaunchConfig | None = None,
+                    w_blocks: torch.Tensor | None = None) -> None:
+    """q_out[:, h, :L] = q_nope[h] @ w_k[h]^T (times w_k_scale), for every head h. ``w_blocks``:
+    w_k is MXFP4 (packed along P) and these its e8m0 scales; w_k_scale (aiter's y_scale)
+    then divides the product."""
     qh, b, p = q_nope.shape
     n = w_k.shape[1]
     if b == 0:
         return
-    cfg = config or bmm_launch_config(b, n, prequant)
-    step = group if prequant else min(next_power_of_2(p), 64)
+    fp4 = w_blocks is not None
+    cfg = config or bmm_launch_config(b, n, prequant, fp4)
+    step = MX_BLOCK if fp4 else group if prequant else min(next_power_of_2(p), 64)
     m_blocks, n_blocks = cdiv(b, cfg.BLOCK_M), cdiv(n, cfg.BLOCK_N)
     # each program as many output-channel tiles as keep some 1024 programs in flight
     n_splits = min(n_blocks, cfg.N_SPLITS or max(1, cdiv(1024, m_blocks * qh)))
     tiles = cdiv(n_blocks, n_splits)
-    q_min, q_max = fp8_range(w_k.dtype)
+    q_min, q_max = (-E2M1_MAX, E2M1_MAX) if fp4 else fp8_range(w_k.dtype)
     o_min, o_max = fp8_range(q_out.dtype)
+    wsb = w_blocks if fp4 else w_k
     launch(_mla_bmm_kernel, (m_blocks * cdiv(n_blocks, tiles), qh),
-           q_nope, w_k, q_out if w_k_scale is None else w_k_scale, q_out,
+           q_nope, w_k, q_out if w_k_scale is None else w_k_scale, q_out, wsb,
            q_nope.stride(0), q_nope.stride(1), w_k.stride(0), w_k.stride(1), q_out.stride(0), q_out.stride(1),
+           *(wsb.stride() if fp4 else (0, 0, 0)),
            b, n, p, tiles, q_min, q_max, o_min, o_max,
            PREQUANT=prequant, HAS_WS=w_k_scale is not None, O_FP8=q_out.dtype in FP8_DTYPES,
-           SOFT_ROUND=soft_round(w_k.dtype if prequant else q_out.dtype, q_out.dtype), GROUP=step,
-           ONCE=step >= p, N_LOOP=tiles > 1,
+           SOFT_ROUND=soft_round(w_k.dtype if prequant and not fp4 else q_out.dtype, q_out.dtype), GROUP=step,
+           ONCE=step >= p and not fp4, N_LOOP=tiles > 1,
            BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, DOT_FP32=TRITON_INTERPRET,
            TILE64=max(q_nope.stride(1), q_out.stride(0), w_k.stride(1)) * max(cfg.BLOCK_M, cfg.BLOCK_N) + p >= 2**31,
-           num_warps=cfg.num_warps,
+           num_warps=cfg.num_warps, **({"W_FP4": True} if fp4 else {}),
            **({"num_stages": cfg.num_stages} if cfg.num_stages else {}))
 
 
 def _bmm_rope_cat_cache(op: str, q_nope, w_k, w_k_scale, q_pe, k_nope, k_rope, kv_cache, slot_mapping, positions,
                         cos, sin, group: int, k_scale, is_neox, q_out_dtype, num_decode_toks_for_zeros,
-                        prequant: bool, config: BmmLaunchConfig | None = None) -> tuple:
+                        prequant: bool, config: BmmLaunchConfig | None = None,
+                        w_blocks: torch.Tensor | None = None) -> tuple:
+    """The three forms' checks and launches. fp8 / bf16: w_k (H, L, P), w_k_scale the fp8
+    weights' per-tensor scale (fp8); fp4 (``w_blocks`` given): w_k packed MXFP4 (H, L, P / 2),
+    w_blocks its e8m0 scales (H, L, ceil(P / 32)), w_k_scale aiter's y_scale (or None). Returns
+    aiter's four outputs: the fp4 form's fourth is the zeros, the others' the cache."""
+    fp4 = w_blocks is not None
     if not isinstance(q_nope, torch.Tensor):
         raise TypeError(f"{op}: q_nope must be a torch.Tensor, got {type(q_nope).__name__}")
     if q_nope.dtype not in ((torch.bfloat16, torch.float16, torch.float32) if prequant else
@@ -121,23 +144,19 @@ def _bmm_rope_cat_cache(op: str, q_nope, w_k, w_k_scale, q_pe, k_nope, k_rope, k
     if not isinstance(w_k, torch.Tensor):
         raise TypeError(f"{op}: w_k must be a torch.Tensor, got {type(w_k).__name__}")
     check_same_device(op, "w_k", w_k, "q_nope", q_nope)
-    if prequant and w_k.dtype not in FP8_DTYPES:
-        raise TypeError(f"{op}: w_k must be fp8 ({', '.join(map(str, FP8_DTYPES))}), got {w_k.dtype}")
-    if not prequant and w_k.dtype != q_nope.dtype:
-        raise TypeError(f"{op}: w_k must have q_nope's dtype {q_nope.dtype}, got {w_k.dtype}")
-    if w_k.dim() != 3 or w_k.shape[0] != qh or w_k.shape[2] != p or w_k.stride(2) != 1:
-        raise ValueError(f"{op}: w_k must be (heads, kv_lora_rank, qk_nope_head_dim) = ({qh}, L, {p}) (q_nope's heads "
-                         f"and channels) with unit last stride, got shape {tuple(w_k.shape)} strides "
-                         f"{tuple(w_k.stride())}")
-    lora = w_k.shape[1]
-    if prequant:
+    if fp4:
+        lora = _check_fp4_weights(op, q_nope, w_k, w_blocks, qh, p)
+    else:
+        lora = _check_weights(op, w_k, prequant, q_nope.dtype, qh, p)
+    if (prequant and not fp4) or (fp4 and w_k_scale is not None):
+        name, what = ("y_scale", "the product's divisor") if fp4 else ("w_k_scale", "the weights' per-tensor scale")
         if not isinstance(w_k_scale, torch.Tensor) or not w_k_scale.dtype.is_floating_point \
                 or w_k_scale.dtype in FP8_DTYPES:
-            raise TypeError(f"{op}: w_k_scale must be a one-element float tensor (the weights' per-tensor scale), "
-                            f"got {type(w_k_scale).__name__ if not isinstance(w_k_scale, torch.Tensor) else w_k_scale.dtype}")
+            raise TypeError(f"{op}: {name} must be a one-element float tensor ({what}), got "
+                            f"{type(w_k_scale).__name__ if not isinstance(w_k_scale, torch.Tensor) else w_k_scale.dtype}")
         if w_k_scale.numel() != 1:
-            raise ValueError(f"{op}: w_k_scale must have one element, got shape {tuple(w_k_scale.shape)}")
-        check_same_device(op, "w_k_scale", w_k_scale, "q_nope", q_nope)
+            raise ValueError(f"{op}: {name} must have one element, got shape {tuple(w_k_scale.shape)}")
+        check_same_device(op, name, w_k_scale, "q_nope", q_nope)
     group = check_int(op, "group_size", group, 16, 4096)
     if group & (group - 1):
         raise ValueError(f"{op}: group_size must be a power of 2, got {group}")
@@ -159,18 +178,95 @@ def _bmm_rope_cat_cache(op: str, q_nope, w_k, w_k_scale, q_pe, k_nope, k_rope, k
     k_pe_out = torch.empty((bk, kh, d2), dtype=k_rope.dtype, device=q_nope.device)
     zeros = torch.empty((n_zeros, qh, lora), dtype=q_nope.dtype, device=q_nope.device)
     if debug_on():
-        log_call(op, q_nope=q_nope, w_k=w_k, w_k_scale=w_k_scale, q_pe=q_pe, k_nope=k_nope, k_rope=k_rope,
-                 kv_cache=kv_cache, slot_mapping=slot_mapping, positions=pos, cos=tab.cos, sin=tab.sin,
-                 group_size=group, k_scale=k_scale, is_neox=is_neox, q_out_dtype=out_dtype,
+        log_call(op, q_nope=q_nope, w_k=w_k, w_k_scale=w_blocks if fp4 else w_k_scale,
+                 **({"y_scale": w_k_scale, "prequant": prequant} if fp4 else {}), q_pe=q_pe, k_nope=k_nope,
+                 k_rope=k_rope, kv_cache=kv_cache, slot_mapping=slot_mapping, positions=pos, cos=tab.cos, sin=tab.sin,
+                 **({} if fp4 else {"group_size": group}), k_scale=k_scale, is_neox=is_neox, q_out_dtype=out_dtype,
                  num_decode_toks_for_zeros=n_zeros)
-    _launch_mla_bmm(q_nope, w_k, w_k_scale if prequant else None, q_out, group, prequant, config)
+    _launch_mla_bmm(q_nope, w_k, w_k_scale if prequant or fp4 else None, q_out, group, prequant, config, w_blocks)
     # The latent part of q_out is in place: _cat_kernel writes the rotated part beside it.
     _launch_qk_rope_cat_and_cache_mla(
         q_out[:, :, :lora], q_pe, k_nope, k_rope, q_out, kv_cache, slot_mapping, pos, tab.cos, tab.sin, k_scale,
         decode_q_pe_out, k_pe_out, zeros,
         [tab.rows, tab.stride_r, tab.stride_f, half, n_cache_slots, block_size, *strides, shuffle, n_zeros],
         [is_neox, reuse, False], q_nope_in_place=True)
-    return q_out, decode_q_pe_out, k_pe_out, kv_cache
+    return q_out, decode_q_pe_out, k_pe_out, zeros if fp4 else kv_cache
+
+
+def _check_weights(op: str, w_k, prequant: bool, q_dtype: torch.dtype, qh: int, p: int) -> int:
+    """The fp8 (``prequant``) or bf16 / fp16 (q's dtype) weights (qh, L, P) checked; returns L."""
+    if prequant and w_k.dtype not in FP8_DTYPES:
+        raise TypeError(f"{op}: w_k must be fp8 ({', '.join(map(str, FP8_DTYPES))}), got {w_k.dtype}")
+    if not prequant and w_k.dtype != q_dtype:
+        raise TypeError(f"{op}: w_k must have q_nope's dtype {q_dtype}, got {w_k.dtype}")
+    if w_k.dim() != 3 or w_k.shape[0] != qh or w_k.shape[2] != p or w_k.stride(2) != 1:
+        raise ValueError(f"{op}: w_k must be (heads, kv_lora_rank, qk_nope_head_dim) = ({qh}, L, {p}) (q_nope's heads "
+                         f"and channels) with unit last stride, got shape {tuple(w_k.shape)} strides "
+                         f"{tuple(w_k.stride())}")
+    return w_k.shape[1]
+
+
+def _check_fp4_weights(op: str, q_nope, w_k, w_blocks, qh: int, p: int) -> int:
+    """MXFP4 weights (qh, L, P / 2) packed along P and their e8m0 scales (qh, L, ceil(P / 32))
+    checked; returns L."""
+    if p % 2:
+        raise ValueError(f"{op}: q_nope's qk_nope_head_dim must be even (MXFP4 packs two channels a byte), got {p}")
+    for name, t in (("w_k", w_k), ("w_k_scale", w_blocks)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.uint8:
+            raise TypeError(f"{op}: {name} must be uint8 ({'packed e2m1' if name == 'w_k' else 'e8m0'} bytes), got "
+                            f"{t.dtype}")
+        check_same_device(op, name, t, "q_nope", q_nope)
+    if w_k.dim() != 3 or w_k.shape[0] != qh or w_k.shape[2] != p // 2 or w_k.stride(2) != 1:
+        raise ValueError(f"{op}: w_k must be (heads, kv_lora_rank, qk_nope_head_dim / 2) = ({qh}, L, {p // 2}) packed "
+                         f"e2m1 with unit last stride, got shape {tuple(w_k.shape)} strides {tuple(w_k.stride())}")
+    lora = w_k.shape[1]
+    if tuple(w_blocks.shape) != (qh, lora, cdiv(p, MX_BLOCK)):
+        raise ValueError(f"{op}: w_k_scale must be (heads, kv_lora_rank, qk_nope_head_dim / 32) = "
+                         f"({qh}, {lora}, {cdiv(p, MX_BLOCK)}) e8m0 scales, got shape {tuple(w_blocks.shape)}")
+    return lora
+
+
+@public_op(mutates=("kv_cache",), no_grad="it writes a KV cache (no backward)")
+def fused_fp4_bmm_rope_cat_and_cache_mla(q_nope: torch.Tensor, w_k: torch.Tensor, w_k_scale: torch.Tensor,
+                                         q_pe: torch.Tensor, k_nope: torch.Tensor, k_rope: torch.Tensor,
+                                         kv_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                                         positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                                         y: torch.Tensor | None = None, transpose_bm: bool = True,
+                                         prequant: bool = True, y_scale: torch.Tensor | None = None,
+                                         config: str | BmmLaunchConfig | None = None,
+                                         k_scale: torch.Tensor | None = None, is_neox: bool = False,
+                                         q_out_dtype: torch.dtype | None = None,
+                                         num_decode_toks_for_zeros: int = 0) -> tuple:
+    """(q_out, decode_q_pe_out, k_pe_out, q_nope_zeros_out) as aiter returns them: q_out (B, H,
+    L + R) = cat(q_nope @ W^T / y_scale, rope(q_pe)) in ``q_out_dtype`` (q_nope's by default),
+    W the MXFP4 weights w_k (H, L, P / 2) (two e2m1 values a byte along P, the low nibble
+    first) with their e8m0 scales w_k_scale (H, L, ceil(P / 32)); ``prequant``: q_nope (H, B,
+    P) quantized to MXFP4 per token and 32 channels first, as ``dynamic_mxfp4_quant``; the
+    RoPE / cache side as ``fused_qk_rope_cat_and_cache_mla``. ``y`` (aiter: unused) must be
+    None or a tensor, ``transpose_bm`` a bool; ``config``: aiter's serialized tuning (ignored)
+    or a ``BmmLaunchConfig``.
+
+    Where aiter is limited this does more: aiter needs fp4 matrix instructions (MI355,
+    Blackwell) and asserts prequant; here the e2m1 values and their power-of-2 scales enter
+    ``tl.dot`` as bf16 (exact) with fp32 sums on every GPU, and prequant=False multiplies
+    q_nope (bf16 / fp16) as it is."""
+    op = "fused_fp4_bmm_rope_cat_and_cache_mla"
+    if not isinstance(w_k_scale, torch.Tensor):
+        raise TypeError(f"{op}: w_k_scale must be a torch.Tensor (the weights' e8m0 scales), got "
+                        f"{type(w_k_scale).__name__}")
+    if y is not None and not isinstance(y, torch.Tensor):
+        raise TypeError(f"{op}: y must be None or a torch.Tensor (unused, as in aiter), got {type(y).__name__}")
+    check_bool(op, "transpose_bm", transpose_bm)
+    prequant = check_bool(op, "prequant", prequant)
+    if config is not None and not isinstance(config, (str, BmmLaunchConfig)):
+        raise TypeError(f"{op}: config must be None, a str or a BmmLaunchConfig, got {type(config).__name__}")
+    return _bmm_rope_cat_cache(op, q_nope, w_k, y_scale, q_pe, k_nope, k_rope, kv_cache, slot_mapping, positions, cos,
+                               sin, MX_BLOCK, k_scale, is_neox,
+                               q_nope.dtype if q_out_dtype is None and isinstance(q_nope, torch.Tensor) else q_out_dtype,
+                               num_decode_toks_for_zeros, prequant,
+                               config if isinstance(config, BmmLaunchConfig) else None, w_blocks=w_k_scale)
 
 
 @public_op(mutates=("kv_cache",), no_grad="it writes a KV cache (no backward)")

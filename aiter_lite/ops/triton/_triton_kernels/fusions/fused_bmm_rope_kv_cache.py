@@ -14,6 +14,7 @@ exact in its fp32 accumulation), so one kernel serves every GPU and both forms.
 import triton
 import triton.language as tl
 
+from aiter_lite.ops.triton._triton_kernels.quant.mx_quant import _INF_BITS, _e2m1, _e8m0_exponent, _pow2
 from aiter_lite.ops.triton._triton_kernels.quant.quant import _quantize
 
 
@@ -54,10 +55,53 @@ def _quantized_group(a, q_min, q_max, dtype: tl.constexpr, SOFT_ROUND: tl.conste
 
 
 @triton.jit
+def _e8m0_value(b):
+    """e8m0 bytes (int32, 0 .. 255) as fp32 ``2^(b - 127)``; 255 is NaN."""
+    v = _pow2(tl.maximum(b - 127, -126)) * tl.where(b == 0, 0.5, 1.0)
+    return tl.where(b == 255, float("nan"), v)
+
+
+@triton.jit
+def _e2m1_value(c):
+    """e2m1 codes (int32, the sign in bit 3) as fp32: 0, 0.5, 1, 1.5, 2, 3, 4, 6."""
+    m = c & 7
+    v = tl.where(m < 2, m.to(tl.float32) * 0.5, (2 + (m & 1)).to(tl.float32) * _pow2((m >> 1) - 2))
+    return tl.where((c & 8) != 0, -v, v)
+
+
+@triton.jit
+def _mxfp4_rows(a, q_max):
+    """Each row of the fp32 (BLOCK_M, 32) tile ``a`` as MXFP4 by aiter's rule (e8m0 scale of
+    the row's amax rounded as ``dynamic_mxfp4_quant``'s "even", e2m1 values to nearest even):
+    (the e2m1 values, fp32; the row's scale 2^s, NaN where the row holds a NaN or an inf, as
+    the fp8 form's: its token's outputs NaN)."""
+    amax_bits = tl.max(tl.abs(a).to(tl.int32, bitcast=True), axis=1)  # NaN: above inf's bits
+    nan = amax_bits >= _INF_BITS
+    s = _e8m0_exponent(tl.minimum(amax_bits, _INF_BITS), q_max, "even")
+    f = _pow2(tl.maximum(-s, -126))[:, None]
+    h = tl.where(s > 126, 0.5, 1.0)[:, None]
+    v = _e2m1_value(_e2m1(tl.abs(a) * f, h, tl.where(nan, 0.0, tl.where(s > 126, 12.0, 6.0))[:, None]) & 7)
+    return tl.where(a < 0, -v, v), _e8m0_value(tl.where(nan, 255, s + 127))
+
+
+@triton.jit
+def _fp4_weights(w_tile, wsb_tile, sws_k, k0, n_in, n_mask, GROUP: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A (GROUP = 32, BLOCK_N) tile of packed e2m1 weights (two a byte along the input
+    channels, the low nibble first) as fp32 values, and its columns' e8m0 scales."""
+    kb = tl.arange(0, GROUP // 2)
+    b = tl.load(w_tile + k0 // 2 + kb[:, None], mask=(k0 // 2 + kb < n_in // 2)[:, None] & n_mask[None, :],
+                other=0).to(tl.int32)
+    codes = tl.reshape(tl.permute(tl.join(b & 15, b >> 4), (0, 2, 1)), (GROUP, BLOCK_N))
+    scale = tl.load(wsb_tile + (k0 // GROUP) * sws_k, mask=n_mask, other=127).to(tl.int32)
+    return _e2m1_value(codes), _e8m0_value(scale)
+
+
+@triton.jit
 def _store_out(o_tile, acc, ws_ptr, mask, o_min, o_max, HAS_WS: tl.constexpr, O_FP8: tl.constexpr,
-               SOFT_ROUND: tl.constexpr):
-    if HAS_WS:
-        acc = acc * tl.load(ws_ptr).to(tl.float32)
+               SOFT_ROUND: tl.constexpr, WS_DIV: tl.constexpr = False):
+    if HAS_WS:  # WS_DIV: divided (times its fp32 reciprocal)
+        ws = tl.load(ws_ptr).to(tl.float32)
+        acc = acc * (tl.math.div_rn(1.0, ws) if WS_DIV else ws)
     if O_FP8:
         tl.store(o_tile, _quantize(acc, 1.0, o_min, o_max, o_tile.dtype.element_ty, SOFT_ROUND), mask=mask)
     else:
@@ -83,34 +127,47 @@ def _tile_once(aq, scale, w_head, sw_n, n0, n_hi, cols, k, k_mask, o_row, ws_ptr
 
 @triton.jit
 def _tile_stepped(q_tile, w_head, sw_n, n0, n_hi, n_in, cols, k, o_row, ws_ptr, m_mask, q_min, q_max, o_min, o_max,
+                  wsb_head, sws_n, sws_k,
                   PREQUANT: tl.constexpr, HAS_WS: tl.constexpr, O_FP8: tl.constexpr, SOFT_ROUND: tl.constexpr,
-                  GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr):
+                  GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr,
+                  W_FP4: tl.constexpr):
     """Output channels n0 .. n0 + BLOCK_N, the input channels GROUP at a time (PREQUANT: each
-    group of q quantized with its own scales)."""
+    group of q quantized with its own scales; W_FP4: MXFP4 weights, GROUP 32, with their
+    e8m0 scales, q quantized to MXFP4 where PREQUANT)."""
     n_mask = n0 + cols < n_hi
     w_tile = (w_head + tl.cast(n0, tl.int64) * sw_n) + cols[None, :] * sw_n
+    wsb_tile = (wsb_head + tl.cast(n0, tl.int64) * sws_n) + cols * sws_n
     wt = w_head.dtype.element_ty
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for k0 in range(0, n_in, GROUP):
         k_mask = k0 + k < n_in
         a = tl.load(q_tile + k0 + k[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-        w = tl.load(w_tile + k0 + k[:, None], mask=k_mask[:, None] & n_mask[None, :], other=0.0)
-        if PREQUANT:
+        if W_FP4:  # e2m1 values and their power-of-2 scales: exact in bf16, the products exact in fp32
+            wv, pw = _fp4_weights(w_tile, wsb_tile, sws_k, k0, n_in, n_mask, GROUP, BLOCK_N)
+            if PREQUANT:
+                av, pa = _mxfp4_rows(a.to(tl.float32), q_max)
+                acc += _dot(av, wv, tl.bfloat16, DOT_FP32) * (pa[:, None] * pw[None, :])
+            else:
+                acc += _dot(a, wv, q_tile.dtype.element_ty, DOT_FP32) * pw[None, :]
+        elif PREQUANT:
+            w = tl.load(w_tile + k0 + k[:, None], mask=k_mask[:, None] & n_mask[None, :], other=0.0)
             aq, scale = _quantized_group(a, q_min, q_max, wt, SOFT_ROUND)
             acc += _dot(aq, w, tl.bfloat16, DOT_FP32) * scale[:, None]
         else:
+            w = tl.load(w_tile + k0 + k[:, None], mask=k_mask[:, None] & n_mask[None, :], other=0.0)
             acc += _dot(a, w, wt, DOT_FP32)
     _store_out(o_row + n0 + cols[None, :], acc, ws_ptr, m_mask[:, None] & n_mask[None, :], o_min, o_max, HAS_WS,
-               O_FP8, SOFT_ROUND)
+               O_FP8, SOFT_ROUND, W_FP4)
 
 
 @triton.jit(do_not_specialize=["n_tokens", "tiles_per_prog"])
 def _mla_bmm_kernel(
     q_ptr, w_ptr, ws_ptr, out_ptr,   # q (H, B, P), w (H, L, P), ws one fp32 element, out (B, H, >= L)
-    sq_h, sq_b, sw_h, sw_n, so_b, so_h,
+    wsb_ptr,                         # W_FP4: w packed (H, L, P / 2), its e8m0 scales (H, L, P / 32) here
+    sq_h, sq_b, sw_h, sw_n, so_b, so_h, sws_h, sws_n, sws_k,
     n_tokens, n_out, n_in,
     tiles_per_prog,                  # output channels a program, in tiles of BLOCK_N
-    q_min, q_max,                    # PREQUANT: the weights' fp8 range; O_FP8: the output's
+    q_min, q_max,                    # PREQUANT: the weights' fp8 (W_FP4: e2m1) range; O_FP8: the output's
     o_min, o_max,
     PREQUANT: tl.constexpr,
     HAS_WS: tl.constexpr,
@@ -123,6 +180,7 @@ def _mla_bmm_kernel(
     BLOCK_N: tl.constexpr,
     DOT_FP32: tl.constexpr,
     TILE64: tl.constexpr,            # offsets within a tile past 2^31 (else 32-bit from 64-bit bases)
+    W_FP4: tl.constexpr = False,     # MXFP4 weights (ONCE false, GROUP 32); ws (HAS_WS) divides the output
 ):
     q_min = tl.cast(q_min, tl.float32)
     q_max = tl.cast(q_max, tl.float32)
@@ -144,6 +202,7 @@ def _mla_bmm_kernel(
     q_tile = (q_ptr + h * sq_h + m0.to(tl.int64) * sq_b) + rows[:, None] * sq_b   # (BLOCK_M, 1)
     o_row = (out_ptr + m0.to(tl.int64) * so_b + h * so_h) + rows[:, None] * so_b  # (BLOCK_M, 1)
     w_head = w_ptr + h * sw_h
+    wsb_head = wsb_ptr + h * sws_h
     if ONCE:
         k_mask = k < n_in
         a = tl.load(q_tile + k[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
@@ -161,8 +220,10 @@ def _mla_bmm_kernel(
                        PREQUANT, HAS_WS, O_FP8, SOFT_ROUND, DOT_FP32)
     elif N_LOOP:
         for t in range(0, tiles_per_prog):
-            _tile_stepped(q_tile, w_head, sw_n, n_lo + t * BLOCK_N, n_hi, n_in, cols, k, o_row, ws_ptr, m_mask, q_min, q_max, o_min,
-                          o_max, PREQUANT, HAS_WS, O_FP8, SOFT_ROUND, GROUP, BLOCK_M, BLOCK_N, DOT_FP32)
+            _tile_stepped(q_tile, w_head, sw_n, n_lo + t * BLOCK_N, n_hi, n_in, cols, k, o_row, ws_ptr, m_mask, q_min,
+                          q_max, o_min, o_max, wsb_head, sws_n, sws_k, PREQUANT, HAS_WS, O_FP8, SOFT_ROUND, GROUP,
+                          BLOCK_M, BLOCK_N, DOT_FP32, W_FP4)
     else:
         _tile_stepped(q_tile, w_head, sw_n, n_lo, n_hi, n_in, cols, k, o_row, ws_ptr, m_mask, q_min, q_max, o_min,
-                      o_max, PREQUANT, HAS_WS, O_FP8, SOFT_ROUND, GROUP, BLOCK_M, BLOCK_N, DOT_FP32)
+                      o_max, wsb_head, sws_n, sws_k, PREQUANT, HAS_WS, O_FP8, SOFT_ROUND, GROUP, BLOCK_M, BLOCK_N,
+                      DOT_FP32, W_FP4)
