@@ -62,6 +62,11 @@ class DeviceProfile:
         return self.backend == "interpreter"
 
     @property
+    def tma(self) -> bool:
+        """Tensor-memory-accelerator copies (Hopper and later NVIDIA GPUs)."""
+        return self.backend == "cuda" and int(self.arch[3:]) >= 90
+
+    @property
     def max_warps(self) -> int:
         """Warps (wavefronts) a program may have: 32 of 32 lanes, 16 of 64."""
         return MAX_THREADS_PER_BLOCK // self.warp_size

@@ -52,6 +52,7 @@ import threading
 from typing import Callable
 
 import torch
+from triton.tools.tensor_descriptor import TensorDescriptor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from aiter_lite import envs
@@ -327,6 +328,8 @@ class _Recording:
         result = self._result_spec(self.result, inputs, by_id, by_ptr, allocs, out_ptr)
         template, subs = list(args) + tail, []
         for pos, a in enumerate(args):
+            if isinstance(a, TensorDescriptor):
+                raise _Lasting  # it holds the recorded call's tensor: a replay would read and write that one
             if isinstance(a, torch.Tensor):
                 ptr = a.data_ptr()
                 if ptr in by_ptr:

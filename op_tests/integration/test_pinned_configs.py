@@ -208,8 +208,12 @@ def _cases():
                      (_r(1, t, 2, 16), _r(8, 8), _r(8, 8), torch.tensor([[1, 1, t]], device=DEVICE), _e(1, t, 2, 16),
                       0),
                      RopeLaunchConfig(2, 1, 1)),
-        "fusions MLA bmm": (bmm._launch_mla_bmm,
-                            (_r(2, t, 40), (_r(2, 24, 40) * 0.1).to(F8), _r(1), _e(t, 2, 32), 16, True),
+        "fusions MLA bmm": (bmm._launch_mla_bmm_rope_cat_cache,
+                            (_r(4, t, 40), (_r(4, 24, 40) * 0.1).to(F8), _r(1), _r(t, 4, 8), _r(t + 1, 1, 24),
+                             _r(t + 1, 1, 8), _e(t, 4, 32), _e(16, 1, 32), torch.randperm(16, device=DEVICE)[:t + 1],
+                             pos, cos, sin, None, _e(1, 4, 8), _e(t + 1, 1, 8), _e(1, 4, 24),
+                             [16, cos.stride(0), cos.stride(1), 4, 16, 1, 32, 0, 32, 1, 0, 1], [True, True, False],
+                             16, True),
                             bmm.BmmLaunchConfig(16, 16, 1)),
     }
     return cases

@@ -32,7 +32,7 @@ _UNPLANNED = {"tiny": {"log_softmax"}}  # over dim 0: a gathered copy first
 # At every size: the losses reduce their rows with torch (and the fused one multiplies); the
 # MLA matmul + RoPE + cache ops launch the matmul, then the RoPE / cache kernel.
 _NEVER_PLANNED = {"cross_entropy", "fused_linear_cross_entropy", "fused_fp8_bmm_rope_cat_and_cache_mla",
-                  "fused_bf16_bmm_rope_cat_and_cache_mla", "fused_fp4_bmm_rope_cat_and_cache_mla"}
+                  "fused_bf16_bmm_rope_cat_and_cache_mla"}
 
 
 def _params(name: str) -> list[str]:
@@ -120,3 +120,17 @@ def test_a_switch_turned_on_after_a_plan_is_made_checks(monkeypatch):
     monkeypatch.setenv("AITER_ROPE_CHECK_POSITIONS", "1")
     with pytest.raises(ValueError, match="positions must lie in"):
         fn(*args)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="plans hold compiled GPU kernels; the interpreter has none")
+def test_a_launch_on_tensor_descriptors_is_never_planned():
+    """The MLA matmul's TMA tiles (Hopper and later) take tensor descriptors, which hold the
+    call's own tensors: a plan would replay them on the first call's. Every call recomputes,
+    each on fresh values, and none is planned."""
+    from op_tests.triton_tests.fusions.test_fused_bmm_rope_kv_cache import _args, _check
+
+    fl.reset()
+    for _ in range(fl.RECORD_AT + 2):  # 200 tokens: one launch, on descriptors where the GPU has TMA
+        _check(_args(4, 200, 128, 64, 16, fp8=None), False)
+    assert fl.plan_count() == 0
+    fl.reset()

@@ -111,10 +111,25 @@ def test_mixed_batch_fp8_cache_scaled(cache_dtype):
 
 
 @pytest.mark.parametrize("cfg", [BmmLaunchConfig(16, 16, 1), BmmLaunchConfig(32, 64, 4), BmmLaunchConfig(128, 128, 8),
-                                 BmmLaunchConfig(16, 16, 2, N_SPLITS=1), BmmLaunchConfig(16, 16, 2, N_SPLITS=2)])
+                                 BmmLaunchConfig(16, 16, 2, N_SPLITS=1), BmmLaunchConfig(16, 16, 2, N_SPLITS=2),
+                                 BmmLaunchConfig(16, 32, 2, N_SPLITS=1, BLOCK_K=128),
+                                 BmmLaunchConfig(16, 32, 2, num_stages=2, BLOCK_K=32, TMA=1)])
 def test_pinned_tiles(cfg):
     _check(_args(3, 19, 64, 48, 16), True, config=cfg)
     _check(_args(3, 20, 64, 160, 16, fp8=None), False, config=cfg)  # 20 tokens of the bf16 form too
+    _check(_args(2, 18, 96, 64, 16, fp8=None), False, config=cfg)  # q's channels in one masked step (BLOCK_K)
+
+
+@pytest.mark.parametrize("b", [131, 261])
+@pytest.mark.parametrize("fp8", [True, False])
+def test_prefill_tiles(fp8, b):
+    """Past 128 tokens the bf16 form's programs load q once and walk every output channel (or,
+    on Hopper and later, walk their tiles on tensor descriptors); past SPLIT_TOKENS the matmul
+    and the RoPE / cache programs take a launch each."""
+    wdt = torch.float8_e4m3fn if torch.float8_e4m3fn in SUPPORTED else SUPPORTED[0] if SUPPORTED else None
+    if fp8 and wdt is None:
+        pytest.skip("no fp8 on this device")
+    _check(_args(2, b, 128, 64, 16, fp8=wdt if fp8 else None, bk=b + 2), fp8)
 
 
 def test_nan_stays_in_its_token():

@@ -211,9 +211,11 @@ def fused_flatten_mxfp8_quant(x, quant_dtype=torch.float8_e4m3fn):
 
 def e2m1_to_float(x_fp4: torch.Tensor) -> torch.Tensor:
     """Packed e2m1 (..., n) uint8 as fp32 (..., 2n): the low nibble first."""
-    table = torch.tensor(E2M1_VALUES + tuple(-v for v in E2M1_VALUES), dtype=torch.float32, device=x_fp4.device)
     x = x_fp4.view(torch.uint8)
-    return table[torch.stack((x & 0xF, x >> 4), -1).flatten(-2).long()]
+    c = torch.stack((x & 0xF, x >> 4), -1).flatten(-2).int()  # no host table: CUDA-graph capturable
+    m = c & 7
+    v = torch.where(m < 2, m * 0.5, (2 + (m & 1)) * torch.exp2(((m >> 1) - 2).float()))
+    return torch.where(c >= 8, -v, v).float()
 
 
 def e8m0_to_float(scale: torch.Tensor) -> torch.Tensor:

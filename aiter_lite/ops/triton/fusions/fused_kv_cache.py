@@ -432,11 +432,12 @@ def _launch_qk_rope_cat_and_cache_mla(q_nope: torch.Tensor, q_pe: torch.Tensor, 
                                       sin: torch.Tensor, k_scale: torch.Tensor | None,
                                       decode_q_pe_out: torch.Tensor, k_pe_out: torch.Tensor,
                                       q_nope_zeros: torch.Tensor, geometry: list[int], flags: list[bool],
-                                      config: RopeLaunchConfig | None = None, q_nope_in_place: bool = False) -> None:
+                                      config: RopeLaunchConfig | None = None, q_nope_in_place: bool = False,
+                                      rope_part: bool = True) -> None:
     """``_cat_kernel`` over the decode tokens (Q rotated into q_out, K rotated into the cache at
     their slots, the extra outputs beside), then, where slot_mapping holds more tokens, over
     those (K into the cache unrotated, as aiter's kernel takes them). ``q_nope_in_place``: q_nope
-    is q_out's first part already (not copied)."""
+    is q_out's first part already (not copied); ``rope_part`` false: the tokens past B only."""
     n_rows, stride_r, stride_f, half, n_cache_slots, block_size, s_blk, s_off, s_h, s_d, shuffle, n_zeros = geometry
     is_neox, reuse, upcast = flags
     b, qh, d1 = q_nope.shape
@@ -446,7 +447,7 @@ def _launch_qk_rope_cat_and_cache_mla(q_nope: torch.Tensor, q_pe: torch.Tensor, 
     o_min, o_max = fp8_range(q_out.dtype)
     for lo, hi, rope in ((0, b, True), (b, n_slots, False)):
         n = hi - lo
-        if n <= 0:
+        if n <= 0 or (rope and not rope_part):
             continue
         heads1 = qh if rope else 0
         cfg = config or mla_launch_config(n, max(heads1, kh), d1 + d2)

@@ -1,5 +1,5 @@
-"""MLA's absorbed query: ``q_nope @ W_UK^T`` per head, the batched matmul that precedes the
-RoPE + concat + latent-cache write (``fused_kv_cache``'s ``_cat_kernel``).
+"""MLA's absorbed query: ``q_nope @ W_UK^T`` per head, the batched matmul, in one launch with
+the RoPE + concat + latent-cache write (``fused_qk_concat``'s ``_cat_program``).
 
 A program takes BLOCK_M tokens of one head and ``tiles_per_prog`` tiles of BLOCK_N of its L
 output channels, and walks the P input channels a group at a time (ONCE: one group covers
@@ -14,6 +14,7 @@ exact in its fp32 accumulation), so one kernel serves every GPU and both forms.
 import triton
 import triton.language as tl
 
+from aiter_lite.ops.triton._triton_kernels.fusions.fused_qk_concat import _cat_program
 from aiter_lite.ops.triton._triton_kernels.quant.mx_quant import _INF_BITS, _e2m1, _e8m0_exponent, _pow2
 from aiter_lite.ops.triton._triton_kernels.quant.quant import _quantize
 
@@ -160,8 +161,9 @@ def _tile_stepped(q_tile, w_head, sw_n, n0, n_hi, n_in, cols, k, o_row, ws_ptr, 
                O_FP8, SOFT_ROUND, W_FP4)
 
 
-@triton.jit(do_not_specialize=["n_tokens", "tiles_per_prog"])
-def _mla_bmm_kernel(
+@triton.jit
+def _mla_bmm_program(
+    pid,                             # this program among the matmul's: head, then token block, then channel split
     q_ptr, w_ptr, ws_ptr, out_ptr,   # q (H, B, P), w (H, L, P), ws one fp32 element, out (B, H, >= L)
     wsb_ptr,                         # W_FP4: w packed (H, L, P / 2), its e8m0 scales (H, L, P / 32) here
     sq_h, sq_b, sw_h, sw_n, so_b, so_h, sws_h, sws_n, sws_k,
@@ -180,15 +182,12 @@ def _mla_bmm_kernel(
     BLOCK_N: tl.constexpr,
     DOT_FP32: tl.constexpr,
     TILE64: tl.constexpr,            # offsets within a tile past 2^31 (else 32-bit from 64-bit bases)
-    W_FP4: tl.constexpr = False,     # MXFP4 weights (ONCE false, GROUP 32); ws (HAS_WS) divides the output
+    W_FP4: tl.constexpr,             # MXFP4 weights (ONCE false, GROUP 32); ws (HAS_WS) divides the output
 ):
-    q_min = tl.cast(q_min, tl.float32)
-    q_max = tl.cast(q_max, tl.float32)
-    o_min = tl.cast(o_min, tl.float32)
-    o_max = tl.cast(o_max, tl.float32)
-    h = tl.program_id(1).to(tl.int64)
     n_splits = tl.cdiv(n_out, tiles_per_prog * BLOCK_N)
-    pid = tl.program_id(0)
+    per_head = tl.cdiv(n_tokens, BLOCK_M) * n_splits
+    h = (pid // per_head).to(tl.int64)
+    pid = pid % per_head
     m0 = (pid // n_splits) * BLOCK_M
     n_lo = (pid % n_splits) * tiles_per_prog * BLOCK_N  # tile-aligned: the stores vectorize
     n_hi = tl.minimum(n_lo + tiles_per_prog * BLOCK_N, n_out)
@@ -227,3 +226,101 @@ def _mla_bmm_kernel(
         _tile_stepped(q_tile, w_head, sw_n, n_lo, n_hi, n_in, cols, k, o_row, ws_ptr, m_mask, q_min, q_max, o_min,
                       o_max, wsb_head, sws_n, sws_k, PREQUANT, HAS_WS, O_FP8, SOFT_ROUND, GROUP, BLOCK_M, BLOCK_N,
                       DOT_FP32, W_FP4)
+
+
+@triton.jit
+def _mla_bmm_tma_tile(tile, q_desc, w_desc, o_desc, out_ptr, n_tokens, n_out, n_in, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_FP32: tl.constexpr):
+    """The bf16 / fp16 matmul's output tile ``tile`` (head, then tokens, then channels) with
+    tensor-descriptor (TMA) loads and stores, which clip at the tensors' edges (no masks);
+    returns (head, first token, first channel)."""
+    n_n = tl.cdiv(n_out, BLOCK_N)
+    per_head = tl.cdiv(n_tokens, BLOCK_M) * n_n
+    h = tile // per_head
+    r = tile % per_head
+    m0 = (r // n_n) * BLOCK_M
+    n0 = (r % n_n) * BLOCK_N
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in range(0, n_in, BLOCK_K):
+        a = q_desc.load([h, m0, k0]).reshape(BLOCK_M, BLOCK_K)
+        b = w_desc.load([h, n0, k0]).reshape(BLOCK_N, BLOCK_K)
+        acc += _dot(a, b.T, out_ptr.dtype.element_ty, DOT_FP32)
+    o_desc.store([m0, h, n0], acc.to(out_ptr.dtype.element_ty).reshape(BLOCK_M, 1, BLOCK_N))
+    return h, m0, n0
+
+
+@triton.jit(do_not_specialize=["n_tokens", "tiles_per_prog", "n_bmm", "n_cache_slots", "n_rows", "n_extra",
+                            "n_q_progs"])
+def _mla_bmm_rope_cache_kernel(
+    # the matmul (_mla_bmm_program): q_out[:, h, :L] = q[h] @ w[h]^T, the grid's first n_bmm programs
+    q_ptr, w_ptr, ws_ptr, out_ptr, wsb_ptr,
+    q_desc, w_desc, o_desc,          # TMA: q, w and out[:, :, :L] as tensor descriptors (else None)
+    sq_h, sq_b, sw_h, sw_n, so_b, so_h, so_d, sws_h, sws_n, sws_k,
+    n_tokens, n_heads, n_out, n_in, tiles_per_prog, q_min, q_max, o_min, o_max,
+    n_bmm,
+    # RoPE + concat + latent-cache write (_cat_program, as fused_qk_rope_cat_and_cache_mla with q_out's
+    # latent part in place): q_pe rotated into q_out[..., L:], cat(k_nope, rope(k_pe)) into the cache
+    qpe_ptr, kn_ptr, kpe_ptr, kv_ptr, slot_ptr, pos_ptr, cos_ptr, sin_ptr, kscale_ptr,
+    sqpe_t, sqpe_h, sqpe_d, skn_t, skn_h, skn_d, skpe_t, skpe_h, skpe_d,
+    skv_blk, skv_off, skv_h, skv_d,
+    stride_t_r, stride_t_f, n_cache_slots, block_size, n_rows, n_kv_heads, d2, c_min, c_max,
+    bo1_ptr, sbo1_t, sbo1_h, sbo1_d,
+    bo2_ptr, sbo2_t, sbo2_h, sbo2_d,
+    z1_ptr, sz1_t, sz1_h, sz1_d,
+    n_extra, n_q_progs,
+    PREQUANT: tl.constexpr, HAS_WS: tl.constexpr, O_FP8: tl.constexpr, SOFT_ROUND: tl.constexpr,
+    GROUP: tl.constexpr, ONCE: tl.constexpr, N_LOOP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    DOT_FP32: tl.constexpr, TILE64: tl.constexpr, W_FP4: tl.constexpr,
+    IS_NEOX: tl.constexpr, REUSE: tl.constexpr, HAS_SCALE: tl.constexpr, C_FP8: tl.constexpr,
+    C_SOFT_ROUND: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_D1: tl.constexpr,
+    BLOCK_D2: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_TK: tl.constexpr,
+    BLOCK_HK: tl.constexpr, INT64: tl.constexpr, SHUFFLE: tl.constexpr,
+    PARTS: tl.constexpr = 3,         # 1: the matmul's programs only; 2: the RoPE / cache programs only; 3: both
+    TMA: tl.constexpr = False,       # the matmul's n_bmm programs persistent, on descriptors (_mla_bmm_tma_tile)
+    BLOCK_K: tl.constexpr = 64,      # TMA: input channels a step
+    STAGES: tl.constexpr = 1,        # TMA: the tile loop's pipeline depth
+):
+    """MLA's absorbed query, its RoPE and the latent-cache write: the grid's first n_bmm
+    programs the matmul's, the next n_q_progs q_pe's rotation into q_out beside the latent
+    part (BLOCK_T tokens x BLOCK_H heads each), the rest the cache writes (BLOCK_TK tokens x
+    BLOCK_HK heads). No part reads what another writes, so they share a launch; PARTS builds
+    one side only (a program's resources are the kernel's: at prefill sizes the matmul's
+    shared memory would hold the RoPE / cache programs to one or two an SM)."""
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
+    q_min = tl.cast(q_min, tl.float32)
+    q_max = tl.cast(q_max, tl.float32)
+    o_min = tl.cast(o_min, tl.float32)
+    o_max = tl.cast(o_max, tl.float32)
+    pid = tl.program_id(0)
+    if pid < n_bmm:
+        if PARTS != 2:
+            if TMA:  # persistent programs, each walking its tiles
+                n_tiles = tl.cdiv(n_tokens, BLOCK_M) * tl.cdiv(n_out, BLOCK_N) * n_heads
+                for tile in tl.range(pid, n_tiles, n_bmm, flatten=True, num_stages=STAGES):
+                    _mla_bmm_tma_tile(tile, q_desc, w_desc, o_desc, out_ptr, n_tokens, n_out, n_in, BLOCK_M, BLOCK_N,
+                                      BLOCK_K, DOT_FP32)
+            else:
+                _mla_bmm_program(pid, q_ptr, w_ptr, ws_ptr, out_ptr, wsb_ptr, sq_h, sq_b, sw_h, sw_n, so_b, so_h,
+                                 sws_h, sws_n, sws_k, n_tokens, n_out, n_in, tiles_per_prog, q_min, q_max, o_min,
+                                 o_max, PREQUANT, HAS_WS, O_FP8, SOFT_ROUND, GROUP, ONCE, N_LOOP, BLOCK_M, BLOCK_N,
+                                 DOT_FP32, TILE64, W_FP4)
+    elif pid < n_bmm + n_q_progs:
+        if PARTS != 1:  # q_pe rotated into q_out: _cat_program's first pair only (no second-pair heads)
+            _cat_program(n_bmm, out_ptr, qpe_ptr, out_ptr, kn_ptr, kpe_ptr, kv_ptr, slot_ptr, pos_ptr, cos_ptr,
+                         sin_ptr, kscale_ptr, so_b, so_h, so_d, sqpe_t, sqpe_h, sqpe_d, so_b, so_h, so_d, skn_t, skn_h,
+                         skn_d, skpe_t, skpe_h, skpe_d, skv_blk, skv_off, skv_h, skv_d, stride_t_r, stride_t_f,
+                         n_tokens, n_tokens, n_cache_slots, block_size, n_rows, n_heads, 0, n_out, d2, c_min, c_max,
+                         bo1_ptr, sbo1_t, sbo1_h, sbo1_d, bo2_ptr, sbo2_t, sbo2_h, sbo2_d, z1_ptr, sz1_t, sz1_h,
+                         sz1_d, n_extra, o_min, o_max,
+                         True, IS_NEOX, REUSE, True, HAS_SCALE, O_FP8, C_FP8, C_SOFT_ROUND, HALF, BLOCK_HALF,
+                         BLOCK_D1, BLOCK_D2, BLOCK_T, BLOCK_H, INT64, SHUFFLE, False, True, True)
+    else:
+        if PARTS != 1:  # the cache writes: the second pair only (no first-pair heads)
+            _cat_program(n_bmm + n_q_progs, out_ptr, qpe_ptr, out_ptr, kn_ptr, kpe_ptr, kv_ptr, slot_ptr, pos_ptr,
+                         cos_ptr, sin_ptr, kscale_ptr, so_b, so_h, so_d, sqpe_t, sqpe_h, sqpe_d, so_b, so_h, so_d,
+                         skn_t, skn_h, skn_d, skpe_t, skpe_h, skpe_d, skv_blk, skv_off, skv_h, skv_d, stride_t_r,
+                         stride_t_f, n_tokens, n_tokens, n_cache_slots, block_size, n_rows, 0, n_kv_heads, n_out, d2,
+                         c_min, c_max, bo1_ptr, sbo1_t, sbo1_h, sbo1_d, bo2_ptr, sbo2_t, sbo2_h, sbo2_d, z1_ptr,
+                         sz1_t, sz1_h, sz1_d, n_extra, o_min, o_max,
+                         True, IS_NEOX, REUSE, True, HAS_SCALE, O_FP8, C_FP8, C_SOFT_ROUND, HALF, BLOCK_HALF,
+                         BLOCK_D1, BLOCK_D2, BLOCK_TK, BLOCK_HK, INT64, SHUFFLE, False, True, True)

@@ -103,11 +103,12 @@ def _rotated_heads(x_ptr, sxt, sxh, sxd, tok, t_mask, heads, th_mask, pos_ptr, o
 
 @triton.jit
 def _two_part_block(n_heads1, n_heads2, n_tokens, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
-                    INT64: tl.constexpr):
+                    INT64: tl.constexpr, pid0=0):
     """This program's place in a grid of token blocks, each the first tensor's head blocks
-    then the second's: (in the first tensor, heads, tokens, token mask, token x head mask)."""
+    then the second's: (in the first tensor, heads, tokens, token mask, token x head mask);
+    the grid's first ``pid0`` programs are another part's."""
     n_blocks1 = tl.cdiv(n_heads1, BLOCK_H)
-    pid_h, tok, t_mask = _token_block(n_blocks1 + tl.cdiv(n_heads2, BLOCK_H), n_tokens, BLOCK_T, INT64)
+    pid_h, tok, t_mask = _token_block(n_blocks1 + tl.cdiv(n_heads2, BLOCK_H), n_tokens, BLOCK_T, INT64, pid0)
     first = pid_h < n_blocks1
     heads = tl.where(first, pid_h, pid_h - n_blocks1) * BLOCK_H + tl.arange(0, BLOCK_H)
     th_mask = t_mask[:, None] & (heads < tl.where(first, n_heads1, n_heads2))[None, :]

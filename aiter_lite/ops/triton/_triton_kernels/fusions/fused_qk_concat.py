@@ -89,8 +89,28 @@ def _cat_pair(a_ptr, b_ptr, dest, dest_b, b_lo, tok, t_mask, heads, th_mask, w_m
                          sbo_d, sbo_d)
 
 
-@triton.jit(do_not_specialize=["n_tokens", "n_slot_tokens", "n_cache_slots", "n_rows"])
-def _cat_kernel(
+@triton.jit
+def _first_pair(tok, t_mask, heads, th_mask, a1_ptr, b1_ptr, o1_ptr, pos_ptr, cos_ptr, sin_ptr,
+                sa1_t, sa1_h, sa1_d, sb1_t, sb1_h, sb1_d, so1_t, so1_h, so1_d, stride_t_r, stride_t_f, n_rows,
+                d1, d2, r_min, r_max, bo1_ptr, sbo1_t, sbo1_h, sbo1_d, z1_ptr, sz1_t, sz1_h, sz1_d, n_extra,
+                ROPE: tl.constexpr, IS_NEOX: tl.constexpr, REUSE: tl.constexpr, O1_FP8: tl.constexpr,
+                SOFT_ROUND: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_D1: tl.constexpr,
+                BLOCK_D2: tl.constexpr, BLOCK_T: tl.constexpr, UPCAST: tl.constexpr, A1_IN_PLACE: tl.constexpr):
+    """The first pair's (Q's) cat(a, b) for the tokens ``tok`` x ``heads`` block into its rows,
+    with its further outputs (``_cat_program``'s; also the MLA matmul's epilogue)."""
+    dest1 = (o1_ptr + tok * so1_t)[:, None] + heads[None, :] * so1_h
+    extra = th_mask & (tok < n_extra)[:, None]
+    bo_1 = None if bo1_ptr is None else (bo1_ptr + tok * sbo1_t)[:, None] + heads[None, :] * sbo1_h
+    z_1 = None if z1_ptr is None else (z1_ptr + tok * sz1_t)[:, None] + heads[None, :] * sz1_h
+    _cat_pair(a1_ptr, b1_ptr, dest1, dest1, d1, tok, t_mask, heads, th_mask, th_mask, sa1_t, sa1_h, sa1_d,
+              sb1_t, sb1_h, sb1_d, so1_d, so1_d, d1, d2, 1.0, r_min, r_max, pos_ptr, cos_ptr, sin_ptr, n_rows,
+              stride_t_r, stride_t_f, ROPE, IS_NEOX, REUSE, O1_FP8, SOFT_ROUND, 1, HALF, BLOCK_HALF,
+              BLOCK_D1, BLOCK_D2, BLOCK_T, bo_1, extra, sbo1_d, z_1, extra, sz1_d, UPCAST, not A1_IN_PLACE)
+
+
+@triton.jit
+def _cat_program(
+    pid0,                         # the grid's first pid0 programs are another part's (_cat_kernel: 0)
     a1_ptr, b1_ptr, o1_ptr,       # first pair (Q): destination rows (n_tokens, n_heads1, d1 + d2)
     a2_ptr, b2_ptr, o2_ptr,       # second pair (K): rows, or (DEST_SLOTS) a cache
     slot_ptr, pos_ptr,            # (n_slot_tokens,) slots; (n_tokens,) positions (ROPE), unit stride
@@ -133,23 +153,19 @@ def _cat_kernel(
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     q_min = tl.cast(q_min, tl.float32)
     q_max = tl.cast(q_max, tl.float32)
-    first, heads, tok, t_mask, th_mask = _two_part_block(n_heads1, n_heads2, n_tokens, BLOCK_T, BLOCK_H, INT64)
+    first, heads, tok, t_mask, th_mask = _two_part_block(n_heads1, n_heads2, n_tokens, BLOCK_T, BLOCK_H, INT64, pid0)
     if first:
-        dest1 = (o1_ptr + tok * so1_t)[:, None] + heads[None, :] * so1_h  # (the cache's type may differ: a name apart)
-        extra = th_mask & (tok < n_extra)[:, None]
-        # (names of one branch only: a None the two branches share cannot be merged)
-        bo_1 = None if bo1_ptr is None else (bo1_ptr + tok * sbo1_t)[:, None] + heads[None, :] * sbo1_h
-        z_1 = None if z1_ptr is None else (z1_ptr + tok * sz1_t)[:, None] + heads[None, :] * sz1_h
         if OWN_Q1_RANGE:
             r_min = tl.cast(q1_min, tl.float32)
             r_max = tl.cast(q1_max, tl.float32)
         else:
             r_min = q_min
             r_max = q_max
-        _cat_pair(a1_ptr, b1_ptr, dest1, dest1, d1, tok, t_mask, heads, th_mask, th_mask, sa1_t, sa1_h, sa1_d,
-                  sb1_t, sb1_h, sb1_d, so1_d, so1_d, d1, d2, 1.0, r_min, r_max, pos_ptr, cos_ptr, sin_ptr, n_rows,
-                  stride_t_r, stride_t_f, ROPE, IS_NEOX, REUSE, O1_FP8, SOFT_ROUND, 1, HALF, BLOCK_HALF,
-                  BLOCK_D1, BLOCK_D2, BLOCK_T, bo_1, extra, sbo1_d, z_1, extra, sz1_d, UPCAST, not A1_IN_PLACE)
+        _first_pair(tok, t_mask, heads, th_mask, a1_ptr, b1_ptr, o1_ptr, pos_ptr, cos_ptr, sin_ptr,
+                    sa1_t, sa1_h, sa1_d, sb1_t, sb1_h, sb1_d, so1_t, so1_h, so1_d, stride_t_r, stride_t_f, n_rows,
+                    d1, d2, r_min, r_max, bo1_ptr, sbo1_t, sbo1_h, sbo1_d, z1_ptr, sz1_t, sz1_h, sz1_d, n_extra,
+                    ROPE, IS_NEOX, REUSE, O1_FP8, SOFT_ROUND, HALF, BLOCK_HALF, BLOCK_D1, BLOCK_D2, BLOCK_T, UPCAST,
+                    A1_IN_PLACE)
     else:
         if DEST_SLOTS:
             blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size)
@@ -175,3 +191,53 @@ def _cat_kernel(
                   pos_ptr, cos_ptr, sin_ptr, n_rows, stride_t_r, stride_t_f, ROPE, IS_NEOX, REUSE, O2_FP8,
                   SOFT_ROUND, 1 if SHUFFLE == 0 else SHUFFLE, HALF, BLOCK_HALF, BLOCK_D1, BLOCK_D2, BLOCK_T,
                   bo_2, th_mask, sbo2_d, None, None, 0, UPCAST)
+
+
+@triton.jit(do_not_specialize=["n_tokens", "n_slot_tokens", "n_cache_slots", "n_rows"])
+def _cat_kernel(
+    a1_ptr, b1_ptr, o1_ptr,       # first pair (Q): destination rows (n_tokens, n_heads1, d1 + d2)
+    a2_ptr, b2_ptr, o2_ptr,       # second pair (K): rows, or (DEST_SLOTS) a cache
+    slot_ptr, pos_ptr,            # (n_slot_tokens,) slots; (n_tokens,) positions (ROPE), unit stride
+    cos_ptr, sin_ptr,
+    scale_ptr,                    # fp32, one element (HAS_SCALE: the second pair's values times its inverse)
+    sa1_t, sa1_h, sa1_d, sb1_t, sb1_h, sb1_d, so1_t, so1_h, so1_d,
+    sa2_t, sa2_h, sa2_d, sb2_t, sb2_h, sb2_d,
+    so2_blk, so2_off, so2_h, so2_d,   # DEST_SLOTS: block, offset, head, channel; else token, 0, head, channel
+    stride_t_r, stride_t_f,
+    n_tokens, n_slot_tokens, n_cache_slots, block_size, n_rows,
+    n_heads1, n_heads2, d1, d2,
+    q_min, q_max,
+    # fused_qk_rope_cat_and_cache_mla's further outputs (rows; None: not written): each pair's b part as
+    # written (bo1: the first n_extra tokens; bo2: every token), zeros in the first pair's a place (the
+    # first n_extra tokens); the first pair's range where it is fp8 (q1_min / q1_max; else q_min / q_max)
+    # (every launch passes these, by position: NO_EXTRAS where it writes none of them)
+    bo1_ptr, sbo1_t, sbo1_h, sbo1_d,
+    bo2_ptr, sbo2_t, sbo2_h, sbo2_d,
+    z1_ptr, sz1_t, sz1_h, sz1_d,
+    n_extra, q1_min, q1_max,
+    ROPE: tl.constexpr,           # the second parts rotated (every channel)
+    IS_NEOX: tl.constexpr,
+    REUSE: tl.constexpr,
+    DEST_SLOTS: tl.constexpr,
+    HAS_SCALE: tl.constexpr,
+    O1_FP8: tl.constexpr, O2_FP8: tl.constexpr,
+    SOFT_ROUND: tl.constexpr,
+    HALF: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+    BLOCK_D1: tl.constexpr,
+    BLOCK_D2: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    INT64: tl.constexpr,
+    SHUFFLE: tl.constexpr = 0,    # DEST_SLOTS: aiter's preshuffled MLA cache, channel chunks this wide (module doc)
+    UPCAST: tl.constexpr = False,  # rotated values not rounded to b's dtype before their destinations'
+    OWN_Q1_RANGE: tl.constexpr = False,
+    A1_IN_PLACE: tl.constexpr = False,  # the first pair's a already at its destination (neither read nor written)
+):
+    _cat_program(0, a1_ptr, b1_ptr, o1_ptr, a2_ptr, b2_ptr, o2_ptr, slot_ptr, pos_ptr, cos_ptr, sin_ptr, scale_ptr,
+                 sa1_t, sa1_h, sa1_d, sb1_t, sb1_h, sb1_d, so1_t, so1_h, so1_d, sa2_t, sa2_h, sa2_d, sb2_t, sb2_h,
+                 sb2_d, so2_blk, so2_off, so2_h, so2_d, stride_t_r, stride_t_f, n_tokens, n_slot_tokens,
+                 n_cache_slots, block_size, n_rows, n_heads1, n_heads2, d1, d2, q_min, q_max, bo1_ptr, sbo1_t,
+                 sbo1_h, sbo1_d, bo2_ptr, sbo2_t, sbo2_h, sbo2_d, z1_ptr, sz1_t, sz1_h, sz1_d, n_extra, q1_min,
+                 q1_max, ROPE, IS_NEOX, REUSE, DEST_SLOTS, HAS_SCALE, O1_FP8, O2_FP8, SOFT_ROUND, HALF, BLOCK_HALF,
+                 BLOCK_D1, BLOCK_D2, BLOCK_T, BLOCK_H, INT64, SHUFFLE, UPCAST, OWN_Q1_RANGE, A1_IN_PLACE)

@@ -106,11 +106,11 @@ def _store_part(yh, base, syd, th_mask, o1, o2, HALF: tl.constexpr, BLOCK_HALF: 
 
 
 @triton.jit
-def _token_block(n_blocks, n_tokens, BLOCK_T: tl.constexpr, INT64: tl.constexpr):
+def _token_block(n_blocks, n_tokens, BLOCK_T: tl.constexpr, INT64: tl.constexpr, pid0=0):
     """(head block, tokens, token mask) of this program in a one-axis grid of token blocks,
     each ``n_blocks`` head blocks, head blocks fastest (neighbouring programs read
-    neighbouring memory)."""
-    pid = tl.program_id(0)
+    neighbouring memory); the grid's first ``pid0`` programs are another part's."""
+    pid = tl.program_id(0) - pid0
     tok = (pid // n_blocks) * BLOCK_T + tl.arange(0, BLOCK_T)
     if INT64:
         tok = tok.to(tl.int64)
