@@ -194,10 +194,13 @@ def _swa_write(m: _Make) -> tuple:
     hd = d.head_dim
     r = min(64, hd)
     cos, sin = m.tab(r // 2)
+    # each token a sequence of its own (a decode step): no two tokens share a window entry, whose
+    # value would then depend on which program writes last
     return (m.r(2, t, d.heads * hd), m.r(t, hd), m.w(hd), m.w(hd), 1e-6, 1e-6, r, cos, sin, m.i(d.rope_rows, t),
             False, torch.arange(t, device=m.device, dtype=torch.int32),
-            torch.zeros(t, device=m.device, dtype=torch.int32), torch.zeros(1, device=m.device, dtype=torch.int32),
-            torch.zeros(2, 16, hd, device=m.device, dtype=m.dtype), 16, m.dtype)
+            torch.arange(t, device=m.device, dtype=torch.int32),
+            torch.randperm(max(t, 1), device=m.device).to(torch.int32),
+            torch.zeros(max(t, 1), 16, hd, device=m.device, dtype=m.dtype), 16, m.dtype)
 
 
 def _rope_3d(m: _Make) -> tuple:

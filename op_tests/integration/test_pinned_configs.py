@@ -205,7 +205,7 @@ def _cases():
                                                    [16, cos.stride(0), cos.stride(1), 8, 8], [1e-6, 1e-6], [True]),
                                                   RopeLaunchConfig(2, 2, 1)),
         "rope 3-D": (rope_3d._launch_rope_3d,
-                     (_r(1, t, 2, 16), _r(8, 8), _r(8, 8), torch.tensor([[1, 1, t]], device=DEVICE), _e(1, t, 2, 16),
+                     (_r(1, t, 2, 16), _r(8, 8, 2), torch.tensor([[1, 1, t]], device=DEVICE), _e(1, t, 2, 16),
                       0),
                      RopeLaunchConfig(2, 1, 1)),
         "fusions MLA bmm": (bmm._launch_mla_bmm_rope_cat_cache,

@@ -33,17 +33,19 @@ __all__ = ["rope_fwd_3d"]
 
 
 @launcher(mutates=("out",))
-def _launch_rope_3d(x: torch.Tensor, re: torch.Tensor, im: torch.Tensor, grid_sizes: torch.Tensor,
-                    out: torch.Tensor, sp_rank: int, config: RopeLaunchConfig | None = None) -> None:
-    """x's pairs turned by the (re, im) planes of freqs into out (fp32, contiguous)."""
+def _launch_rope_3d(x: torch.Tensor, table: torch.Tensor, grid_sizes: torch.Tensor, out: torch.Tensor,
+                    sp_rank: int, config: RopeLaunchConfig | None = None) -> None:
+    """x's pairs turned by freqs, ``table`` its (rows, C / 2, 2) real view (the real and
+    imaginary parts: one tensor, so a launch plan maps it to the caller's freqs), into out
+    (fp32, contiguous)."""
     b, s, n, c = x.shape
     if b * s * n == 0:
         return
     half = c // 2
     cfg = config or rope_launch_config(b * s, n, 0, c, device_profile(x.device))
     grid = (cdiv(s, cfg.BLOCK_T) * cdiv(n, cfg.BLOCK_H), b)
-    launch(_rope_3d_kernel, grid, x, re, im, grid_sizes, out, x.stride(0), x.stride(1), x.stride(2), re.stride(0),
-           re.stride(1), grid_sizes.stride(0), grid_sizes.stride(1), s, n, re.shape[0], sp_rank,
+    launch(_rope_3d_kernel, grid, x, table, grid_sizes, out, x.stride(0), x.stride(1), x.stride(2), *table.stride(),
+           grid_sizes.stride(0), grid_sizes.stride(1), s, n, table.shape[0], sp_rank,
            C1=half - 2 * (half // 3), C2=half // 3, HALF=half, BLOCK_HALF=next_power_of_2(half),
            BLOCK_T=cfg.BLOCK_T, BLOCK_H=cfg.BLOCK_H, INT64=max(x.numel(), (sp_rank + 1) * s * n * c) >= 2**31,
            num_warps=cfg.num_warps)
@@ -86,5 +88,5 @@ def rope_fwd_3d(x: torch.Tensor, grid_sizes: torch.Tensor, freqs: torch.Tensor, 
     out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
     if debug_on():
         log_call(op, x=x, grid_sizes=grid_sizes, freqs=freqs, sp_size=sp_size, sp_rank=sp_rank)
-    _launch_rope_3d(x, planes[..., 0], planes[..., 1], grid_sizes, out, sp_rank)
+    _launch_rope_3d(x, planes, grid_sizes, out, sp_rank)
     return out

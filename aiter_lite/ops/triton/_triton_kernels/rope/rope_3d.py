@@ -17,8 +17,8 @@ from aiter_lite.ops.triton._triton_kernels.rope.rope import _load_part, _store_p
 
 @triton.jit(do_not_specialize=["seq", "n_rows", "sp_rank"])
 def _rope_3d_kernel(
-    x_ptr, re_ptr, im_ptr, grid_ptr, out_ptr,   # out: (B, S, heads, C) fp32, contiguous
-    sx_b, sx_t, sx_h, stride_f_r, stride_f_c, stride_g_b, stride_g_d,
+    x_ptr, tab_ptr, grid_ptr, out_ptr,   # tab: freqs as (rows, C / 2, 2) reals; out: (B, S, heads, C) fp32, contiguous
+    sx_b, sx_t, sx_h, stride_f_r, stride_f_c, stride_f_p, stride_g_b, stride_g_d,
     seq, n_heads, n_rows, sp_rank,
     C1: tl.constexpr,
     C2: tl.constexpr,
@@ -52,8 +52,8 @@ def _rope_3d_kernel(
     row = tl.where(j[None, :] < C1, fi[:, None], tl.where(j[None, :] < C1 + C2, hi[:, None], wi[:, None]))
     m = turns[:, None] & (j < HALF)[None, :] & (row < n_rows)
     off = row * stride_f_r + j[None, :] * stride_f_c
-    cos = tl.load(re_ptr + off, mask=m, other=float("nan")).to(tl.float32)[:, None, :]
-    sin = tl.load(im_ptr + off, mask=m, other=float("nan")).to(tl.float32)[:, None, :]
+    cos = tl.load(tab_ptr + off, mask=m, other=float("nan")).to(tl.float32)[:, None, :]
+    sin = tl.load(tab_ptr + stride_f_p + off, mask=m, other=float("nan")).to(tl.float32)[:, None, :]
 
     xh = (x_ptr + b * sx_b + tok * sx_t)[:, None] + heads[None, :] * sx_h
     x1, x2 = _load_part(xh, 0, 1, th_mask, HALF, BLOCK_HALF, False)
