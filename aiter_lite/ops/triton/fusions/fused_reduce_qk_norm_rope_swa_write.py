@@ -119,7 +119,9 @@ def fused_reduce_qk_norm_rope_swa_write(q: torch.Tensor, kv: torch.Tensor, q_nor
     allowed). kv (M, head_dim) normalized and rotated the same way in place. With the window
     cache (``write_indices``, ``batch_id_per_token``, ``state_slot_mapping``, ``swa_kv`` all
     given): only kv rows ``write_indices[t]`` (>= 0) are processed, each also written into
-    ``swa_kv[state_slot_mapping[batch_id_per_token[row]], positions[row] % win]``."""
+    ``swa_kv[state_slot_mapping[batch_id_per_token[row]], positions[row] % win]``. Two rows
+    on one entry (a sequence's tokens ``win`` apart) race, as in aiter: which lands is
+    unspecified, so ``write_indices`` should name a sequence's last ``win`` tokens only."""
     op = "fused_reduce_qk_norm_rope_swa_write"
     check_float_tensor(op, "kv", kv)
     check_triton_device(op, "kv", kv)
