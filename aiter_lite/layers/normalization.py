@@ -80,8 +80,14 @@ class RMSNorm(_Norm):
     def variance_epsilon(self, value: float) -> None:
         self.eps = value
 
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """The picked backend; with a residual, in place (vLLM's kernel path) on both."""
+        return self._rms_norm(triton_rms if self._backend == "triton" else native_rms, x, residual)
+
     def forward_native(self, x: torch.Tensor, residual: torch.Tensor | None = None):
-        return self._rms_norm(native_rms, x, residual)
+        """vLLM's reference: new tensors, ``x`` and ``residual`` left as they are (so comparing
+        it with the in-place kernel path compares two results, not a tensor with itself)."""
+        return self._rms_norm(native_rms, x, residual, in_place=False)
 
     def forward_triton(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         return self._rms_norm(triton_rms, x, residual)
@@ -89,11 +95,11 @@ class RMSNorm(_Norm):
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, casting_mode={self.casting_mode}"
 
-    def _rms_norm(self, ops, x: torch.Tensor, residual: torch.Tensor | None):
+    def _rms_norm(self, ops, x: torch.Tensor, residual: torch.Tensor | None, in_place: bool = True):
         cast = self.casting_mode
         if residual is None:
             return ops.rms_norm(x, self.weight, self.eps, self.weight_offset, casting_mode=cast)
-        if _recording(x, residual, self.weight):
+        if _recording(x, residual, self.weight) or not in_place:
             if ops is triton_rms:
                 return norm_add(type(self).__name__, x, residual, self.weight, None, self.eps, is_rms=True,
                                 weight_offset=self.weight_offset, names=("x", "residual"), casting_mode=cast)

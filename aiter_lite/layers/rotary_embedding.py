@@ -226,19 +226,36 @@ class RotaryEmbedding(BackendLayer):
         if query is not None and x.device != query.device:
             raise ValueError(f"{name}: key must be on the query's device {query.device}, got {x.device}")
         shape, hs = tuple(x.shape), self.head_size
-        if x.dim() not in (2, 3) or (x.dim() == 3 and shape[2] != hs):
+        if x.dim() < 2 or (x.dim() >= 3 and shape[-1] % hs):
             raise ValueError(f"{name}: {arg} must be [num_tokens, num_heads * {hs}] or [num_tokens, num_heads, "
-                             f"{hs}] (head_size {hs}), got shape {shape}")
+                             f"{hs}] (head_size {hs}; leading dims as positions' allowed), got shape {shape}")
         if shape[-1] % hs:
             raise ValueError(f"{name}: {arg} last dim must be a multiple of head_size {hs}, got shape {shape}")
-        heads = shape[1] if x.dim() == 3 else shape[1] // hs
+
+        def count(dims):
+            n = 1
+            for d in dims:
+                n *= d
+            return n
+
+        # the tokens: [num_tokens, ...] or [batch, seq, ...] as positions has them; then heads x
+        # head_size in one dim or two
+        two = shape[-1] == hs and x.dim() >= 3 and count(shape[:-2]) == t
+        lead = shape[:-2] if two else shape[:-1]
+        tokens = count(lead)
+        heads = shape[-2] if two else shape[-1] // hs
         if heads == 0:
             raise ValueError(f"{name}: {arg} must hold at least one head, got shape {shape}")
-        if shape[0] != t:
-            raise ValueError(f"{name}: {arg} has {shape[0]} tokens but positions has {t} elements")
+        if tokens != t:
+            raise ValueError(f"{name}: {arg} has {tokens} tokens but positions has {t} elements (its leading dims "
+                             f"{lead} are the tokens)")
         if x.stride(-1) != 1 and x.numel() > 0:
             raise ValueError(f"{name}: {arg} must have unit stride in the last dim, got strides {x.stride()}")
-        return x.view(t, heads, hs)
+        try:
+            return x.view(t, heads, hs)
+        except RuntimeError:
+            raise ValueError(f"{name}: {arg} of shape {shape} and strides {x.stride()} cannot be viewed as (tokens, "
+                             f"heads, {hs}) without a copy (it is rotated in place)") from None
 
     def _check_range(self, positions: torch.Tensor, offsets: torch.Tensor | None) -> None:
         """Every table row read must exist (the native reference would index out of bounds)."""

@@ -399,3 +399,17 @@ def test_forward_is_the_picked_path(backend):
     rope(positions, q1, k1)
     getattr(rope, f"forward_{backend}")(positions, q2, k2)
     assert torch.equal(bits(q1), bits(q2)) and torch.equal(bits(k1), bits(k2))
+
+
+@pytest.mark.parametrize("backend", ["native", "triton"])
+def test_batch_seq_leading_dims(backend):
+    # vLLM accepts query / key with positions' leading dims: [batch, seq, heads * head_size]
+    rope = RotaryEmbedding(32, 32, 64, 10000, True, None, backend=backend).to(DEVICE)
+    pos = torch.randint(0, 64, (2, 3), device=DEVICE)
+    q, k = torch.randn(2, 3, 4 * 32, device=DEVICE), torch.randn(2, 3, 1, 32, device=DEVICE)
+    want_q, want_k = q.clone().view(6, 128), k.clone().view(6, 1, 32)
+    rope(pos.view(6), want_q, want_k)
+    got_q, got_k = rope(pos, q, k)
+    assert got_q is q and got_k is k
+    assert_close(q.view(6, 128), want_q, name="query")
+    assert_close(k.view(6, 1, 32), want_k, name="key")

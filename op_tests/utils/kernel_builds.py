@@ -106,6 +106,7 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
         fused_fp8_bmm_rope_cat_and_cache_mla,
     )
     from aiter_lite.ops.triton.quant import mx_quant as mxq
+    from aiter_lite.vllm import ops as vllm_ops
     from op_benchmarks.utils.op_args import TINY, op_args
 
     f32 = torch.float32
@@ -348,6 +349,9 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
          lambda: op["routing_sigmoid_top1"](_meta(8192, 5120), _meta(5120, 128), 1, True)),
         ("routing_sigmoid_top1 fp32, the most experts",
          lambda: op["routing_sigmoid_top1"](_meta(16, 5120, dtype=f32), _meta(5120, 512, dtype=f32), 1, False)),
+        # vLLM's _moe_C grouped_topk on scores as given (the routing kernel's IDENTITY), DeepSeek-V3's groups
+        ("vLLM grouped_topk, scores as given",
+         lambda: vllm_ops.grouped_topk(_meta(4096, 256, dtype=f32), 8, 4, 8, True, 2.5, _meta(256, dtype=f32), 0)),
     ]
     return out
 

@@ -183,11 +183,12 @@ def _check_bias(op: str, bias, n_experts: int, x: torch.Tensor) -> None:
 @launcher(mutates=("weights", "ids", "src"))
 def _launch_moe_routing(x: torch.Tensor, bias: torch.Tensor | None, weights: torch.Tensor, ids: torch.Tensor,
                         src: torch.Tensor | None, num_expert_group: int, topk_group: int, sigmoid: bool,
-                        renormalize: bool, scale: float, n_shared: int = 0,
+                        renormalize: bool, scale: float, n_shared: int = 0, identity: bool = False,
                         config: MoeRoutingLaunchConfig | None = None) -> None:
     """One kernel launch over n_tokens >= 1 rows: the topk = ids.shape[1] routed experts of
     x's first E - n_shared columns into weights / ids (and src); the n_shared last columns'
-    sigmoid into weights' columns topk .. topk + n_shared."""
+    sigmoid into weights' columns topk .. topk + n_shared. ``identity``: x holds the scores
+    (neither softmax nor sigmoid taken)."""
     n_tokens, n_experts = x.shape[0], x.shape[1] - n_shared
     topk = ids.shape[1]
     grouped = topk_group < num_expert_group  # keeping every group is no limit
@@ -203,7 +204,7 @@ def _launch_moe_routing(x: torch.Tensor, bias: torch.Tensor | None, weights: tor
         SIGMOID=sigmoid, HAS_BIAS=bias is not None, GROUPED=grouped, RENORMALIZE=renormalize,
         BLOCK_T=cfg.BLOCK_T, BLOCK_G=block_g, BLOCK_S=block_s, BLOCK_K=next_power_of_2(topk),
         HAS_SRC=src is not None, HAS_SHARED=n_shared > 0, BLOCK_SH=next_power_of_2(max(n_shared, 1)),
-        num_warps=cfg.num_warps,
+        **({"IDENTITY": True} if identity else {}), num_warps=cfg.num_warps,
     )
 
 
@@ -308,7 +309,8 @@ def _route_into(op: str, gating_output, topk_weights, topk_ids, token_expert_ind
                 num_shared_experts: int = 0, ids_name: str = "topk_ids") -> None:
     """The checks of ``_route`` on the routed experts (``topk`` = topk_ids' columns), then
     one launch writing the caller's outputs (row strides of their own: ``[:M]`` views of
-    larger buffers)."""
+    larger buffers). ``scoring_func``: "softmax", "sigmoid" or "none" (the inputs are the
+    scores)."""
     n_total = _check_gating(op, gating_output)
     check_int(op, "num_shared_experts", num_shared_experts, 0, n_total - 1, "(at most the expert count - 1)")
     n_experts = n_total - num_shared_experts
@@ -339,7 +341,7 @@ def _route_into(op: str, gating_output, topk_weights, topk_ids, token_expert_ind
     if n_tokens:
         _launch_moe_routing(gating_output, correction_bias, topk_weights, topk_ids, token_expert_indices,
                             num_expert_group, topk_group, scoring_func == "sigmoid", renormalize, scale,
-                            num_shared_experts)
+                            num_shared_experts, scoring_func == "none")
 
 
 _SHARED_SCORING = ("", "sigmoid")

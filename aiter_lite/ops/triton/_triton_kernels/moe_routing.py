@@ -55,6 +55,7 @@ def _moe_routing_kernel(
     HAS_SRC: tl.constexpr = False,
     HAS_SHARED: tl.constexpr = False,
     BLOCK_SH: tl.constexpr = 1,  # >= n_shared
+    IDENTITY: tl.constexpr = False,  # the inputs are the scores already (no softmax, no sigmoid)
 ):
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     scale = tl.cast(scale, tl.float32)
@@ -68,7 +69,9 @@ def _moe_routing_kernel(
 
     x = tl.load(x_ptr + tok[:, None] * stride_x_t + eid[None, :] * stride_x_e,
                 mask=tok_ok[:, None] & exp_ok[None, :], other=0.0).to(tl.float32)
-    if SIGMOID:
+    if IDENTITY:  # the scores as given (vLLM's grouped_topk with scoring_func 0)
+        p = x
+    elif SIGMOID:
         p = tl.sigmoid(x)
     else:
         x = tl.where(exp_ok[None, :], x, float("-inf"))

@@ -1,0 +1,3 @@
+"""vLLM-form ops (see aiter_lite.vllm)."""
+
+__all__: list[str] = []

@@ -1,0 +1,1 @@
+"""``vllm.model_executor`` on aiter_lite: its layers (``.layers``)."""
