@@ -471,21 +471,49 @@ def _hashable(value: Any):
     return value
 
 
-def get_rope(head_size: int, rotary_dim: int, max_position: int, base: float, is_neox_style: bool = True,
+def get_rope(head_size: int, rotary_dim: int | None = None, max_position: int | None = None,
+             base: float | Mapping[str, Any] | None = None, is_neox_style: bool | torch.dtype | None = True,
              rope_scaling: Mapping[str, Any] | None = None, dtype: torch.dtype | None = None,
-             partial_rotary_factor: float = 1.0, *, backend: str | None = None) -> RotaryEmbedding:
-    """The rotary embedding a model config asks for (vLLM's ``get_rope``).
+             partial_rotary_factor: float = 1.0, *, backend: str | None = None,
+             rope_parameters: Mapping[str, Any] | None = None) -> RotaryEmbedding:
+    """The rotary embedding a model config asks for (vLLM's ``get_rope``), in either of vLLM's
+    forms:
 
-    ``rope_scaling`` is the config's dict: its type under "rope_type" (or "type"), one of
-    :data:`ROPE_SCALING_TYPES`, and that type's keys; other keys are ignored, as in vLLM.
-    ``partial_rotary_factor`` (0, 1] scales ``rotary_dim``. Equal arguments (and the same backend
-    and default device) return the same module, so the layers of a model share one table.
+    * ``get_rope(head_size, rotary_dim, max_position, base, is_neox_style, rope_scaling, dtype,
+      partial_rotary_factor)``: ``rope_scaling`` is the config's dict, its type under
+      "rope_type" (or "type"), one of :data:`ROPE_SCALING_TYPES`, and that type's keys (other
+      keys are ignored, as in vLLM); ``partial_rotary_factor`` (0, 1] scales ``rotary_dim``;
+    * current vLLM's ``get_rope(head_size, max_position, is_neox_style, rope_parameters,
+      dtype)`` (positional, or ``rope_parameters=`` by keyword): "rope_theta" (10000) is the
+      base, "partial_rotary_factor" (1.0) gives rotary_dim = head_size x factor, "rope_type"
+      and its keys the scaling.
+
+    Equal arguments (and the same backend and default device) return the same module, so the
+    layers of a model share one table.
     """
-    if isinstance(base, Mapping):  # vLLM's newer get_rope(head_size, max_position, is_neox_style, rope_parameters)
-        raise TypeError(f"get_rope: base must be a real number (the rotary base, rope_theta), got "
-                        f"{type(base).__name__} {base!r}; the arguments are (head_size, rotary_dim, max_position, "
-                        f"base, is_neox_style, rope_scaling, dtype, partial_rotary_factor): rope_scaling is the "
-                        f"sixth")
+    if isinstance(base, Mapping) or rope_parameters is not None:
+        if isinstance(base, Mapping):  # positional: (head_size, max_position, is_neox_style, rope_parameters, dtype)
+            if rope_parameters is not None:
+                raise TypeError("get_rope: rope_parameters given twice (positionally and by keyword)")
+            if isinstance(is_neox_style, torch.dtype):  # the fifth: dtype
+                dtype = is_neox_style
+            max_position, is_neox_style, rope_parameters = rotary_dim, max_position, base
+        elif max_position is None:  # (head_size, max_position, ..., rope_parameters=...)
+            max_position = rotary_dim
+        if not isinstance(rope_parameters, Mapping):
+            raise TypeError(f"get_rope: rope_parameters must be a dict, got {type(rope_parameters).__name__}")
+        params = dict(rope_parameters)
+        partial = params.pop("partial_rotary_factor", 1.0)
+        theta = params.pop("rope_theta", 10000)
+        _check_int("get_rope", "head_size", head_size)
+        partial = check_real("get_rope", "partial_rotary_factor", partial)
+        if not 0.0 < partial <= 1.0:
+            raise ValueError(f"get_rope: partial_rotary_factor must be in (0, 1], got {partial}")
+        return get_rope(head_size, int(head_size * partial), max_position, theta,
+                        True if is_neox_style is None else is_neox_style, params, dtype, backend=backend)
+    if rotary_dim is None or max_position is None or base is None:
+        raise TypeError("get_rope: needs (head_size, rotary_dim, max_position, base, ...) or vLLM's (head_size, "
+                        "max_position, is_neox_style, rope_parameters, dtype)")
     # Checked before the cache key is built: a bad argument raises its own error, never an unhashable one.
     _check_int("get_rope", "head_size", head_size)
     _check_int("get_rope", "rotary_dim", rotary_dim, 2)

@@ -413,3 +413,18 @@ def test_batch_seq_leading_dims(backend):
     assert got_q is q and got_k is k
     assert_close(q.view(6, 128), want_q, name="query")
     assert_close(k.view(6, 1, 32), want_k, name="key")
+
+
+def test_get_rope_takes_vllms_rope_parameters():
+    # current vLLM: get_rope(head_size, max_position, is_neox_style, rope_parameters, dtype)
+    params = {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 64, "partial_rotary_factor": 0.5}
+    new = get_rope(64, 256, False, params, torch.bfloat16, backend="native")
+    old = get_rope(64, 32, 256, 500000.0, False, {k: v for k, v in params.items()
+                                                   if k not in ("rope_theta", "partial_rotary_factor")},
+                   torch.bfloat16, backend="native")
+    assert new is old and new.rotary_dim == 32 and not new.is_neox_style
+    assert get_rope(64, max_position=256, is_neox_style=False, rope_parameters=params, dtype=torch.bfloat16,
+                    backend="native") is old
+    with pytest.raises(ValueError, match="get_rope: partial_rotary_factor must be in"):
+        get_rope(64, 256, True, {"partial_rotary_factor": 1.5})
