@@ -186,3 +186,31 @@ def test_routing_refuses_bad_arguments():
         ops.topk_softmax(w, ids, tei, logits, False, None, torch.zeros(3, device=DEVICE, dtype=torch.bool))
     with pytest.raises(ValueError, match="grouped_topk: scoring_func"):
         ops.grouped_topk(logits, 2, 1, 2, False, 1.0, torch.zeros(8, device=DEVICE), 2)
+
+
+BACKEND = "inductor" if DEVICE != "cpu" else "aot_eager"
+
+
+def test_ops_compile_whole():
+    """The vLLM forms trace through this project's registered launchers: no graph break."""
+    x = torch.randn(5, 64, device=DEVICE)
+    w = torch.randn(64, device=DEVICE)
+    pos = torch.randint(0, 16, (5,), device=DEVICE)
+    cache = _cos_sin_cache(16, 32, torch.float32)
+    logits = torch.randn(5, 16, device=DEVICE)
+
+    def step(x, w, pos, q, k, logits):
+        out = torch.empty_like(x)
+        ops.rms_norm(out, x, w, EPS)
+        ops.rotary_embedding(pos, q, k, 32, cache, True)
+        tw = torch.empty(5, 2, device=x.device)
+        ids = torch.empty(5, 2, device=x.device, dtype=torch.int32)
+        ops.topk_softmax(tw, ids, torch.empty_like(ids), logits, True)
+        return out, q, k, tw, ids
+
+    q, k = torch.randn(5, 2 * 32, device=DEVICE), torch.randn(5, 32, device=DEVICE)
+    torch._dynamo.reset()
+    got = torch.compile(step, backend=BACKEND, fullgraph=True)(x, w, pos, q.clone(), k.clone(), logits)
+    want = step(x, w, pos, q.clone(), k.clone(), logits)
+    for g, e in zip(got, want):
+        assert torch.equal(g, e)
