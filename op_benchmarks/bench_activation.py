@@ -1,4 +1,6 @@
-"""Benchmark gated activations (silu_and_mul, gelu_and_mul, gelu_tanh_and_mul) and their backward.
+"""Benchmark gated activations (silu_and_mul, gelu_and_mul, gelu_tanh_and_mul) and their backward; vLLM's
+forward-only activations on request (mul_and_silu, fatrelu_and_mul, swigluoai_and_mul, gelu_new, gelu_fast,
+gelu_quick).
 
     python op_benchmarks/bench_activation.py                       # llama3-8B/70B MLPs, M = 1..32768
     python op_benchmarks/bench_activation.py --model all -o act.csv
@@ -6,11 +8,15 @@
     python op_benchmarks/bench_activation.py --shape 4096x14336 --op silu_and_mul
     python op_benchmarks/bench_activation.py --direction bwd -o act_bwd.csv   # the backward of each op, M = 1..8192
     python op_benchmarks/bench_activation.py --op silu_and_mul_bwd -M 4096 16384
+    python op_benchmarks/bench_activation.py --op swigluoai_and_mul gelu_new --shape 4096x2880
 
 Shapes are (M, N): M tokens, N the MLP's intermediate size (the input row holds 2N).
 Bytes moved (each input read once, each output written once; e = element size):
     <op>        read x (M x 2N); write y (M x N)                          3 * M * N * e
     <op>_bwd    read x (M x 2N) and dy (M x N); write dx (M x 2N)         5 * M * N * e
+    gelu_new, gelu_fast, gelu_quick (elementwise): read x (M x N); write y 2 * M * N * e
+The forward-only ops time their public op (mul_and_silu: act_and_mul_rounded with act_first=False)
+against their fp32 reference (native, compile); they have no backward.
 A backward op times ``torch.autograd.grad(y, x, dy)`` of a forward run once beforehand:
 triton is the public op (``act_and_mul``) with x requiring grad, native and compile are
 the fp32 reference under autograd (compile: its compiled backward), liger is
@@ -34,7 +40,20 @@ from aiter_lite.ops.native import activation as native  # noqa: E402
 from aiter_lite.ops.triton import activation as act  # noqa: E402
 
 OPS = {"silu_and_mul": "silu", "gelu_and_mul": "gelu", "gelu_tanh_and_mul": "gelu_tanh"}
-ALL_OPS = [*OPS, *(op + "_bwd" for op in OPS)]
+# Forward only (vLLM's ops): the public Triton op and the fp32 reference, each ``fn(out, x)``
+# (gated) or ``fn(x)`` (elementwise).
+FORWARD_ONLY = {
+    "mul_and_silu": (lambda out, x: act.act_and_mul_rounded(out, x, "silu", False),
+                     lambda out, x: native.act_and_mul_rounded(out, x, "silu", False)),
+    "fatrelu_and_mul": (lambda out, x: act.fatrelu_and_mul(out, x, 0.1),
+                        lambda out, x: native.fatrelu_and_mul(out, x, 0.1)),
+    "swigluoai_and_mul": (act.swigluoai_and_mul, native.swigluoai_and_mul),
+    "gelu_new": (act.gelu_new, native.gelu_new),
+    "gelu_fast": (act.gelu_fast, native.gelu_fast),
+    "gelu_quick": (act.gelu_quick, native.gelu_quick),
+}
+ELEMENTWISE = ("gelu_new", "gelu_fast", "gelu_quick")
+ALL_OPS = [*OPS, *(op + "_bwd" for op in OPS), *FORWARD_ONLY]
 DEFAULT_MODELS = ["llama3-8B", "llama3-70B"]
 DEFAULT_M = [1, 16, 64, 128, 512, 2048, 8192, 16384, 32768]
 # With a backward op: past 8192 x 28672 (16384 x 14336 included) the providers' graphs, the fp32
@@ -52,6 +71,11 @@ def _grads_agree(result, reference, dtype) -> bool:
 
 
 def _case(op, label, m, n, dtype):
+    if op in ELEMENTWISE:
+        return harness.Case(
+            op=op, label=label, dims={"M": m, "N": n}, dtype=dtype, rows=m, nbytes=2 * m * n * dtype.itemsize,
+            make_inputs=lambda: (torch.randn(m, n, device=harness.DEVICE, dtype=dtype),),
+        )
     if not op.endswith("_bwd"):
         return harness.Case(
             op=op, label=label, dims={"M": m, "N": n}, dtype=dtype, rows=m,
@@ -76,21 +100,41 @@ def _timed(case, inputs, fwd):
     return harness.backward_of(lambda: fwd(x), x, dy)
 
 
+def _forward_only(case, inputs, which):
+    (x,), fn = inputs, FORWARD_ONLY[case.op][which]
+    if case.op in ELEMENTWISE:
+        return lambda: fn(x)
+    n = case.dims["N"]
+    return lambda: fn(torch.empty(x.shape[0], n, device=x.device, dtype=x.dtype), x)
+
+
 def _triton(case, inputs):
+    if case.op in FORWARD_ONLY:
+        return _forward_only(case, inputs, 0)
     n, activation = case.dims["N"], _activation(case.op)
     return _timed(case, inputs, lambda x: act.act_and_mul(
         torch.empty(x.shape[0], n, device=x.device, dtype=x.dtype), x, activation))
 
 
 def _native(case, inputs):
+    if case.op in FORWARD_ONLY:
+        return _forward_only(case, inputs, 1)
     activation = _activation(case.op)
     return _timed(case, inputs, lambda x: native.gated(x, activation))
 
 
 _compiled = []
+_compiled_ops = {}
 
 
 def _compile(case, inputs):
+    if case.op in FORWARD_ONLY:
+        if case.op not in _compiled_ops:
+            _compiled_ops[case.op] = harness.compile_static(FORWARD_ONLY[case.op][1])
+        compiled, (x,), n = _compiled_ops[case.op], inputs, case.dims["N"]
+        if case.op in ELEMENTWISE:
+            return lambda: compiled(x)
+        return lambda: compiled(torch.empty(x.shape[0], n, device=x.device, dtype=x.dtype), x)
     if not _compiled:
         _compiled.append(harness.compile_static(native.gated))
     activation = _activation(case.op)
@@ -99,6 +143,8 @@ def _compile(case, inputs):
 
 
 def _liger(case, inputs):
+    if case.op in FORWARD_ONLY:
+        return None
     try:
         if case.op.startswith("silu_and_mul"):
             from liger_kernel.ops.swiglu import LigerSiLUMulFunction as F
@@ -127,6 +173,8 @@ def main(argv=None):
     p.add_argument("--op", nargs="+", choices=ALL_OPS, help=f"default: {', '.join(OPS)}")
     harness.add_direction_arg(p)
     args = p.parse_args(argv)
+    if args.direction == "bwd" and set(args.op or ()) & set(FORWARD_ONLY):
+        p.error(f"{', '.join(sorted(set(args.op) & set(FORWARD_ONLY)))}: forward only (vLLM's ops), no backward")
     args.op = harness.directed_ops(args, list(OPS))
     default_m = DEFAULT_M_BWD if any(op.endswith("_bwd") for op in args.op) else DEFAULT_M
     shapes = harness.row_shapes(args, DEFAULT_MODELS, default_m, lambda cfg: [

@@ -21,6 +21,11 @@ Ops (aiter's names, aiter_lite.ops.triton.fusions; T tokens, QH / KH query / key
     rope_cosine_cache  fused_qk_rope_cosine_cache_llama: Q and K turned (Q into a new q_out), K and V
                     written into a per-sequence cache, token t at row t, offset slot_mapping[t] (random
                     in [0, B)); --layout flash or paged (the classic layouts) as rope_cache's
+    kv_write        kv_cache_write as vLLM's reshape_and_cache_flash (--layout flash) / reshape_and_cache
+                    (paged) call it: K and V (views of a qkv tensor) written into the caches, divided by
+                    the scale for fp8 caches only
+    cache_convert   convert_kv_cache as vLLM's convert_fp8: a cache of ceil(T / B) blocks (B, KH, D) in
+                    the activations' dtype quantized into an fp8 one (divided by the scale)
     bmm_rope_cat_cache / fp8_ / fp4_bmm_rope_cat_cache  fused_bf16_ / fused_fp8_ / fused_fp4_bmm_rope_cat_and_cache_mla:
                     q_nope (H, T, 128) times W_UK (H, L, 128) (bf16; fp8 with q quantized per token and 128
                     channels; MXFP4 with q quantized to MXFP4) into q_out's latent part, then as
@@ -61,6 +66,8 @@ c the cache's, 8 an index, 4 a table entry, F = R / 2 table columns):
     qk_cat          the four parts read, Q (T, H, L + R) and K (T, 1, L + R) written 2 T (H + 1) (L + R) e
     qk_rope_cat     as qk_cat, plus positions 8 T and cos / sin rows 8 T F
     mla_cache       k_nope, k_pe read T (L + R) e; the cache written T (L + R) c; slots 8 T
+    kv_write        K, V read 2 T KH D e; the caches written 2 T KH D c; slots 8 T
+    cache_convert   N = ceil(T / B) B KH D elements read (e) and written (c = 1): N (e + 1)
     qk_rope_cat_cache  Q read and written 2 T H (L + R) e; K read T (L + R) e, the cache written T (L + R) c,
                     k_pe_out T R e; positions, slots 16 T; cos / sin rows 8 T F
 Providers: triton (aiter_lite), native (the eager fp32 reference), compile (torch.compile of it),
@@ -72,6 +79,8 @@ unfused (this project's ops in sequence, as a serving stack without the fusion r
                     it writes Q and K contiguous), then V.contiguous()
     qk_rope_cat     the 2c rope out of place on q_pe and k_pe, then torch.cat twice
     qk_cat          none: native is already two torch.cat
+    kv_write        rope_cache's writes without the RoPE: (fp8: divided, cast) index_copy_ / index_put_
+    cache_convert   none: native is already torch's division and cast
     mla_cache       torch.cat, (fp8: scale, cast), index_copy_ into the flat cache (shuffled: into the
                     preshuffled positions of each element, computed once per step, outside the timing)
     qk_rope_cat_cache  this project's fused_qk_rope_cat, then its cat_and_cache_mla (two launches)
@@ -108,10 +117,11 @@ from aiter_lite.ops.triton.normalization import rmsnorm as tri_norm  # noqa: E40
 from aiter_lite.ops.triton.rope import rope as tri_rope  # noqa: E402
 from op_benchmarks.utils import rope as torch_rope  # noqa: E402
 
-GQA_OPS = ("rope_cache", "qkv_split_rope", "qk_norm_rope_cache", "rope_cosine_cache")
+GQA_OPS = ("rope_cache", "qkv_split_rope", "qk_norm_rope_cache", "rope_cosine_cache", "kv_write", "cache_convert")
 BMM_OPS = ("bmm_rope_cat_cache", "fp8_bmm_rope_cat_cache", "fp4_bmm_rope_cat_cache")
 MLA_OPS = ("qk_rope_cat", "qk_cat", "mla_cache", "qk_rope_cat_cache", "qk_norm_rope_swa", *BMM_OPS)
-CACHE_OPS = ("rope_cache", "mla_cache", "qk_rope_cat_cache", "qk_norm_rope_cache", "rope_cosine_cache", *BMM_OPS)
+CACHE_OPS = ("rope_cache", "mla_cache", "qk_rope_cat_cache", "qk_norm_rope_cache", "rope_cosine_cache", "kv_write",
+             *BMM_OPS)
 OPS = {"rope_cache": "fused_qk_rope_reshape_and_cache", "qkv_split_rope": "fused_qkv_split_qk_rope",
        "qk_rope_cat": "fused_qk_rope_cat", "qk_cat": "fused_qk_cat", "mla_cache": "cat_and_cache_mla",
        "qk_rope_cat_cache": "fused_qk_rope_cat_and_cache_mla", "qk_norm_rope_cache": "fused_qkv_split_qk_norm_rope_cache",
@@ -119,7 +129,8 @@ OPS = {"rope_cache": "fused_qk_rope_reshape_and_cache", "qkv_split_rope": "fused
        "qk_norm_rope_swa": "fused_reduce_qk_norm_rope_swa_write",
        "bmm_rope_cat_cache": "fused_bf16_bmm_rope_cat_and_cache_mla",
        "fp8_bmm_rope_cat_cache": "fused_fp8_bmm_rope_cat_and_cache_mla",
-       "fp4_bmm_rope_cat_cache": "fused_fp4_bmm_rope_cat_and_cache_mla"}
+       "fp4_bmm_rope_cat_cache": "fused_fp4_bmm_rope_cat_and_cache_mla",
+       "kv_write": "kv_cache_write", "cache_convert": "convert_kv_cache"}
 NOPE_P = 128  # DeepSeek's qk_nope_head_dim: the absorbed matmul's input channels
 SWA_WIN = 128
 NORM_EPS = 1e-6
@@ -165,8 +176,9 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
     qh, kh, d, r = hd
     e, bs, f = dtype.itemsize, args.block_size, r // 2
     cache = op in CACHE_OPS
-    kv_dtype = _kv_dtype(kv) if cache else dtype
+    kv_dtype = _kv_dtype(kv) if cache else get_fp8_e4m3_dtype() if op == "cache_convert" else dtype
     c = kv_dtype.itemsize
+    n_conv = -(-t // bs) * bs * kh * d
     nbytes = {
         "rope_cache": 2 * t * qh * d * e + 3 * t * kh * d * e + 2 * t * kh * d * c + 16 * t + 8 * t * f,
         "qkv_split_rope": 2 * t * (qh + 2 * kh) * d * e + 8 * t + 8 * t * f,
@@ -177,6 +189,8 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
         "qk_norm_rope_cache": 4 * t * (qh + kh) * d * e + 2 * t * kh * d * c + 4 * d * e + 16 * t + 8 * t * f,
         "rope_cosine_cache": 2 * t * qh * d * e + 2 * t * kh * d * e + 2 * t * kh * d * c + 16 * t + 8 * t * f,
         "qk_norm_rope_swa": 2 * t * qh * d * e + 3 * t * d * e + 4 * d * e + 20 * t + 8 * t * f,
+        "kv_write": 2 * t * kh * d * (e + c) + 8 * t,
+        "cache_convert": n_conv * (e + c),
         # q_nope read, W read (e or 1 byte), then as qk_rope_cat_cache (the latent part of q_out written once)
         "bmm_rope_cat_cache": t * qh * NOPE_P * e + qh * (d - r) * NOPE_P * e + t * qh * (d + r) * e
                               + t * d * (e + c) + t * r * e + 16 * t + 8 * t * f,
@@ -220,6 +234,18 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
                 vshape = (blocks, kh, bs // xw, d, xw) if layout == "shuffled" else (blocks, kh, d, bs)
             x["key_cache"] = torch.zeros(kshape, device=dev, dtype=kv_dtype)
             x["value_cache"] = torch.zeros(vshape, device=dev, dtype=kv_dtype)
+        elif op == "kv_write":  # views of a qkv tensor, as vLLM passes them
+            _, k, v = randn(t, qh + 2 * kh, d).split([qh, kh, kh], dim=1)
+            x.update(k=k, v=v)
+            if layout == "flash":
+                kshape = vshape = (blocks, bs, kh, d)
+            else:
+                xw = 16 // c
+                kshape, vshape = (blocks, kh, d // xw, bs, xw), (blocks, kh, d, bs)
+            x["key_cache"] = torch.zeros(kshape, device=dev, dtype=kv_dtype)
+            x["value_cache"] = torch.zeros(vshape, device=dev, dtype=kv_dtype)
+        elif op == "cache_convert":
+            x.update(src=randn(blocks, bs, kh, d), dst=torch.zeros(blocks, bs, kh, d, device=dev, dtype=kv_dtype))
         elif op == "qkv_split_rope":
             x["qkv"] = randn(t, (qh + 2 * kh) * d)
         elif op == "qk_norm_rope_cache":  # Qwen3-Next's call: gates interleaved with Q
@@ -255,7 +281,8 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
         return x
 
     dims = {"T": t, "QH": qh, "KH": kh, "D": d, "R": r,
-            "LAYOUT": layout if cache else "-", "KV": str(kv_dtype).replace("torch.", "") if cache else "-"}
+            "LAYOUT": layout if cache else "-",
+            "KV": str(kv_dtype).replace("torch.", "") if cache or op == "cache_convert" else "-"}
     extra = {"rotate_style": "gptj" if op in MLA_OPS else "neox", "block_size": bs if cache else 0,
              "slots": args.slots if cache else "-",
              "inplace": bool(args.inplace) if op == "rope_cache" else False, "table_rows": MAX_POS}
@@ -299,7 +326,7 @@ def _own(case: harness.Case, inputs: dict) -> dict:
     """A provider's view of ``inputs``: its own zeroed caches, its own Q and K where it writes
     them in place, its own outputs otherwise."""
     x = dict(inputs)
-    for name in ("key_cache", "value_cache", "kv_cache"):
+    for name in ("key_cache", "value_cache", "kv_cache", "dst"):
         if name in x:
             x[name] = torch.zeros_like(x[name])
     if case.op == "rope_cache":
@@ -324,6 +351,11 @@ def _fused(mod):
                               k_out=x["k_out"], output_zeros=False)
         if case.op == "qkv_split_rope":
             return lambda: fn(x["qkv"], x["cos"], x["sin"], x["pos"], qh, kh, d, neox)
+        if case.op == "kv_write":
+            kc, vc, s = x["key_cache"], x["value_cache"], x["scale"] if fp8 else None
+            return lambda: (fn(x["k"], x["v"], kc, vc, x["slots"], s, s, case.dims["LAYOUT"] == "flash"), kc, vc)[1:]
+        if case.op == "cache_convert":
+            return lambda: (fn(x["dst"], x["src"], KV_SCALE), x["dst"])[1]
         if case.op == "rope_cosine_cache":
             kc, vc = x["key_cache"], x["value_cache"]
             return lambda: fn(x["q"], x["k"], x["v"], kc, vc, x["slots"], x["pos"], x["cos"], x["sin"], x["scale"],
@@ -523,9 +555,9 @@ def _unfused(case, inputs):
             flat.index_copy_(0, slots, to_cache(torch.cat([x["k_nope"], x["k_pe"]], -1), kv_cache))
             return kv_cache
         return cat_cache
-    if case.op != "rope_cache":
+    if case.op not in ("rope_cache", "kv_write"):
         return None
-    q, k, v, kc, vc = x["q"], x["k"], x["v"], x["key_cache"], x["value_cache"]
+    q, k, v, kc, vc = x.get("q"), x["k"], x["v"], x["key_cache"], x["value_cache"]
     if case.dims["LAYOUT"] == "flash":
         kdst, vdst = _bytes(kc).flatten(0, 1), _bytes(vc).flatten(0, 1)  # (slots, KH, D)
 
@@ -543,6 +575,13 @@ def _unfused(case, inputs):
         def write(dst, src):
             at = vwhere if dst is vdst and vc.dim() == 5 else where
             dst.index_put_(at, src.view(src.shape[0], *dst.shape[len(at):]))
+
+    def kv_write():
+        write(kdst, to_cache(k, kc))
+        write(vdst, to_cache(v, vc))
+        return kc, vc
+    if case.op == "kv_write":
+        return kv_write
 
     def rope_cache():
         if case.extra["inplace"]:

@@ -46,6 +46,10 @@ SwiGLU's clamp at 7):
 Fused SwiGLU + quant ops (N is the output width: x is (M, 2N), read once):
     silu_group_128       act_mul_and_fp8_group_quant(x, "silu", 128)
     silu_dyn / silu_static  act_mul_and_fp8_quant(x, "silu") per token / with a static scale
+Asymmetric int8 (vLLM's azp form; int8 whatever --qdtype):
+    int8_azp_static      static_per_tensor_int8_azp_quant: read x; write q  M * N * e + M * N
+    int8_azp_dynamic     dynamic_per_token_int8_azp_quant: read x; write q, M scales and M azps
+                                                                         M * N * e + M * N + 8 * M
 Providers: triton (aiter_lite), native (the eager fp32 PyTorch reference), compile
 (torch.compile of it); for the fused ops also unfused (this project's norm, then its
 quantization, back to back: the fused op's target is 1.3x that). Liger has no
@@ -102,6 +106,9 @@ SPK = 4
 EPS = 1e-6
 # fused SwiGLU op -> (mode, group size)
 ACT = {"silu_group_128": ("group", 128), "silu_dyn": ("per_token", None), "silu_static": ("static", None)}
+# asymmetric int8 (vLLM's azp form; int8 whatever --qdtype) -> dynamic.
+# bytes: x read, q written, per row a scale and an azp written (dynamic)
+AZP = {"int8_azp_static": False, "int8_azp_dynamic": True}
 QDTYPES = {"fp8": tri.get_fp8_e4m3_dtype, "e5m2": lambda: torch.float8_e5m2, "int8": lambda: torch.int8}
 DEFAULT_MODELS = ["llama3-8B", "llama3-70B", "deepseek-v3"]
 DEFAULT_M = [1, 16, 256, 1024, 4096, 16384]
@@ -254,7 +261,40 @@ def _ffq2_unfused(case, inputs):
     return lambda: (tri.static_per_tensor_quant_fp8_i8(q, tri_act.silu_and_mul(y, x), scale), scale)
 
 
+def _azp_case(op, label, m, n, dtype, qdtype):
+    dynamic = AZP[op]
+
+    def make_inputs():
+        x = torch.randn(m, n, device=harness.DEVICE, dtype=dtype) * 3
+        if dynamic:
+            return x, torch.empty(m, 1, device=harness.DEVICE), torch.empty(m, 1, device=harness.DEVICE,
+                                                                             dtype=torch.int32)
+        return x, torch.tensor([STATIC_SCALE], device=harness.DEVICE), torch.tensor([3], device=harness.DEVICE,
+                                                                                    dtype=torch.int32)
+
+    def agrees(result, reference):
+        """Dequantized ``(q - azp) * scale`` within one scale of the reference's."""
+        (q, s, z), (q_ref, s_ref, z_ref) = result, reference
+        got, want = (q.float() - z.float()) * s, (q_ref.float() - z_ref.float()) * s_ref
+        return bool(((got - want).abs() <= s_ref * 1.01 + 1e-6).all())
+
+    return harness.Case(op=op, label=label, dims={"M": m, "N": n, "QDTYPE": "int8"}, dtype=dtype, rows=m,
+                        nbytes=m * n * dtype.itemsize + m * n + (8 * m if dynamic else 0), make_inputs=make_inputs,
+                        agrees=agrees)
+
+
+def _azp_call(mod, case, inputs):
+    x, scale, azp = inputs
+    q = torch.empty(x.shape, device=x.device, dtype=torch.int8)
+    if AZP[case.op]:
+        s, z = torch.empty_like(scale), torch.empty_like(azp)
+        return lambda: mod.dynamic_per_token_int8_azp_quant(q, x, s, z)
+    return lambda: (mod.static_per_tensor_int8_azp_quant(q, x, scale, azp), scale, azp)
+
+
 def _case(op, label, m, n, dtype, qdtype):
+    if op in AZP:
+        return _azp_case(op, label, m, n, dtype, qdtype)
     if op in FFQ2:
         return _ffq2_case(op, label, m, n, dtype, qdtype)
     if op in ACT:
@@ -405,6 +445,8 @@ def _call(fn, case, x, qx, scale):
 
 
 def _triton(case, inputs):
+    if case.op in AZP:
+        return _azp_call(tri, case, inputs)
     if case.op in FFQ2:
         return _ffq2_call(tri_ffq, case, inputs)
     if case.op in ACT:
@@ -417,6 +459,8 @@ def _triton(case, inputs):
 
 
 def _native(case, inputs):
+    if case.op in AZP:
+        return _azp_call(native, case, inputs)
     if case.op in FFQ2:
         return _ffq2_call(native_ffq, case, inputs)
     if case.op in ACT:
@@ -448,7 +492,20 @@ class _CompiledFfq:
         return fn
 
 
+class _CompiledAzp:
+    """torch.compile of the native asymmetric int8 ops, under their names."""
+
+    def __getattr__(self, name):
+        fn = harness.compile_static(getattr(native, name))
+        setattr(self, name, fn)
+        return fn
+
+
 def _compile(case, inputs):
+    if case.op in AZP:
+        if "azp" not in _compiled:
+            _compiled["azp"] = _CompiledAzp()
+        return _azp_call(_compiled["azp"], case, inputs)
     if case.op in FFQ2:
         if "ffq2" not in _compiled:
             _compiled["ffq2"] = _CompiledFfq()
@@ -475,7 +532,7 @@ PROVIDERS = {"triton": _triton, "native": _native, "compile": _compile, "unfused
 
 def main(argv=None):
     p = harness.make_parser(__doc__.splitlines()[0], ("M", "N"))
-    p.add_argument("--op", nargs="+", default=list(OPS), choices=[*OPS, *FUSED, *FFQ, *FFQ2, *ACT])
+    p.add_argument("--op", nargs="+", default=list(OPS), choices=[*OPS, *FUSED, *FFQ, *FFQ2, *ACT, *AZP])
     p.add_argument("--qdtype", default="fp8", choices=list(QDTYPES),
                    help="quantized dtype: fp8 (e4m3: fnuz on MI300, fn elsewhere), e5m2 or int8")
     harness.add_sweep_args(p)

@@ -7,5 +7,7 @@ from aiter_lite.vllm._cache_ops import *  # noqa: F401,F403
 from aiter_lite.vllm._cache_ops import __all__ as _cache_all
 from aiter_lite.vllm._core_ops import *  # noqa: F401,F403
 from aiter_lite.vllm._core_ops import __all__ as _core_all
+from aiter_lite.vllm._quant_ops import *  # noqa: F401,F403
+from aiter_lite.vllm._quant_ops import __all__ as _quant_all
 
-__all__ = [*_activation_all, *_cache_all, *_core_all]
+__all__ = [*_activation_all, *_cache_all, *_core_all, *_quant_all]

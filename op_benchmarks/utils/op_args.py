@@ -256,6 +256,10 @@ def op_args(name: str, dims: Dims = TINY, device="cpu", dtype=torch.float32, qdt
         "fused_silu_mul": lambda: (gated,),
         "act_mul": lambda: (m.r(t, d.inter), m.r(t, d.inter), "gelu_tanh"),
         "silu": lambda: (x,), "relu": lambda: (x,), "gelu": lambda: (x, "tanh"),
+        "act_and_mul_rounded": lambda: (m.e(t, d.inter), gated, "silu", False),
+        "fatrelu_and_mul": lambda: (m.e(t, d.inter), gated, 0.25),
+        "swigluoai_and_mul": lambda: (m.e(t, d.inter), gated, 1.702, 7.0),
+        "gelu_new": lambda: (x,), "gelu_fast": lambda: (x,), "gelu_quick": lambda: (x,),
         "rms_norm": lambda: (x, m.w(n), 1e-6, 0.0),
         "rmsnorm_forward_inference": lambda: (x, m.w(n), 1e-6),
         "rmsnorm2d_fwd_with_add": lambda: (m.e(t, n), x, m.r(t, n), m.e(t, n), m.w(n), 1e-6, 0.0),
@@ -287,6 +291,10 @@ def op_args(name: str, dims: Dims = TINY, device="cpu", dtype=torch.float32, qdt
         "dynamic_per_tensor_quant_fp8_i8": lambda: (m.q(t, n), x, m.f32(1)),
         "dynamic_per_token_quant_fp8_i8": lambda: (m.q(t, n), x, m.f32(t, 1), None),
         "per_token_group_quant": lambda: (m.q(t, n), x, m.f32(t, n // g), g, 1e-10),
+        "static_per_tensor_int8_azp_quant": lambda: (m.e(t, n, dtype=torch.int8), x, m.scale(),
+                                                     torch.tensor([3], device=m.device, dtype=torch.int32)),
+        "dynamic_per_token_int8_azp_quant": lambda: (m.e(t, n, dtype=torch.int8), x, m.f32(t, 1),
+                                                     m.e(t, 1, dtype=torch.int32)),
         "scaled_fp8_quant": lambda: (x, None, None, True, None),
         "per_token_group_quant_fp8": lambda: (x, g, 1e-10, None, True),
         "per_token_group_quant_int8": lambda: (x, g, 1e-10, torch.int8),
@@ -343,6 +351,14 @@ def op_args(name: str, dims: Dims = TINY, device="cpu", dtype=torch.float32, qdt
                                       torch.zeros(d.blocks * d.block_size, 1, d.kv_lora + d.rope_dim,
                                                   device=m.device, dtype=m.dtype),
                                       m.slots(d.blocks * d.block_size), None, True),
+        "kv_cache_write": lambda: (*m.r(t, 3, d.kv_heads, d.head_dim).unbind(1)[1:],  # views of a qkv tensor
+                                   *(torch.zeros(d.blocks, d.block_size, d.kv_heads, d.head_dim, device=m.device,
+                                                 dtype=m.dtype) for _ in range(2)),
+                                   m.slots(d.blocks * d.block_size), m.scale(), m.scale(), True),
+        "convert_kv_cache": lambda: (
+            torch.empty(d.blocks, d.block_size, d.kv_heads, d.head_dim, device=m.device,
+                        dtype=m.qdtype if m.qdtype.is_floating_point else torch.float8_e5m2),
+            m.r(d.blocks, d.block_size, d.kv_heads, d.head_dim), 0.5),
     }
     if name in table:
         return table[name]()

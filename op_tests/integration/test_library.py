@@ -51,9 +51,9 @@ _CPU_AOT = {"silu_and_mul", "rms_norm", "fused_add_rms_norm", "log_softmax", "cr
             "rope_cached_positions_fwd_inplace", "rope_thd_fwd", "fused_qkv_split_qk_rope",
             "fused_qk_rope_reshape_and_cache", "cat_and_cache_mla", "fused_routing_from_topk"}
 _CHECKS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
-# Ops that take fp8 inputs: torch's schema check compares each input before and after the call
+# Ops that take or write fp8 tensors: torch's schema check compares each input before and after the call
 # with torch.allclose, which has no fp8 kernel; the other checks run.
-_FP8_INPUTS = {"fused_fp8_bmm_rope_cat_and_cache_mla"}
+_FP8_INPUTS = {"fused_fp8_bmm_rope_cat_and_cache_mla", "convert_kv_cache"}
 
 
 @pytest.mark.parametrize("name", sorted(library.OPS))

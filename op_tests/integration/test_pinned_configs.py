@@ -43,7 +43,9 @@ FAMILIES = ["activation", "activation backward", "activation, gate and up apart"
             "fused gated rms + quant", "mx quant", "rope",
             "rope in place", "fusions", "fusions q/k concat", "fusions MLA cache", "fusions KV cache",
             "fusions MLA rope cat cache", "fusions mul add", "fusions routing from top-k",
-            "fusions QK-norm rope cache", "fusions reduce QK-norm rope SWA write", "rope 3-D", "fusions MLA bmm"]
+            "fusions QK-norm rope cache", "fusions reduce QK-norm rope SWA write", "rope 3-D",
+            "activation, vLLM's forms", "quant int8 with zero point", "fusions KV cache write",
+            "fusions KV cache convert", "fusions MLA bmm"]
 F8 = torch.float8_e4m3fn if ON_GPU else torch.int8
 
 
@@ -114,7 +116,7 @@ def _cases():
                  topk.TopkLaunchConfig(2, 128, 4, True, 2)),
         "moe routing": (moe_routing._launch_moe_routing,
                         (_r(t, 66), _r(64), _e(t, 6), _e(t, 4, dtype=torch.int32), _e(t, 4, dtype=torch.int32), 8,
-                         2, True, True, 2.5, 2),
+                         2, True, True, 2.5, 2, False),
                         moe_routing.MoeRoutingLaunchConfig(4, 1)),
         "moe routing sigmoid top1": (sigmoid_top1._launch_routing_sigmoid_top1,
                                      (_r(t, 40), _r(40, 12), _e(t, 2, dtype=torch.int32), _e(t, 2), True),
@@ -208,6 +210,18 @@ def _cases():
                      (_r(1, t, 2, 16), _r(8, 8, 2), torch.tensor([[1, 1, t]], device=DEVICE), _e(1, t, 2, 16),
                       0),
                      RopeLaunchConfig(2, 1, 1)),
+        "activation, vLLM's forms": (activation._launch_act_ex,
+                                     (_r(t, 2 * n), None, _e(t, n), "swish", True, 1.702, 7.0, True, True, False),
+                                     activation.ActLaunchConfig(2, 32, 1)),
+        "quant int8 with zero point": (quant._launch_int8_azp_quant,
+                                       (x2, _e(t, n, dtype=torch.int8), _e(t), _e(t, dtype=torch.int32), True),
+                                       QuantLaunchConfig(1, 32, 1, LOOPED=True)),
+        "fusions KV cache write": (fused_kv_cache._launch_kv_cache_write,
+                                   (_r(t, 2, 16), _r(t, 2, 16), _e(3, 4, 2, 16), _e(3, 4, 2, 16),
+                                    torch.randperm(12, device=DEVICE)[:t], None, None, [12, 4, 1], True),
+                                   RopeLaunchConfig(2, 1, 1)),
+        "fusions KV cache convert": (fused_kv_cache._launch_cache_convert, (_e(3, 64, dtype=F8), _r(3, 64), 0.5),
+                                     fused_kv_cache.ConvertLaunchConfig(32, 1)),
         "fusions MLA bmm": (bmm._launch_mla_bmm_rope_cat_cache,
                             (_r(4, t, 40), (_r(4, 24, 40) * 0.1).to(F8), _r(1), _r(t, 4, 8), _r(t + 1, 1, 24),
                              _r(t + 1, 1, 8), _e(t, 4, 32), _e(16, 1, 32), torch.randperm(16, device=DEVICE)[:t + 1],

@@ -321,3 +321,95 @@ def test_compiled_activations():
     compiled = torch.compile(block, backend=COMPILE_BACKEND, fullgraph=True)
     for got, want in zip(compiled(x), block(x)):
         assert_close(got, want, atol=0, rtol=0)
+
+
+# ---- forward-only forms (vLLM's activation ops): against the native references -------------
+
+TRUNCATES_BF16 = not ON_GPU  # the interpreter's fp32 -> bf16 conversion truncates
+
+
+def _units(dtype, x=None):
+    """(atol, rtol) of about two units of the dtype; gelu_new / gelu_fast round tanh's value
+    to the dtype, where one unit becomes half |x| units of the result (1 + t cancels)."""
+    u = {torch.float32: 1e-5, torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7 if TRUNCATES_BF16 else 2.0 ** -8}
+    scale = 1.0 + (float(x.float().abs().max()) if x is not None and x.numel() else 0.0)
+    return 2 * u[dtype] * scale, 2 * u[dtype]
+
+
+FORWARD_GATED = {
+    "act_and_mul_rounded silu": (lambda o, x: act.act_and_mul_rounded(o, x, "silu"),
+                                 lambda o, x: ref.act_and_mul_rounded(o, x, "silu")),
+    "act_and_mul_rounded gelu_tanh, act second": (lambda o, x: act.act_and_mul_rounded(o, x, "gelu_tanh", False),
+                                                 lambda o, x: ref.act_and_mul_rounded(o, x, "gelu_tanh", False)),
+    "act_and_mul_rounded gelu": (lambda o, x: act.act_and_mul_rounded(o, x, "gelu"),
+                                 lambda o, x: ref.act_and_mul_rounded(o, x, "gelu")),
+    "fatrelu_and_mul": (lambda o, x: act.fatrelu_and_mul(o, x, 0.3), lambda o, x: ref.fatrelu_and_mul(o, x, 0.3)),
+    "swigluoai_and_mul": (act.swigluoai_and_mul, ref.swigluoai_and_mul),
+    "swigluoai_and_mul small limit": (lambda o, x: act.swigluoai_and_mul(o, x, 1.0, 0.5),
+                                      lambda o, x: ref.swigluoai_and_mul(o, x, 1.0, 0.5)),
+}
+
+
+@pytest.mark.parametrize("shape", by_device(cpu=[(0, 8), (1, 1), (3, 7), (7, 127), (5, 4097)],
+                                            gpu=[(0, 8), (1, 1), (7, 127), (1000, 4097), (4096, 14336)]), ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(FORWARD_GATED))
+def test_forward_only_gated(name, dtype, shape):
+    fn, ref_fn = FORWARD_GATED[name]
+    m, d = shape
+    x = make_rows(m, 2 * d, dtype, scale=3.0, strided=m > 3)
+    out = poisoned((m, d), dtype)
+    assert fn(out, x) is out
+    atol, rtol = _units(dtype)
+    assert_close(out, ref_fn(torch.empty_like(out), x), atol=atol, rtol=rtol, name=name)
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (1,), (3, 127), (2, 3, 1000)], ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", ["gelu_new", "gelu_fast", "gelu_quick"])
+def test_forward_only_elementwise(name, dtype, shape):
+    x = (torch.randn(shape, device=DEVICE) * 3).to(dtype)
+    y = getattr(act, name)(x)
+    assert y.shape == x.shape and y.dtype == dtype
+    atol, rtol = _units(dtype, x)
+    assert_close(y, getattr(ref, name)(x), atol=atol, rtol=rtol, name=name)
+    xs = make_rows(3, 50, dtype, strided=True, lead=(2,), scale=3)
+    atol, rtol = _units(dtype, xs)
+    assert_close(getattr(act, name)(xs), getattr(ref, name)(xs), atol=atol, rtol=rtol, name=f"{name} strided")
+
+
+def test_forward_only_refuse_grad_and_bad_input():
+    x = _x().requires_grad_()
+    with pytest.raises(ValueError, match=r"^fatrelu_and_mul: input requires grad, but fatrelu_and_mul has no "
+                                         r"gradient"):
+        act.fatrelu_and_mul(_x(4, 8), x)
+    with pytest.raises(ValueError, match=r"^gelu_new: x requires grad"):
+        act.gelu_new(x)
+    with pytest.raises(ValueError, match=r"^act_and_mul_rounded: activation must be one of"):
+        act.act_and_mul_rounded(_x(4, 8), _x(), "swish")
+    with pytest.raises(TypeError, match=r"^act_and_mul_rounded: act_first must be a bool"):
+        act.act_and_mul_rounded(_x(4, 8), _x(), "silu", "no")
+    with pytest.raises(ValueError, match=r"^swigluoai_and_mul: input last dim must be even"):
+        act.swigluoai_and_mul(_x(4, 8), _x(4, 17))
+    with pytest.raises(TypeError, match=r"^fatrelu_and_mul: threshold must be a real number"):
+        act.fatrelu_and_mul(_x(4, 8), _x(), None)
+    with pytest.raises(TypeError, match=r"^gelu_quick: x must be float32"):
+        act.gelu_quick(_x().int())
+    out = torch.empty(4, 8, device=DEVICE)
+    assert_each_tensor_refused_on_meta(act.swigluoai_and_mul, out, _x())
+    assert_each_tensor_refused_on_meta(act.act_and_mul_rounded, out, _x(), "gelu")
+    assert_each_tensor_refused_on_meta(act.gelu_fast, _x())
+
+
+def test_forward_only_any_tile():
+    # Pinned tiles: partial in both dims, the interleaved split included.
+    from aiter_lite.ops.triton.activation import _launch_act_ex
+
+    x = make_rows(11, 2 * 77, torch.float32, scale=4.0)
+    for cfg in (ActLaunchConfig(1, 16, 1), ActLaunchConfig(4, 64, 4), ActLaunchConfig(8, 256, 4)):
+        out = poisoned((11, 77), torch.float32)
+        _launch_act_ex(x, None, out, "swish", True, 1.702, 7.0, True, True, False, config=cfg)
+        assert_close(out, ref.swigluoai_and_mul(torch.empty_like(out), x))
+        out = poisoned((11, 77), torch.float32)
+        _launch_act_ex(x[:, 77:], x[:, :77], out, "silu", True, 0.0, 0.0, False, False, True, config=cfg)
+        assert_close(out, ref.act_and_mul_rounded(torch.empty_like(out), x, "silu", False))

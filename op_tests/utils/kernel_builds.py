@@ -306,6 +306,22 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
         ("dynamic_per_token_quant split",
          lambda: op["dynamic_per_token_quant_fp8_i8"](_meta(1024, 131072, dtype=fp8), _meta(1024, 131072),
                                                       _meta(1024, 1, dtype=f32), None)),
+        ("dynamic_per_token_int8_azp_quant looped",
+         lambda: op["dynamic_per_token_int8_azp_quant"](_meta(4, 65536, dtype=torch.int8), _meta(4, 65536),
+                                                        _meta(4, 1, dtype=f32), _meta(4, 1, dtype=torch.int32))),
+        ("dynamic_per_token_int8_azp_quant, rows the per-token launch splits, looped",
+         lambda: op["dynamic_per_token_int8_azp_quant"](_meta(1024, 131072, dtype=torch.int8), _meta(1024, 131072),
+                                                        _meta(1024, 1, dtype=f32),
+                                                        _meta(1024, 1, dtype=torch.int32))),
+        ("static_per_tensor_int8_azp_quant, wide rows",
+         lambda: op["static_per_tensor_int8_azp_quant"](_meta(4, 65536, dtype=torch.int8), _meta(4, 65536),
+                                                        _meta(1, dtype=f32), _meta(1, dtype=torch.int32))),
+        *[(f"vLLM scaled_fp8_quant, static {what} scales",
+           lambda s=s, gs=gs: vllm_ops.scaled_fp8_quant(_meta(256, 7168), _meta(*s, dtype=f32), group_shape=gs))
+          for what, s, gs in (("per-token", (256,), (1, -1)), ("per-channel", (7168,), (-1, 1)),
+                              ("128 x 128 block", (2, 56), None))],
+        ("vLLM per_token_group_quant_fp8, ue8m0 scales",
+         lambda: vllm_ops.per_token_group_quant_fp8(_meta(256, 7168), 128, dtype=fp8, use_ue8m0=True)),
         ("act_mul_and_fp8_quant per token",
          lambda: op["act_mul_and_fp8_quant"](_meta(4, 2 * 4096), "silu", None, fp8, None)),
         ("act_mul_and_fp8_quant per token looped, bound",
@@ -334,6 +350,33 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
            lambda dt=dt: op["cat_and_cache_mla"](_meta(8, 512), _meta(8, 64), _meta(4, 1, 64, 576, dtype=dt),
                                                  _meta(8, dtype=torch.int64), _meta(1, dtype=f32), True, True))
           for dt in (torch.bfloat16, fp8)],
+        # vLLM's cache writes (ROTATE off, DIV_SCALE): the classic layout's fp8 caches, the HND flash view, the
+        # MLA cache, and the fp8 cache decoded
+        ("kv_cache_write classic layout, fp8 caches, scaled",
+         lambda: op["kv_cache_write"](_meta(64, 8, 128), _meta(64, 8, 128), _meta(512, 8, 8, 16, 16, dtype=fp8),
+                                      _meta(512, 8, 128, 16, dtype=fp8), _meta(64, dtype=torch.int64),
+                                      _meta(1, dtype=f32), _meta(1, dtype=f32), False)),
+        ("vLLM reshape_and_cache_flash, HND cache view, unscaled",
+         lambda: vllm_ops.reshape_and_cache_flash(
+             _meta(64, 8, 128), _meta(64, 8, 128), _meta(512, 8, 16, 128).permute(0, 2, 1, 3),
+             _meta(512, 8, 16, 128).permute(0, 2, 1, 3), _meta(64, dtype=torch.int64), "auto", None, None)),
+        ("vLLM concat_and_cache_mla, fp8 cache",
+         lambda: vllm_ops.concat_and_cache_mla(_meta(8, 512), _meta(8, 64), _meta(64, 16, 576, dtype=torch.uint8),
+                                               _meta(8, dtype=torch.int64), "fp8", _meta(1, dtype=f32))),
+        # vLLM's activation forms: torch's rounding and the device's expf / tanhf (PRECISE), interleaved
+        # gate / up with gpt-oss's clamp, gelu_new / gelu_fast rounded in bf16, full tiles (EVEN)
+        ("vLLM silu_and_mul, gelu_and_mul, gelu_tanh_and_mul, mul_and_silu",
+         lambda: [fn(_meta(8, 4096), _meta(8, 2 * 4096)) for fn in (
+             vllm_ops.silu_and_mul, vllm_ops.gelu_and_mul, vllm_ops.gelu_tanh_and_mul, vllm_ops.mul_and_silu)]),
+        ("vLLM swigluoai_and_mul gpt-oss, fatrelu_and_mul",
+         lambda: (vllm_ops.swigluoai_and_mul(_meta(8, 2880), _meta(8, 2 * 2880), 1.702, 7.0),
+                  vllm_ops.swigluoai_and_mul(_meta(8, 4096), _meta(8, 2 * 4096), 1.702, 7.0),
+                  vllm_ops.fatrelu_and_mul(_meta(8, 4096), _meta(8, 2 * 4096), 0.1))),
+        ("vLLM gelu_new, gelu_fast, gelu_quick",
+         lambda: [fn(_meta(8, 4096), _meta(8, 4096)) for fn in (
+             vllm_ops.gelu_new, vllm_ops.gelu_fast, vllm_ops.gelu_quick)]),
+        ("convert_kv_cache fp8 decoded",
+         lambda: op["convert_kv_cache"](_meta(64, 16, 8, 128), _meta(64, 16, 8, 128, dtype=fp8), 0.5)),
         # fused_add_rmsnorm_pad: gpt-oss's 2880 padded to 3072 (a row in registers), a looped row (the width
         # compiled in, and not), a split row
         ("add_rmsnorm_pad gpt-oss",

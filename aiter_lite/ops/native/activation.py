@@ -70,6 +70,55 @@ def relu(x: torch.Tensor) -> torch.Tensor:
     return F.relu(x.float()).to(x.dtype)
 
 
+def act_and_mul_rounded(out: torch.Tensor, input: torch.Tensor, activation: str,
+                        act_first: bool = True) -> torch.Tensor:
+    d = input.shape[-1] // 2
+    x = input.float()
+    gate, up = (x[..., :d], x[..., d:]) if act_first else (x[..., d:], x[..., :d])
+    out.copy_(ACTIVATIONS[activation](gate).to(input.dtype).float() * up)
+    return out
+
+
+def fatrelu_and_mul(out: torch.Tensor, input: torch.Tensor, threshold: float = 0.0) -> torch.Tensor:
+    d = input.shape[-1] // 2
+    x = input.float()
+    out.copy_(F.threshold(x[..., :d], threshold, 0.0) * x[..., d:])
+    return out
+
+
+def swigluoai_and_mul(out: torch.Tensor, input: torch.Tensor, alpha: float = 1.702,
+                      limit: float = 7.0) -> torch.Tensor:
+    x = input.float()
+    gate = x[..., 0::2].clamp(max=limit)
+    up = x[..., 1::2].clamp(min=-limit, max=limit)
+    out.copy_((up + 1) * gate * torch.sigmoid(alpha * gate))
+    return out
+
+
+def _in(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """fp32 values rounded to ``dtype`` (where vLLM's kernels compute in the input's dtype)."""
+    return x.to(dtype).float()
+
+
+def gelu_new(x: torch.Tensor) -> torch.Tensor:
+    t, f = x.dtype, x.float()
+    x3 = _in(_in(f * f, t) * f, t)
+    inner = _in(0.79788456 * _in(f + _in(0.044715 * x3, t), t), t)
+    return (_in(0.5 * f, t) * _in(1.0 + _in(torch.tanh(inner), t), t)).to(t)
+
+
+def gelu_fast(x: torch.Tensor) -> torch.Tensor:
+    t, f = x.dtype, x.float()
+    a = _in(f * 0.79788456, t)
+    b = _in(1.0 + _in(_in(0.044715 * f, t) * f, t), t)
+    return (_in(0.5 * f, t) * _in(1.0 + _in(torch.tanh(_in(a * b, t)), t), t)).to(t)
+
+
+def gelu_quick(x: torch.Tensor) -> torch.Tensor:
+    f = x.float()
+    return (f * torch.sigmoid(1.702 * f)).to(x.dtype)
+
+
 # aiter's name at this path (aiter_lite defines it with the other activation + quant ops)
 __getattr__ = lazy_aliases(globals(), {
     "act_mul_and_fp8_group_quant": "aiter_lite.ops.native.quant.act_quant",

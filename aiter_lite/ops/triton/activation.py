@@ -4,6 +4,12 @@ Signatures follow aiter / vLLM: ``silu_and_mul(out, input)`` writes
 ``silu(input[..., :d]) * input[..., d:]`` into ``out`` (d = input.shape[-1] // 2).
 Inputs may have any rank and strided rows (unit stride in the last dim);
 fp32/fp16/bf16 in, the output's dtype out; math in fp32.
+
+Forward only (vLLM's activation ops, which the vLLM forms in ``aiter_lite.vllm`` call):
+``act_and_mul_rounded`` (torch's rounding: the activation stored in the input's dtype before
+the multiply, torch's formulas with the device's expf / tanhf), ``fatrelu_and_mul``,
+``swigluoai_and_mul`` (gpt-oss, interleaved gate / up), ``gelu_new``, ``gelu_fast``,
+``gelu_quick``; each refuses an input that requires grad.
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ from aiter_lite.ops.triton._triton_kernels.activation import _act_and_mul_kernel
 from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.utils.aliases import lazy_aliases
 from aiter_lite.utils.checks import (
+    check_bool,
     check_choice,
     check_float_tensor,
+    check_real,
     check_same_device,
     check_triton_device,
     check_unit_last_stride,
@@ -41,6 +49,12 @@ __all__ = [
     "silu",
     "gelu",
     "relu",
+    "act_and_mul_rounded",
+    "fatrelu_and_mul",
+    "swigluoai_and_mul",
+    "gelu_new",
+    "gelu_fast",
+    "gelu_quick",
     "ActLaunchConfig",
     "act_launch_config",
 ]
@@ -100,10 +114,12 @@ def act_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPR
 
 
 def _launch(x2: torch.Tensor, y2: torch.Tensor, dy2: torch.Tensor | None, activation: str, gated: bool,
-            config: ActLaunchConfig | None, u2: torch.Tensor | None = None, du2: torch.Tensor | None = None) -> None:
+            config: ActLaunchConfig | None, u2: torch.Tensor | None = None, du2: torch.Tensor | None = None,
+            mode: "_Mode | None" = None) -> None:
     """The kernel over 2-D views: y2 = act(x2) (gated: of its halves, or act(x2) * u2 where
     the up values are their own rows ``u2``), or with ``dy2`` (the output's gradient) y2 =
-    x2's gradient (and du2 = u2's)."""
+    x2's gradient (and du2 = u2's). ``mode``: the forward-only options (:class:`_Mode`)."""
+    mode = mode or _PLAIN
     n_rows, n_cols = (y2 if dy2 is None else dy2).shape
     cfg = config or act_launch_config(n_rows, n_cols, device_profile(x2.device))
     row_blocks = cdiv(n_rows, cfg.BLOCK_M)
@@ -114,14 +130,18 @@ def _launch(x2: torch.Tensor, y2: torch.Tensor, dy2: torch.Tensor | None, activa
     # Bound on any lane's offset, masked lanes of the last tiles included (a gated
     # row's up half sits n_cols further on).
     stride = max(t.stride(0) for t in (x2, y2, u2, du2, x2 if dy2 is None else dy2))
-    max_offset = row_blocks * cfg.BLOCK_M * stride + col_blocks * cfg.BLOCK_N + n_cols
+    max_offset = row_blocks * cfg.BLOCK_M * stride + 2 * col_blocks * cfg.BLOCK_N + n_cols
     launch(
         _act_and_mul_kernel, (col_blocks, min(row_blocks, _MAX_GRID_Y)),
         x2, u2, y2, dy2, du2, x2.stride(0), u2.stride(0), y2.stride(0), 0 if dy2 is None else dy2.stride(0),
-        du2.stride(0), u_col0, n_rows, n_cols,
+        du2.stride(0), u_col0, n_rows, n_cols, mode.param, mode.limit,
         ACTIVATION=activation,
         GATED=gated,
         BACKWARD=dy2 is not None,
+        INTERLEAVED=mode.interleaved,
+        CLAMP=mode.clamp,
+        ROUND_ACT=mode.round_act,
+        PRECISE=mode.precise and not device_profile(x2.device).interpreter,
         INT64=max_offset >= 2**31,
         EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
         ONE_PASS=row_blocks <= _MAX_GRID_Y,
@@ -131,11 +151,36 @@ def _launch(x2: torch.Tensor, y2: torch.Tensor, dy2: torch.Tensor | None, activa
     )
 
 
+@dataclass(frozen=True)
+class _Mode:
+    """The forward-only options of a launch (the kernel's runtime scalars and flags)."""
+    param: float = 0.0  # fatrelu's threshold, swish's beta
+    limit: float = 0.0  # clamp's limit
+    interleaved: bool = False  # gate and up in alternate columns
+    clamp: bool = False  # gpt-oss: min(gate, limit), clamp(up, -limit, limit) + 1
+    round_act: bool = False  # act(gate) rounded to the input's dtype before the multiply
+    precise: bool = False  # the device's expf / tanhf and IEEE division, torch's formulas
+
+
+_PLAIN = _Mode()
+
+
 @launcher(mutates=("y2",))
 def _launch_act_and_mul(x2: torch.Tensor, y2: torch.Tensor, activation: str, gated: bool,
                         config: ActLaunchConfig | None = None) -> None:
     """The forward over 2-D views; ``config`` pins a launch (tests, tuning)."""
     _launch(x2, y2, None, activation, gated, config)
+
+
+@launcher(mutates=("y2",))
+def _launch_act_ex(x2: torch.Tensor, u2: torch.Tensor | None, y2: torch.Tensor, activation: str, gated: bool,
+                   param: float, limit: float, interleaved: bool, clamp: bool, round_act: bool,
+                   config: ActLaunchConfig | None = None) -> None:
+    """The forward with the forward-only options, math as torch's (precise functions on a
+    GPU): y2 = act(x2) * u2 where ``u2`` (gated, up values in their own rows), else of x2's
+    halves, or of its alternate columns (``interleaved``)."""
+    _launch(x2, y2, None, activation, gated, config, u2=u2,
+            mode=_Mode(param, limit, interleaved, clamp, round_act, precise=True))
 
 
 @launcher(mutates=("dx2",))
@@ -394,6 +439,115 @@ def gelu(x: torch.Tensor, approximate: Literal["none", "tanh"] = "none") -> torc
 def relu(x: torch.Tensor) -> torch.Tensor:
     """``max(x, 0)``, NaN propagating."""
     return _elementwise("relu", x, "relu")
+
+
+# ---------------------------------------------------------------------------
+# forward-only forms (vLLM's activation ops and their semantics): no backward kernel
+
+_FORWARD_ONLY = "a forward-only activation form (vLLM's inference op); train with silu_and_mul / act_and_mul / act_mul"
+_QUICK_GELU_BETA = 1.702
+
+
+def _gated_ex(op: str, out: torch.Tensor, input: torch.Tensor, activation: str, *, param: float = 0.0,
+              limit: float = 0.0, interleaved: bool = False, clamp: bool = False, round_act: bool = False,
+              act_first: bool = True) -> torch.Tensor:
+    """Checked ``out = act(gate) * up`` with the forward-only options; ``act_first`` False:
+    the activation of the second half times the first (vLLM's mul_and_silu)."""
+    _check_gated(op, out, input, ("out", "input"), False)
+    if debug_on():
+        log_call(op, out=out, input=input, activation=activation)
+    if out.numel() == 0:
+        return out
+    x2 = rows_view(op, "input", input, writable=False)
+    y2 = rows_view(op, "out", out, writable=True)
+    d = y2.shape[1]
+    if act_first or interleaved:
+        _launch_act_ex(x2, None, y2, activation, True, param, limit, interleaved, clamp, round_act)
+    else:  # views of the two halves: no copy
+        _launch_act_ex(x2[:, d:], x2[:, :d], y2, activation, True, param, limit, False, clamp, round_act)
+    return out
+
+
+def _elementwise_ex(op: str, out: torch.Tensor | None, x: torch.Tensor, activation: str, param: float = 0.0,
+                    names: tuple[str, str] = ("out", "x")) -> torch.Tensor:
+    """Checked ``out = act(x)`` (a new tensor where ``out`` is None), any shape, strided rows."""
+    out_name, in_name = names
+    check_float_tensor(op, in_name, x)
+    check_triton_device(op, in_name, x)
+    check_unit_last_stride(op, in_name, x)
+    if out is None:
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    else:
+        check_float_tensor(op, out_name, out)
+        check_same_device(op, out_name, out, in_name, x)
+        if out.shape != x.shape:
+            raise ValueError(f"{op}: {out_name} must have {in_name}'s shape {tuple(x.shape)}, got {tuple(out.shape)}")
+        check_unit_last_stride(op, out_name, out)
+    if debug_on():
+        log_call(op, **{out_name: out, in_name: x})
+    if out.numel() == 0:
+        return out
+    if x.is_contiguous() and out.is_contiguous():
+        for x2, y2 in _flat_pieces(x, out):
+            _launch_act_ex(x2, None, y2, activation, False, param, 0.0, False, False, False)
+    else:
+        xs = x if x.dim() else x.view(1)
+        ys = out if out.dim() else out.view(1)
+        _launch_act_ex(rows_view(op, in_name, xs, writable=False), None, rows_view(op, out_name, ys, writable=True),
+                       activation, False, param, 0.0, False, False, False)
+    return out
+
+
+@public_op(mutates=("out",), no_grad=_FORWARD_ONLY)
+def act_and_mul_rounded(out: torch.Tensor, input: torch.Tensor, activation: Activation,
+                        act_first: bool = True) -> torch.Tensor:
+    """``out = act(input[..., :d]) * input[..., d:]`` as torch's two ops compute it (and
+    vLLM's kernels): the activation, by torch's formula with the device's expf / tanhf /
+    erff and IEEE division, is rounded to input's dtype before the multiply. ``act_first``
+    False: ``input[..., :d] * act(input[..., d:])`` (vLLM's mul_and_silu). Returns ``out``."""
+    op = "act_and_mul_rounded"
+    activation = check_choice(op, "activation", activation, _ACTIVATIONS)
+    return _gated_ex(op, out, input, activation, round_act=True, act_first=check_bool(op, "act_first", act_first))
+
+
+@public_op(mutates=("out",), no_grad=_FORWARD_ONLY)
+def fatrelu_and_mul(out: torch.Tensor, input: torch.Tensor, threshold: float = 0.0) -> torch.Tensor:
+    """FATReLU gate (MiniCPM-S): ``out = where(g > threshold, g, 0) * input[..., d:]``, g =
+    ``input[..., :d]`` (``F.threshold``: a NaN gate stays NaN); returns ``out``."""
+    op = "fatrelu_and_mul"
+    return _gated_ex(op, out, input, "fatrelu", param=check_real(op, "threshold", threshold))
+
+
+@public_op(mutates=("out",), no_grad=_FORWARD_ONLY)
+def swigluoai_and_mul(out: torch.Tensor, input: torch.Tensor, alpha: float = 1.702,
+                      limit: float = 7.0) -> torch.Tensor:
+    """gpt-oss's clamped SwiGLU over interleaved columns (gate ``input[..., 0::2]``, up
+    ``input[..., 1::2]``): ``g = min(gate, limit)``, ``u = clamp(up, -limit, limit)``,
+    ``out = (u + 1) * g * sigmoid(alpha * g)`` in fp32, one rounding; returns ``out``."""
+    op = "swigluoai_and_mul"
+    alpha = check_real(op, "alpha", alpha)
+    limit = check_real(op, "limit", limit)
+    return _gated_ex(op, out, input, "swish", param=alpha, limit=limit, interleaved=True, clamp=True)
+
+
+@public_op(no_grad=_FORWARD_ONLY)
+def gelu_new(x: torch.Tensor) -> torch.Tensor:
+    """GPT-2's GELU, ``0.5 x (1 + tanh(0.79788456 (x + 0.044715 x^3)))``, rounded to x's dtype
+    where vLLM's kernel (and Hugging Face's NewGELUActivation in that dtype) rounds."""
+    return _elementwise_ex("gelu_new", None, x, "gelu_new")
+
+
+@public_op(no_grad=_FORWARD_ONLY)
+def gelu_fast(x: torch.Tensor) -> torch.Tensor:
+    """``0.5 x (1 + tanh(0.79788456 x (1 + 0.044715 x^2)))``, rounded to x's dtype where
+    vLLM's kernel (and Hugging Face's FastGELUActivation in that dtype) rounds."""
+    return _elementwise_ex("gelu_fast", None, x, "gelu_fast")
+
+
+@public_op(no_grad=_FORWARD_ONLY)
+def gelu_quick(x: torch.Tensor) -> torch.Tensor:
+    """Quick GELU, ``x * sigmoid(1.702 x)``, in fp32, one rounding."""
+    return _elementwise_ex("gelu_quick", None, x, "swish", _QUICK_GELU_BETA)
 
 
 # aiter's name at this path (aiter_lite defines it with the other activation + quant ops)

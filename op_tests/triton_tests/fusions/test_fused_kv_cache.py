@@ -843,3 +843,58 @@ def test_mla_shuffled_bad_arguments(case):
     a.update(change)
     with pytest.raises(exc, match=f"cat_and_cache_mla: .*{what}"):
         fusions.cat_and_cache_mla(**a)
+
+
+# ---------------------------------------------------------------------------
+# kv_cache_write and convert_kv_cache (vLLM's cache writes: unrotated, divided by the scale)
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float32, *FP8])
+@pytest.mark.parametrize("flash", [True, False])
+@pytest.mark.parametrize("scaled", [False, True])
+@pytest.mark.parametrize("t,kh,d,bs", [(0, 2, 16, 4), (1, 1, 16, 1), (9, 3, 48, 5)])
+def test_kv_cache_write(cache_dtype, flash, scaled, t, kh, d, bs):
+    _storable(cache_dtype)
+    nb = 4
+    _, k, v = torch.randn(t, 3, kh, d, device=DEVICE, dtype=torch.float16).unbind(1)
+    slots = torch.randperm(nb * bs, device=DEVICE)[:max(t - 1, 0)]
+    if slots.numel() > 1:
+        slots[1] = -1
+    x = 16 // cache_dtype.itemsize
+    kshape, vshape = ((nb, bs, kh, d), (nb, bs, kh, d)) if flash else ((nb, kh, d // x, bs, x), (nb, kh, d, bs))
+    kc, vc = _sentinel(kshape, cache_dtype), _sentinel(vshape, cache_dtype)
+    ks, vs = (torch.tensor([0.37], device=DEVICE), torch.tensor([1.7], device=DEVICE)) if scaled else (None, None)
+    want_k, want_v = kc.clone(), vc.clone()
+    native.kv_cache_write(k, v, want_k, want_v, slots, ks, vs, flash)
+    alts = (None, None)
+    if cache_dtype == torch.bfloat16 and not ON_GPU:  # the interpreter truncates fp32 to bf16
+        alts = kc.float(), vc.float()
+        native.kv_cache_write(k, v, *alts, slots, ks, vs, flash)
+        alts = tuple((a.view(torch.int32) & -65536).view(torch.float32).to(cache_dtype) for a in alts)
+    assert fusions.kv_cache_write(k, v, kc, vc, slots, ks, vs, flash) is None
+    for name, got, want, alt in (("key_cache", kc, want_k, alts[0]), ("value_cache", vc, want_v, alts[1])):
+        if cache_dtype in FP8:  # +-0 alike (the interpreter's fp8 rounding drops the sign of zero)
+            b = bits(want)
+            alt = torch.where((b & 0x7F) == 0, torch.zeros_like(b), b).view(cache_dtype)
+        assert_bits(name, got, want, alt)
+
+
+@pytest.mark.parametrize("fp8", FP8)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_convert_kv_cache(fp8, dtype):
+    _storable(fp8)
+    hi = quant_range(fp8)[1]
+    x = ((torch.rand(3, 4, 2, 24, device=DEVICE) * 2 - 1) * hi * 0.7).to(dtype)
+    q, want = _poisoned(x.shape, torch.float32).to(fp8), torch.empty(x.shape, device=DEVICE, dtype=fp8)
+    native.convert_kv_cache(want, x, 0.5)
+    assert fusions.convert_kv_cache(q, x, 0.5) is None
+    b = bits(want)
+    assert_bits("quantized", q, want, torch.where((b & 0x7F) == 0, torch.zeros_like(b), b).view(fp8))
+    back, want_back = _poisoned(x.shape, dtype), _poisoned(x.shape, dtype)
+    native.convert_kv_cache(want_back, q, 0.5)
+    fusions.convert_kv_cache(back, q, 0.5)
+    if dtype == torch.bfloat16 and not ON_GPU:  # the interpreter truncates fp32 to bf16
+        exact = q.float() * 0.5
+        assert_bits("dequantized", back, want_back, (exact.view(torch.int32) & -65536).view(torch.float32).to(dtype))
+    else:
+        assert_bits("dequantized", back, want_back)

@@ -626,3 +626,60 @@ def test_int8_truncates_toward_zero_where_asked(_truncating, monkeypatch):
         # one step apart at most where the fp32 math's order moves a value across an integer
         assert (got - truncated).abs().max() <= 1 and (got == truncated).float().mean() > 0.99, f"call {i}"
         assert (got != nearest).float().mean() > 0.2, f"call {i}: the codes round to nearest"
+
+
+# ---------------------------------------------------------------------------
+# asymmetric int8 (vLLM's azp form)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n", [(0, 64), (1, 1), (1, 7), (7, 1368), (5, 127), (2, 20000)])
+@pytest.mark.parametrize("strided", [False, True])
+@pytest.mark.parametrize("looped", [False, True])
+def test_dynamic_per_token_int8_azp_quant(dtype, m, n, strided, looped):
+    x = (make_rows(m, n, dtype, strided=strided, scale=300.0).float() + 50).to(dtype)
+    q = _poisoned_q((m, n), torch.int8)
+    s = torch.full((m, 1), float("nan"), device=DEVICE)
+    z = torch.full((m, 1), 77, dtype=torch.int32, device=DEVICE)
+    cfg = QuantLaunchConfig(1, 256, 4, LOOPED=True) if looped else None
+    got = quant.dynamic_per_token_int8_azp_quant(q, x, s, z, config=cfg)
+    assert got[0] is q and got[1] is s and got[2] is z
+    q_ref, s_ref, z_ref = native.dynamic_per_token_int8_azp_quant(
+        torch.empty_like(q), x, torch.empty_like(s), torch.empty_like(z))
+    assert torch.equal(s, s_ref) and torch.equal(z, z_ref)
+    assert torch.equal(q, q_ref)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n", [(0, 64), (1, 7), (7, 1368), (2, 20000)])
+@pytest.mark.parametrize("azp", [-255, 0, 54])
+def test_static_per_tensor_int8_azp_quant(dtype, m, n, azp):
+    x = make_rows(m, n, dtype, strided=True, scale=300.0)
+    scale = torch.tensor([2.1], device=DEVICE)
+    zp = torch.tensor([azp], dtype=torch.int32, device=DEVICE)
+    q = _poisoned_q((m, n), torch.int8)
+    assert quant.static_per_tensor_int8_azp_quant(q, x, scale, zp) is q
+    assert torch.equal(q, native.static_per_tensor_int8_azp_quant(torch.empty_like(q), x, scale, zp))
+
+
+def test_int8_azp_quant_nan_inf_and_refusals():
+    x = torch.tensor([[1.0, float("nan"), -3.0, 7.0], [float("inf"), 1.0, 2.0, 3.0]], device=DEVICE)
+    q, s, z = quant.dynamic_per_token_int8_azp_quant(_poisoned_q((2, 4), torch.int8), x,
+                                                     torch.empty(2, 1, device=DEVICE),
+                                                     torch.empty(2, 1, dtype=torch.int32, device=DEVICE))
+    q_ref, s_ref, z_ref = native.dynamic_per_token_int8_azp_quant(torch.empty_like(q), x, torch.empty_like(s),
+                                                                  torch.empty_like(z))
+    assert torch.equal(q, q_ref) and torch.equal(s, s_ref) and torch.equal(z, z_ref)
+    assert q[0, 1] == z[0, 0]  # NaN: the zero point
+    op = quant.static_per_tensor_int8_azp_quant
+    one = torch.ones(1, device=DEVICE)
+    azp = torch.zeros(1, dtype=torch.int32, device=DEVICE)
+    with pytest.raises(TypeError, match="static_per_tensor_int8_azp_quant: qx must be int8"):
+        op(torch.empty(2, 4, dtype=torch.float8_e5m2, device=DEVICE), x, one, azp)
+    with pytest.raises(TypeError, match="static_per_tensor_int8_azp_quant: azp_in must be int32"):
+        op(torch.empty(2, 4, dtype=torch.int8, device=DEVICE), x, one, one)
+    with pytest.raises(ValueError, match="static_per_tensor_int8_azp_quant: azp_in must have one element"):
+        op(torch.empty(2, 4, dtype=torch.int8, device=DEVICE), x, one, torch.zeros(2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="dynamic_per_token_int8_azp_quant: scale_out must have 2 elements"):
+        quant.dynamic_per_token_int8_azp_quant(torch.empty(2, 4, dtype=torch.int8, device=DEVICE), x, one,
+                                               torch.zeros(2, 1, dtype=torch.int32, device=DEVICE))

@@ -169,3 +169,36 @@ def _rotations(op, q_pe, k_pe, cos, sin, pos, is_neox, upcast):
         return qr, kr
     qr, kr = rotate_qk(op, q_pe, k_pe, cos, sin, pos, None, is_neox)
     return qr.float(), kr.float()
+
+
+def _divided(x: torch.Tensor, scale, dtype: torch.dtype) -> torch.Tensor:
+    """x / scale in fp32 (vLLM's cache writes divide), saturated for fp8, in ``dtype``."""
+    y = x.float() if scale is None else x.float() / scale.reshape(()).float()
+    if dtype.is_floating_point and dtype.itemsize == 1:
+        y = y.clamp(*quant_range(dtype))
+    return y.to(dtype)
+
+
+def kv_cache_write(key, value, key_cache, value_cache, slot_mapping, k_scale=None, v_scale=None, flash_layout=True):
+    """key and value (divided by their scales) written into the paged caches at their slots."""
+    toks, slots = _slots(slot_mapping, slot_mapping.shape[0])
+    k = _divided(key[toks], k_scale, key_cache.dtype)
+    v = _divided(value[toks], v_scale, value_cache.dtype)
+    if flash_layout:
+        bs = key_cache.shape[1]
+        key_cache[slots // bs, slots % bs] = k
+        value_cache[slots // bs, slots % bs] = v
+    else:
+        x, bs = key_cache.shape[-1], key_cache.shape[3]
+        key_cache[slots // bs, :, :, slots % bs, :] = k.reshape(k.shape[0], k.shape[1], k.shape[2] // x, x)
+        value_cache[slots // bs, :, :, slots % bs] = v
+    return None
+
+
+def convert_kv_cache(output, input, scale=1.0):
+    """An fp8 output: input / scale, saturated; else the fp8 input times scale."""
+    if output.dtype.itemsize == 1:
+        output.copy_(_divided(input, torch.tensor(scale, dtype=torch.float32), output.dtype))
+    else:
+        output.copy_((input.float() * torch.tensor(scale, dtype=torch.float32)).to(output.dtype))
+    return None

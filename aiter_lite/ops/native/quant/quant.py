@@ -13,7 +13,8 @@ from aiter_lite import envs
 from aiter_lite.spec.quant import GROUP_EPS, get_fp8_e4m3_dtype, min_scale, quant_range
 
 __all__ = ["static_per_tensor_quant_fp8_i8", "dynamic_per_tensor_quant_fp8_i8", "dynamic_per_token_quant_fp8_i8",
-           "per_token_group_quant", "scaled_fp8_quant", "per_token_group_quant_fp8", "per_token_group_quant_int8"]
+           "per_token_group_quant", "static_per_tensor_int8_azp_quant",
+           "dynamic_per_token_int8_azp_quant", "scaled_fp8_quant", "per_token_group_quant_fp8", "per_token_group_quant_int8"]
 
 
 def quantize(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -75,6 +76,30 @@ def per_token_group_quant(qx, x_in, scale_out, group_size, eps=GROUP_EPS):
     scale_out.copy_(scale)
     qx.copy_(quantize(x, scale.repeat_interleave(group_size, -1)[..., :n], qx.dtype))
     return qx, scale_out
+
+
+def _azp_round(x: torch.Tensor, inv_scale: torch.Tensor, azp: torch.Tensor) -> torch.Tensor:
+    """vLLM's ``sat8(sat32(rint(x * inv_scale)) + azp)``; NaN is 0 before the zero point."""
+    y = (x.float() * inv_scale).nan_to_num(nan=0.0).clamp(-2.0**22, 2.0**22).round()
+    return (y + azp.float()).clamp(-128, 127).to(torch.int8)
+
+
+def static_per_tensor_int8_azp_quant(qx, x_in, scale_in, azp_in):
+    qx.copy_(_azp_round(x_in, 1.0 / scale_in.reshape(()), azp_in.reshape(())))
+    return qx
+
+
+def dynamic_per_token_int8_azp_quant(qx, x_in, scale_out, azp_out):
+    x = x_in.float()
+    nan = x.isnan()  # skipped by the min and max, as the GPUs' reductions skip it
+    hi = x.masked_fill(nan, -float("inf")).amax(-1, keepdim=True)
+    lo = x.masked_fill(nan, float("inf")).amin(-1, keepdim=True)
+    scale = (hi - lo) / torch.full((), 255.0, device=x.device)
+    azp = (-128.0 - lo / scale).nan_to_num(nan=0.0).clamp(-2.0**22, 2.0**22).round()
+    scale_out.copy_(scale.reshape(scale_out.shape))
+    azp_out.copy_(azp.reshape(azp_out.shape).to(torch.int32))
+    qx.copy_(_azp_round(x, 1.0 / scale, azp))
+    return qx, scale_out, azp_out
 
 
 def scaled_fp8_quant(input, scale=None, scale_ub=None, use_per_token_if_dynamic=False, output=None, dtype=None):

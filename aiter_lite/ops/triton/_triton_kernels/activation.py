@@ -1,5 +1,7 @@
 """Activation kernels: silu, gelu (erf), gelu_tanh, relu, elementwise or gated, forward
-and backward.
+and backward; forward only: fatrelu, swish (x * sigmoid(beta x): quick GELU, gpt-oss's GLU),
+gelu_new and gelu_fast (vLLM's, rounded where vLLM's kernels round), gpt-oss's clamped
+SwiGLU over interleaved gate / up columns, and torch's two-op rounding of a gated op.
 
 One kernel serves every public name in both directions: ``ACTIVATION``, ``GATED`` and
 ``BACKWARD`` are the constexpr flags, rows/columns/strides are runtime values.
@@ -7,6 +9,7 @@ One kernel serves every public name in both directions: ``ACTIVATION``, ``GATED`
 
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 _SQRT1_2: tl.constexpr = tl.constexpr(0.7071067811865476)  # 1 / sqrt(2)
 _GELU_TANH_2BETA: tl.constexpr = tl.constexpr(1.5957691216057308)  # 2 * sqrt(2 / pi)
@@ -54,19 +57,100 @@ def _apply_activation(x, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
-def _act_fwd_tile(x_ptr, u_ptr, y_ptr, stride_x_row, stride_u_row, stride_y_row, u_col0, n_rows, n_cols, pid_m,
-                  cols, col_mask, ACTIVATION: tl.constexpr, GATED: tl.constexpr, EVEN: tl.constexpr,
-                  BLOCK_M: tl.constexpr):
+def _exp(x, PRECISE: tl.constexpr):
+    if PRECISE:
+        return libdevice.exp(x)  # torch's expf; tl.exp is ex2.approx
+    else:
+        return tl.exp(x)
+
+
+@triton.jit
+def _div(a, b, PRECISE: tl.constexpr):
+    if PRECISE:
+        return tl.math.div_rn(a, b)  # torch's IEEE division; `/` is div.full (2 ulp)
+    else:
+        return a / b
+
+
+@triton.jit
+def _tanh(x, PRECISE: tl.constexpr):
+    if PRECISE:
+        return libdevice.tanh(x)
+    else:
+        # +-1 at the extremes (exp overflows to inf or drops to 0), never NaN
+        return 2.0 / (1.0 + tl.exp(-2.0 * x)) - 1.0
+
+
+@triton.jit
+def _rnd(x, DTYPE: tl.constexpr):
+    """x rounded to DTYPE and widened again (a no-op for fp32)."""
+    return x.to(DTYPE).to(tl.float32)
+
+
+@triton.jit
+def _activation_ex(x, param, ACTIVATION: tl.constexpr, DTYPE: tl.constexpr, PRECISE: tl.constexpr):
+    """``_apply_activation`` and the forward-only activations, fp32 in and out. ``param``:
+    fatrelu's threshold, swish's beta. ``DTYPE``: the input's, where gelu_new / gelu_fast
+    round as vLLM's kernels do (operations on the dtype's values). ``PRECISE``: torch's
+    formulas with the device's expf / tanhf and IEEE division."""
+    if ACTIVATION == "fatrelu":
+        return tl.where(x <= param, 0.0, x)  # F.threshold: NaN propagates
+    elif ACTIVATION == "swish":
+        return _div(x, 1.0 + _exp(-x * param, PRECISE), PRECISE)
+    elif ACTIVATION == "gelu_new":
+        x3 = _rnd(_rnd(x * x, DTYPE) * x, DTYPE)
+        inner = _rnd(0.79788456 * _rnd(x + _rnd(0.044715 * x3, DTYPE), DTYPE), DTYPE)
+        t = _rnd(_tanh(inner, PRECISE), DTYPE)
+        return _rnd(0.5 * x, DTYPE) * _rnd(1.0 + t, DTYPE)
+    elif ACTIVATION == "gelu_fast":
+        a = _rnd(x * 0.79788456, DTYPE)
+        b = _rnd(1.0 + _rnd(_rnd(0.044715 * x, DTYPE) * x, DTYPE), DTYPE)
+        t = _rnd(_tanh(_rnd(a * b, DTYPE), PRECISE), DTYPE)
+        return _rnd(0.5 * x, DTYPE) * _rnd(1.0 + t, DTYPE)
+    elif PRECISE and ACTIVATION == "silu":
+        return _div(x, 1.0 + _exp(-x, PRECISE), PRECISE)
+    elif PRECISE and ACTIVATION == "gelu_tanh":
+        # torch's tanh form; nvcc contracts x + kappa x^3 into one fma
+        inner = 0.7978845608028654 * tl.math.fma(_GELU_TANH_KAPPA, x * x * x, x)
+        return 0.5 * x * (1.0 + _tanh(inner, PRECISE))
+    else:
+        return _apply_activation(x, ACTIVATION)
+
+
+@triton.jit
+def _act_fwd_tile(x_ptr, u_ptr, y_ptr, stride_x_row, stride_u_row, stride_y_row, u_col0, n_rows, n_cols, param,
+                  limit, pid_m, pid_n, cols, col_mask, ACTIVATION: tl.constexpr, GATED: tl.constexpr,
+                  INTERLEAVED: tl.constexpr, CLAMP: tl.constexpr, ROUND_ACT: tl.constexpr, PRECISE: tl.constexpr,
+                  EVEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    x_offs = rows[:, None] * stride_x_row + cols[None, :]
     if EVEN:
         mask = None
     else:
         mask = (rows < n_rows)[:, None] & col_mask[None, :]
+    x_ty = x_ptr.dtype.element_ty
     # Masked lanes load garbage that is never stored: no `other` needed.
-    y = _apply_activation(tl.load(x_ptr + x_offs, mask=mask).to(tl.float32), ACTIVATION)
+    if INTERLEAVED:
+        # gate, up, gate, up...: one contiguous 2 * BLOCK_N load a row, split in registers
+        cols2 = pid_n * (2 * BLOCK_N) + tl.arange(0, 2 * BLOCK_N)
+        if EVEN:
+            mask2 = None
+        else:
+            mask2 = (rows < n_rows)[:, None] & (cols2 < 2 * n_cols)[None, :]
+        pairs = tl.load(x_ptr + rows[:, None] * stride_x_row + cols2[None, :], mask=mask2).to(tl.float32)
+        gate, up = tl.split(tl.reshape(pairs, (BLOCK_M, BLOCK_N, 2)))
+    else:
+        gate = tl.load(x_ptr + rows[:, None] * stride_x_row + cols[None, :], mask=mask).to(tl.float32)
+        if GATED:
+            up = tl.load(u_ptr + rows[:, None] * stride_u_row + (u_col0 + cols)[None, :], mask=mask).to(tl.float32)
+    if CLAMP:
+        # gpt-oss: gate clamped from above, up both ways, then up + 1 (NaN propagates)
+        gate = tl.where(gate > limit, limit, gate)
+        up = tl.where(up > limit, limit, tl.where(up < -limit, -limit, up)) + 1.0
+    y = _activation_ex(gate, param, ACTIVATION, x_ty, PRECISE)
+    if ROUND_ACT:
+        y = _rnd(y, x_ty)  # torch's act(gate) * up: the activation stored in the dtype first
     if GATED:
-        y = y * tl.load(u_ptr + rows[:, None] * stride_u_row + (u_col0 + cols)[None, :], mask=mask).to(tl.float32)
+        y = y * up
     tl.store(y_ptr + rows[:, None] * stride_y_row + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
@@ -127,14 +211,17 @@ def _act_bwd_tile(x_ptr, u_ptr, dy_ptr, dx_ptr, du_ptr, stride_x_row, stride_u_r
 
 @triton.jit
 def _act_tile(x_ptr, u_ptr, y_ptr, dy_ptr, du_ptr, stride_x_row, stride_u_row, stride_y_row, stride_dy_row,
-              stride_du_row, u_col0, n_rows, n_cols, pid_m, cols, col_mask, ACTIVATION: tl.constexpr,
-              GATED: tl.constexpr, BACKWARD: tl.constexpr, EVEN: tl.constexpr, BLOCK_M: tl.constexpr):
+              stride_du_row, u_col0, n_rows, n_cols, param, limit, pid_m, pid_n, cols, col_mask,
+              ACTIVATION: tl.constexpr, GATED: tl.constexpr, BACKWARD: tl.constexpr, INTERLEAVED: tl.constexpr,
+              CLAMP: tl.constexpr, ROUND_ACT: tl.constexpr, PRECISE: tl.constexpr, EVEN: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     if BACKWARD:
         _act_bwd_tile(x_ptr, u_ptr, dy_ptr, y_ptr, du_ptr, stride_x_row, stride_u_row, stride_dy_row, stride_y_row,
                       stride_du_row, u_col0, n_rows, n_cols, pid_m, cols, col_mask, ACTIVATION, GATED, EVEN, BLOCK_M)
     else:
-        _act_fwd_tile(x_ptr, u_ptr, y_ptr, stride_x_row, stride_u_row, stride_y_row, u_col0, n_rows, n_cols, pid_m,
-                      cols, col_mask, ACTIVATION, GATED, EVEN, BLOCK_M)
+        _act_fwd_tile(x_ptr, u_ptr, y_ptr, stride_x_row, stride_u_row, stride_y_row, u_col0, n_rows, n_cols, param,
+                      limit, pid_m, pid_n, cols, col_mask, ACTIVATION, GATED, INTERLEAVED, CLAMP, ROUND_ACT, PRECISE,
+                      EVEN, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
@@ -152,9 +239,15 @@ def _act_and_mul_kernel(
     u_col0,  # up's first column in its rows: n_cols where gate and up share a row, else 0
     n_rows,
     n_cols,  # output columns; a gated input row holds 2 * n_cols (gate, then up)
-    ACTIVATION: tl.constexpr,  # "silu" | "gelu" | "gelu_tanh" | "relu"
+    param,  # runtime fp32: fatrelu's threshold, swish's beta
+    limit,  # runtime fp32: CLAMP's limit
+    ACTIVATION: tl.constexpr,  # "silu" | "gelu" | "gelu_tanh" | "relu"; forward only: "fatrelu" | "swish" | "gelu_new" | "gelu_fast"
     GATED: tl.constexpr,  # y = act(x) * up   else   y = act(x)
     BACKWARD: tl.constexpr,  # dgate = dy * up * act'(gate), dup = dy * act(gate)   else   dx = dy * act'(x)
+    INTERLEAVED: tl.constexpr,  # gated, forward: gate in x's even columns, up in the odd ones (vLLM's swigluoai)
+    CLAMP: tl.constexpr,  # forward: gate = min(gate, limit), up = clamp(up, -limit, limit) + 1 (gpt-oss)
+    ROUND_ACT: tl.constexpr,  # forward: act(gate) rounded to x's dtype before the multiply (torch's two ops)
+    PRECISE: tl.constexpr,  # forward: the device's expf / tanhf and IEEE division, torch's formulas (not in the interpreter)
     INT64: tl.constexpr,  # offsets can pass 2^31: index in int64
     EVEN: tl.constexpr,  # tiles divide (n_rows, n_cols): no masks
     ONE_PASS: tl.constexpr,  # one program per row block (else stride over row blocks)
@@ -167,6 +260,9 @@ def _act_and_mul_kernel(
     # load: decode shapes are latency-bound, and a runtime divide plus 64-bit
     # index math before the loads cost 5-9% at M <= 16. Axis 1 stops at 65535,
     # so past that many row blocks each program strides over the rest.
+    # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
+    param = tl.cast(param, tl.float32)
+    limit = tl.cast(limit, tl.float32)
     pid_n = tl.program_id(0)
     if INT64:
         pid_n = pid_n.to(tl.int64)
@@ -177,12 +273,13 @@ def _act_and_mul_kernel(
         if INT64:
             pid_m = pid_m.to(tl.int64)
         _act_tile(x_ptr, u_ptr, y_ptr, dy_ptr, du_ptr, stride_x_row, stride_u_row, stride_y_row, stride_dy_row,
-                  stride_du_row, u_col0, n_rows, n_cols, pid_m, cols, col_mask, ACTIVATION, GATED, BACKWARD, EVEN,
-                  BLOCK_M)
+                  stride_du_row, u_col0, n_rows, n_cols, param, limit, pid_m, pid_n, cols, col_mask, ACTIVATION,
+                  GATED, BACKWARD, INTERLEAVED, CLAMP, ROUND_ACT, PRECISE, EVEN, BLOCK_M, BLOCK_N)
     else:
         for pid_m in range(tl.program_id(1), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(1)):
             if INT64:
                 pid_m = pid_m.to(tl.int64)
             _act_tile(x_ptr, u_ptr, y_ptr, dy_ptr, du_ptr, stride_x_row, stride_u_row, stride_y_row,
-                      stride_dy_row, stride_du_row, u_col0, n_rows, n_cols, pid_m, cols, col_mask, ACTIVATION, GATED,
-                      BACKWARD, EVEN, BLOCK_M)
+                      stride_dy_row, stride_du_row, u_col0, n_rows, n_cols, param, limit, pid_m, pid_n, cols,
+                      col_mask, ACTIVATION, GATED, BACKWARD, INTERLEAVED, CLAMP, ROUND_ACT, PRECISE, EVEN, BLOCK_M,
+                      BLOCK_N)

@@ -7,9 +7,11 @@ from aiter_lite.ops.triton.fusions.fused_mul_add import fused_mul_add
 from aiter_lite.ops.triton.fusions.fused_routing_from_topk import fused_routing_from_topk
 from aiter_lite.ops.triton.fusions.fused_kv_cache import (
     cat_and_cache_mla,
+    convert_kv_cache,
     fused_qk_rope_cat_and_cache_mla,
     fused_qk_rope_cosine_cache_llama,
     fused_qk_rope_reshape_and_cache,
+    kv_cache_write,
 )
 from aiter_lite.ops.triton.fusions.fused_qk_concat import fused_qk_cat, fused_qk_rope_cat
 from aiter_lite.ops.triton.fusions.fused_bmm_rope_kv_cache import (
@@ -26,4 +28,4 @@ __all__ = ["fused_qkv_split_qk_rope", "fused_qk_rope_reshape_and_cache", "fused_
            "fused_qk_rope_cat_and_cache_mla", "fused_qkv_split_qk_norm_rope_cache", "fused_qk_rope_cosine_cache_llama",
            "fused_reduce_qk_norm_rope_swa_write",
            "fused_fp8_bmm_rope_cat_and_cache_mla", "fused_bf16_bmm_rope_cat_and_cache_mla",
-           "fused_fp4_bmm_rope_cat_and_cache_mla"]
+           "fused_fp4_bmm_rope_cat_and_cache_mla", "kv_cache_write", "convert_kv_cache"]

@@ -13,16 +13,22 @@ where aiter is limited this does more, and checks it:
   ``slot_mapping`` is there, or with ``AITER_KV_CACHE_CHECK_SLOTS=1``);
 * ``cat_and_cache_mla`` also writes aiter's preshuffled MLA cache (``shuffled_kv_cache=True``),
   bf16, fp16 and fp8, in the same launch as the plain layouts (``_cat_kernel``'s SHUFFLE).
+
+And vLLM's cache writes (``aiter_lite.vllm``'s ``reshape_and_cache(_flash)``, ``convert_fp8``):
+``kv_cache_write`` (the RoPE + cache kernel with ROTATE off, values divided by the scales as
+vLLM's kernels divide: DIV_SCALE) and ``convert_kv_cache`` (a cache to or from fp8).
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
+import math
 
 import torch
 
 from aiter_lite import envs
-from aiter_lite.ops.triton._triton_kernels.fusions.fused_kv_cache import _rope_cache_kernel
+from aiter_lite.ops.triton._triton_kernels.fusions.fused_kv_cache import _cache_convert_kernel, _rope_cache_kernel
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_qk_concat import NO_EXTRAS, _cat_kernel
 from aiter_lite.ops.triton.fusions._common import (
     CACHE_DTYPES,
@@ -40,7 +46,8 @@ from aiter_lite.ops.triton.fusions._common import (
 )
 from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig, rope_launch_config
 from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
-from aiter_lite.utils.checks import check_bool, check_int
+from aiter_lite.spec.quant import FP8_DTYPES
+from aiter_lite.utils.checks import check_bool, check_int, check_same_device
 from aiter_lite.utils.fast_launch import launch
 from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
 from aiter_lite.utils.launcher import launcher
@@ -51,7 +58,7 @@ from aiter_lite.utils.registry import public_op
 _NO_GRAD = "it writes a KV cache"
 
 __all__ = ["fused_qk_rope_reshape_and_cache", "cat_and_cache_mla", "fused_qk_rope_cat_and_cache_mla",
-           "fused_qk_rope_cosine_cache_llama"]
+           "fused_qk_rope_cosine_cache_llama", "kv_cache_write", "convert_kv_cache"]
 
 
 def _check_caches(op: str, key_cache, value_cache, flash_layout: bool, n_kv_heads: int, head_dim: int,
@@ -307,9 +314,11 @@ def mla_launch_config(n_tokens: int, n_heads: int, d: int) -> RopeLaunchConfig:
 @launcher(mutates=("kv_cache",))
 def _launch_cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
                               slot_mapping: torch.Tensor, k_scale: torch.Tensor | None, geometry: list[int],
-                              config: RopeLaunchConfig | None = None, shuffle: int = 0) -> None:
+                              config: RopeLaunchConfig | None = None, shuffle: int = 0,
+                              divide: bool = False) -> None:
     """``_cat_kernel`` writing cat(k_nope, k_pe) of each token into its cache slot; ``shuffle``
-    > 0: into aiter's preshuffled cache, channel chunks that wide (``_cat_kernel``'s SHUFFLE)."""
+    > 0: into aiter's preshuffled cache, channel chunks that wide (``_cat_kernel``'s SHUFFLE);
+    ``divide``: the values divided by k_scale (vLLM's) rather than times its inverse."""
     n_cache_slots, block_size, s_blk, s_off, s_h, s_d = geometry
     n_tokens, n_heads, d1 = k_nope.shape
     d2 = k_pe.shape[2]
@@ -332,6 +341,7 @@ def _launch_cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache
         HALF=1, BLOCK_HALF=1, BLOCK_D1=next_power_of_2(d1), BLOCK_D2=next_power_of_2(d2),
         BLOCK_T=block_t, BLOCK_H=block_h, INT64=max_offset(k_nope, k_pe) >= 2**31,
         num_warps=cfg.num_warps, **({"SHUFFLE": shuffle} if shuffle else {}),
+        **({"DIV_SCALE": True} if divide and k_scale is not None else {}),
     )
 
 
@@ -572,3 +582,173 @@ def fused_qk_rope_cat_and_cache_mla(q_nope: torch.Tensor, q_pe: torch.Tensor, k_
         [tab.rows, tab.stride_r, tab.stride_f, half, n_cache_slots, block_size, *strides, shuffle, n_zeros],
         [is_neox, reuse, upcast])
     return q_out, decode_q_pe_out, k_pe_out, q_nope_zeros
+
+
+def check_kv_cache_write(op: str, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale,
+                         flash_layout: bool) -> tuple:
+    """``kv_cache_write``'s arguments checked (``op``: the caller's name): key and value (T, KH, d)
+    of one float dtype; the caches of vLLM's layouts (flash: any strides, the HND view included);
+    slot_mapping no longer than the tokens. Returns (key and value cut to slot_mapping's tokens,
+    slot_mapping, the launcher's geometry)."""
+    check_heads(op, "key", key)
+    check_heads(op, "value", value, "key", key)
+    if tuple(value.shape) != tuple(key.shape):
+        raise ValueError(f"{op}: value must have key's shape {tuple(key.shape)}, got {tuple(value.shape)}")
+    if value.dtype != key.dtype:
+        raise TypeError(f"{op}: value must have key's dtype {key.dtype}, got {value.dtype}")
+    n_tokens, n_heads, d = key.shape
+    if n_heads == 0 or d == 0:
+        raise ValueError(f"{op}: key must have at least one head and one channel, got shape {tuple(key.shape)}")
+    n_blocks, block_size, x, _ = _check_caches(op, key_cache, value_cache, flash_layout, n_heads, d, key,
+                                               shuffled_values=False)
+    slot_mapping = check_slots(op, slot_mapping, n_tokens, n_blocks * block_size, key, "key")
+    check_scale(op, "k_scale", k_scale, key, "key")
+    check_scale(op, "v_scale", v_scale, key, "key")
+    n = slot_mapping.shape[0]
+    return key[:n], value[:n], slot_mapping, [n_blocks * block_size, block_size, x]
+
+
+@launcher(mutates=("key_cache", "value_cache"))
+def _launch_kv_cache_write(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+                           value_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: torch.Tensor | None,
+                           v_scale: torch.Tensor | None, geometry: list[int], flash_layout: bool,
+                           config: RopeLaunchConfig | None = None) -> None:
+    """``_rope_cache_kernel`` with ROTATE off: key and value written into the caches at their
+    slots, divided by the scales where given (DIV_SCALE); no Q heads, no tables."""
+    n_cache_slots, block_size, x = geometry
+    n_tokens, n_heads, d = key.shape
+    if n_tokens == 0:
+        return
+    cfg = config or (rope_launch_config if flash_layout else classic_launch_config)(n_tokens, 0, n_heads, d,
+                                                                                    device_profile(key.device))
+    kc_strides, vc_strides = _cache_strides(key_cache, value_cache, flash_layout)
+    no_range = fp8_range(key.dtype)
+    launch(
+        _rope_cache_kernel, (cdiv(n_tokens, cfg.BLOCK_T) * cdiv(n_heads, cfg.BLOCK_H),),
+        key, key, value, key, key, key, key_cache, value_cache, slot_mapping, slot_mapping, slot_mapping,
+        key, key, key_cache if k_scale is None else k_scale, key_cache if v_scale is None else v_scale,
+        *key.stride(), *key.stride(), *value.stride(), *key.stride(), *key.stride(), *key.stride(),
+        *kc_strides, *vc_strides, 0, 0,
+        n_tokens, slot_mapping.shape[0], n_cache_slots, block_size, 1, 0, n_heads, d,
+        *no_range, *no_range, *fp8_range(key_cache.dtype),
+        HAS_OFFSETS=False, IS_NEOX=True, REUSE=False,
+        HAS_K_SCALE=k_scale is not None, HAS_V_SCALE=v_scale is not None,
+        Q_FP8=False, K_FP8=False, KC_FP8=key_cache.dtype.itemsize == 1, VC_FP8=value_cache.dtype.itemsize == 1,
+        SOFT_ROUND=soft_round(key_cache.dtype), ZEROS=False, KC_X=x, HALF=1, BLOCK_HALF=1, BLOCK_REST=0,
+        BLOCK_D=next_power_of_2(d), BLOCK_T=cfg.BLOCK_T, BLOCK_H=cfg.BLOCK_H,
+        INT64=max_offset(key, value) >= 2**31, num_warps=cfg.num_warps, ROTATE=False,
+        **({"DIV_SCALE": True} if k_scale is not None or v_scale is not None else {}),
+    )
+
+
+@public_op(mutates=("key_cache", "value_cache"), unless=envs.kv_cache_check_slots, no_grad=_NO_GRAD)
+def kv_cache_write(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                   slot_mapping: torch.Tensor, k_scale: torch.Tensor | None = None,
+                   v_scale: torch.Tensor | None = None, flash_layout: bool = True) -> None:
+    """Write key and value (T, KH, d) into vLLM's paged caches at ``slot_mapping`` (vLLM's
+    ``reshape_and_cache_flash`` / ``reshape_and_cache``, unrotated): ``flash_layout`` key and
+    value caches [num_blocks, block_size, KH, d] (any strides: the [num_blocks, KH,
+    block_size, d] memory order's permuted view too), else key [num_blocks, KH, d // x,
+    block_size, x] and value [num_blocks, KH, d, block_size]. Values divided by
+    ``k_scale`` / ``v_scale`` where given (one-element fp32; vLLM's ``x / scale``), saturated
+    for fp8 caches. slot_mapping may be shorter than the tokens (CUDA-graph padding: the
+    rest write nothing); a negative slot writes nothing. Returns None (the caches are written)."""
+    op = "kv_cache_write"
+    flash_layout = check_bool(op, "flash_layout", flash_layout)
+    key, value, slot_mapping, geometry = check_kv_cache_write(op, key, value, key_cache, value_cache, slot_mapping,
+                                                              k_scale, v_scale, flash_layout)
+    if debug_on():
+        log_call(op, key=key, value=value, key_cache=key_cache, value_cache=value_cache, slot_mapping=slot_mapping,
+                 k_scale=k_scale, v_scale=v_scale, flash_layout=flash_layout)
+    _launch_kv_cache_write(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, geometry, flash_layout)
+    return None
+
+
+def check_kv_cache_convert(op: str, output, input, scale, output_name: str = "output",
+                           input_name: str = "input") -> tuple[torch.Tensor, torch.Tensor, float]:
+    """``convert_kv_cache``'s arguments checked: one side fp8, the other bf16 / fp16 / fp32,
+    one shape, each's (shape[0], rest) rows with contiguous elements. Returns the two as
+    (rows, elements) views and the scale as a float."""
+    for name, t in ((output_name, output), (input_name, input)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    check_same_device(op, output_name, output, input_name, input)
+    floats = (torch.bfloat16, torch.float16, torch.float32)
+    if not ((output.dtype in FP8_DTYPES and input.dtype in floats)
+            or (input.dtype in FP8_DTYPES and output.dtype in floats)):
+        raise TypeError(f"{op}: one of {output_name} and {input_name} must be fp8 and the other bf16, fp16 or fp32, "
+                        f"got {output.dtype} and {input.dtype}")
+    for name, t in ((output_name, output), (input_name, input)):
+        if t.dtype in FP8_DTYPES:
+            check_out_dtype(op, name, t.dtype, t.device)
+    if tuple(output.shape) != tuple(input.shape):
+        raise ValueError(f"{op}: {output_name} must have {input_name}'s shape {tuple(input.shape)}, "
+                         f"got {tuple(output.shape)}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"{op}: scale must be a float, got {type(scale).__name__}")
+    scale = float(scale)
+    if not math.isfinite(scale) or scale <= 0.0:
+        raise ValueError(f"{op}: scale must be finite and positive, got {scale}")
+    rows = []
+    for name, t in ((output_name, output), (input_name, input)):
+        n0 = t.shape[0] if t.dim() else 1
+        try:
+            rows.append(t.view(n0, -1) if n0 else t.reshape(0, 0))
+        except RuntimeError:
+            raise ValueError(f"{op}: {name}'s elements after its first dim must be contiguous (a cache of whole "
+                             f"blocks), got shape {tuple(t.shape)} and strides {t.stride()}") from None
+    for name, t in zip((output_name, input_name), rows):
+        if t.shape[1] > 1 and t.stride(1) != 1:
+            raise ValueError(f"{op}: {name}'s elements after its first dim must be contiguous, got strides "
+                             f"{tuple(t.stride())} as (blocks, elements)")
+    return rows[0], rows[1], scale
+
+
+@dataclass(frozen=True)
+class ConvertLaunchConfig:
+    BLOCK_N: int    # elements a program
+    num_warps: int
+
+
+@functools.lru_cache(maxsize=256)
+def convert_launch_config(n_cols: int) -> ConvertLaunchConfig:
+    """Elements per program of the cache conversion: a block's row up to 4096 (a streaming
+    copy: 4096 elements of 4 warps keep each SM's loads in flight)."""
+    block_n = min(4096, next_power_of_2(max(n_cols, 1)))
+    return ConvertLaunchConfig(block_n, 4 if block_n >= 2048 else 2)
+
+
+@launcher(mutates=("output",))
+def _launch_cache_convert(output: torch.Tensor, input: torch.Tensor, scale: float,
+                          config: ConvertLaunchConfig | None = None) -> None:
+    """``_cache_convert_kernel`` over (rows, elements) views of the two caches."""
+    n_rows, n_cols = input.shape
+    if n_rows == 0 or n_cols == 0:
+        return
+    cfg = config or convert_launch_config(n_cols)
+    block_n = cfg.BLOCK_N
+    quant = output.dtype in FP8_DTYPES
+    q_min, q_max = fp8_range(output.dtype)
+    n_programs = n_rows * cdiv(n_cols, block_n)
+    launch(
+        _cache_convert_kernel, (n_programs,),
+        input, output, input.stride(0), output.stride(0), n_rows, n_cols, scale, q_min, q_max,
+        QUANT=quant, SOFT_ROUND=soft_round(output.dtype), BLOCK_N=block_n,
+        INT64=max(max_offset(input, output), n_programs * block_n) >= 2**31,
+        num_warps=cfg.num_warps,
+    )
+
+
+@public_op(mutates=("output",), no_grad="its output is a (de)quantized cache")
+def convert_kv_cache(output: torch.Tensor, input: torch.Tensor, scale: float = 1.0) -> None:
+    """A KV cache converted into ``output`` (vLLM's ``convert_fp8``): a bf16 / fp16 / fp32
+    ``input`` into an fp8 ``output`` as ``input / scale`` (IEEE division, fp32), saturated to
+    the format's range; an fp8 ``input`` into a bf16 / fp16 / fp32 ``output`` as
+    ``input * scale`` (fp32, one rounding). Same shape; each tensor's elements after its
+    first dim contiguous (whole cache blocks). Returns None (``output`` is written)."""
+    op = "convert_kv_cache"
+    out2, in2, scale = check_kv_cache_convert(op, output, input, scale)
+    if debug_on():
+        log_call(op, output=output, input=input, scale=scale)
+    _launch_cache_convert(out2, in2, scale)
+    return None

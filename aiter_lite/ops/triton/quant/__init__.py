@@ -9,11 +9,13 @@ from aiter_lite.ops.triton.quant.dtypes import (  # noqa: F401
 )
 from aiter_lite.ops.triton.quant.quant import (  # noqa: F401
     dynamic_per_tensor_quant_fp8_i8,
+    dynamic_per_token_int8_azp_quant,
     dynamic_per_token_quant_fp8_i8,
     per_token_group_quant,
     per_token_group_quant_fp8,
     per_token_group_quant_int8,
     scaled_fp8_quant,
+    static_per_tensor_int8_azp_quant,
     static_per_tensor_quant_fp8_i8,
 )
 from aiter_lite.ops.triton.quant.act_quant import (  # noqa: F401

@@ -12,6 +12,11 @@ format (float8_e4m3fn, float8_e4m3fnuz, float8_e5m2 or int8) and its range:
   ``group_size`` columns of a row (DeepSeek-style), ``scale_out`` in any layout
   (column-major for GEMMs that want it).
 
+Asymmetric int8 (vLLM's zero-point form; int8 ``qx``, its own rounding, below):
+``static_per_tensor_int8_azp_quant(qx, x_in, scale_in, azp_in)`` and
+``dynamic_per_token_int8_azp_quant(qx, x_in, scale_out, azp_out)``: ``qx = sat8(rint(x /
+scale) + azp)``, per row ``scale = (max - min) / 255``, ``azp = rint(-128 - min / scale)``.
+
 And vLLM's allocating forms, returning ``(q, scale)``: :func:`scaled_fp8_quant`,
 :func:`per_token_group_quant_fp8`, :func:`per_token_group_quant_int8`.
 
@@ -44,6 +49,7 @@ from aiter_lite.ops.triton._triton_kernels.quant.quant import (
     _amax_scale_kernel,
     _dynamic_per_tensor_kernel,
     _group_quant_kernel,
+    _int8_azp_quant_kernel,
     _per_token_quant_kernel,
     _per_token_split_kernel,
     _static_quant_kernel,
@@ -81,6 +87,8 @@ __all__ = [
     "dynamic_per_tensor_quant_fp8_i8",
     "dynamic_per_token_quant_fp8_i8",
     "per_token_group_quant",
+    "static_per_tensor_int8_azp_quant",
+    "dynamic_per_token_int8_azp_quant",
     "scaled_fp8_quant",
     "per_token_group_quant_fp8",
     "per_token_group_quant_int8",
@@ -265,10 +273,13 @@ def _soft_round(dtype: torch.dtype) -> bool:
 
 @launcher(mutates=("q2",))
 def _launch_static_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor,
-                         config: QuantLaunchConfig | None = None) -> None:
+                         config: QuantLaunchConfig | None = None, group_m: int = 0, group_n: int = 0) -> None:
     """``q2 = x2 / scale`` (one element) over 2-D views; rows past grid axis 1's 65535
-    blocks in further launches."""
+    blocks in further launches. ``group_m`` > 0: ``scale`` a 2-D grid, a scale per
+    (group_m, group_n) block (vLLM's per-token, per-channel and block static scales)."""
     n_rows, n_cols = x2.shape
+    grouped = group_m > 0
+    s_strides = tuple(scale.stride()) if grouped else (0, 0)
     cfg = config or static_launch_config(n_rows, n_cols, device_profile(x2.device))
     row_blocks, col_blocks = cdiv(n_rows, cfg.BLOCK_M), cdiv(n_cols, cfg.BLOCK_N)
     q_min, q_max = quant_range(q2.dtype)
@@ -279,9 +290,14 @@ def _launch_static_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor
             rows = slice(start * cfg.BLOCK_M, min((start + _MAX_GRID_Y) * cfg.BLOCK_M, n_rows))
             xs, qs = x2[rows], q2[rows]
             n = xs.shape[0]
+            if grouped and rows.start % group_m:
+                raise ValueError(f"static quantization: {n_rows} rows in groups of {group_m} need one launch per "
+                                 f"{_MAX_GRID_Y * cfg.BLOCK_M} rows, which a group would straddle")
+        ss = scale[rows.start // group_m:] if grouped and row_blocks > _MAX_GRID_Y else scale
         launch(
             _static_quant_kernel, (col_blocks, cdiv(n, cfg.BLOCK_M)),
-            xs, qs, scale, xs.stride(0), qs.stride(0), n, n_cols, q_min, q_max,
+            xs, qs, ss, xs.stride(0), qs.stride(0), *s_strides, max(group_m, 1), max(group_n, 1), n, n_cols,
+            q_min, q_max, GROUPED=grouped,
             EVEN=n % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
             INT64=n * max(xs.stride(0), qs.stride(0)) + cfg.BLOCK_M * xs.stride(0) >= 2**31,
             SOFT_ROUND=_soft_round(q2.dtype),
@@ -382,6 +398,27 @@ def _launch_per_token_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Ten
     )
 
 
+@launcher(mutates=("q2", "scale", "azp"))
+def _launch_int8_azp_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, azp: torch.Tensor,
+                           dynamic: bool, config: QuantLaunchConfig | None = None) -> None:
+    """Asymmetric int8 of x2 into q2: by the one-element ``scale`` / ``azp``, or (``dynamic``)
+    a scale and zero point per row written to them ((M,) each). The per-token tiles; rows
+    the per-token launch would split are looped (the min and max need a second exchange)."""
+    n_rows, n_cols = x2.shape
+    cfg = config or per_token_launch_config(n_rows, n_cols, device_profile(x2.device))
+    if cfg.SPLIT:
+        cfg = QuantLaunchConfig(1, _LOOP_BLOCK, device_profile(x2.device).max_warps, LOOPED=True)
+    if not cfg.LOOPED and cfg.BLOCK_N < n_cols:
+        raise ValueError(f"dynamic_per_token_int8_azp_quant: a launch that does not loop rows needs BLOCK_N >= the "
+                         f"{n_cols} columns; got {cfg}")
+    launch(
+        _int8_azp_quant_kernel, (cdiv(n_rows, cfg.BLOCK_M),),
+        x2, q2, scale, azp, x2.stride(0), q2.stride(0), scale.stride(0), azp.stride(0), n_rows, n_cols,
+        DYNAMIC=dynamic, LOOPED=cfg.LOOPED, EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
+    )
+
+
 @functools.lru_cache(maxsize=1024)
 def group_launch_config(n_rows: int, n_cols: int, group_size: int,
                         profile: DeviceProfile = INTERPRETER) -> QuantLaunchConfig:
@@ -392,7 +429,7 @@ def group_launch_config(n_rows: int, n_cols: int, group_size: int,
 
 @launcher(mutates=("q2", "scale"))
 def _launch_group_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, group_size: int, eps: float,
-                        config: QuantLaunchConfig | None = None) -> None:
+                        config: QuantLaunchConfig | None = None, ue8m0: bool = False) -> None:
     """A scale per ``group_size`` columns of a row into ``scale`` ((M, G), any strides), then q2.
     x2 (M, N), or (M, S, L): a row the S segments of L columns (unit stride within), N = S * L."""
     segmented = x2.dim() == 3
@@ -408,7 +445,7 @@ def _launch_group_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor,
         x2, q2, scale, x2.stride(0), q2.stride(0), scale.stride(0), scale.stride(1), stride_seg, seg_len,
         n_rows, n_cols, n_groups, eps, q_min, q_max,
         EVEN=n_cols % group_size == 0 and (n_rows * n_groups) % block_g == 0, SOFT_ROUND=_soft_round(q2.dtype),
-        SEG=0 if not segmented else 1 if seg_len % group_size == 0 else 2,
+        SEG=0 if not segmented else 1 if seg_len % group_size == 0 else 2, UE8M0=ue8m0,
         BLOCK_G=block_g, GROUP=group_size, num_warps=cfg.num_warps,
     )
 
@@ -455,7 +492,8 @@ def _per_token(op: str, qx, x_in, scale_out, scale_ub, config=None, names=_AITER
     return qx, scale_out
 
 
-def _group(op: str, qx, x_in, scale_out, group_size, eps, names=_AITER) -> tuple[torch.Tensor, torch.Tensor]:
+def _group(op: str, qx, x_in, scale_out, group_size, eps, names=_AITER,
+           ue8m0: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     q_name, x_name, s_name = names
     _check_input(op, x_in, x_name)
     _check_q(op, qx, x_in, (q_name, x_name))
@@ -475,7 +513,7 @@ def _group(op: str, qx, x_in, scale_out, group_size, eps, names=_AITER) -> tuple
         except RuntimeError:
             raise ValueError(f"{op}: {s_name} with strides {tuple(scale_out.stride())} cannot be viewed as "
                              f"({n_rows}, {n_groups}); its leading dims must flatten") from None
-        _launch_group_quant(*_rows(op, qx, x_in, names), s2, group_size, eps)
+        _launch_group_quant(*_rows(op, qx, x_in, names), s2, group_size, eps, None, ue8m0)
     return qx, scale_out
 
 
@@ -531,6 +569,64 @@ def per_token_group_quant(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch
     column-major (M, G) view included). Returns ``(qx, scale_out)``. A NaN in a group makes
     that group's scale NaN and its values NaN (fp8) or 0 (int8), no other group's."""
     return _group("per_token_group_quant", qx, x_in, scale_out, group_size, eps)
+
+
+def _check_azp(op: str, name: str, azp, numel: int, x_in: torch.Tensor, x_name: str) -> None:
+    if not isinstance(azp, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(azp).__name__}")
+    if azp.dtype != torch.int32:
+        raise TypeError(f"{op}: {name} must be int32, got {azp.dtype}")
+    if azp.numel() != numel:
+        what = "one element (a per-tensor zero point)" if numel == 1 else f"{numel} elements"
+        raise ValueError(f"{op}: {name} must have {what}, got shape {tuple(azp.shape)}")
+    check_same_device(op, name, azp, x_name, x_in)
+
+
+def _int8_azp(op: str, qx, x_in, scale, azp, dynamic: bool, config=None,
+              names=("qx", "x_in", "scale", "azp")) -> torch.Tensor:
+    q_name, x_name, s_name, z_name = names
+    _check_input(op, x_in, x_name)
+    _check_q(op, qx, x_in, (q_name, x_name))
+    if qx.dtype != torch.int8:
+        raise TypeError(f"{op}: {q_name} must be int8 (a zero point is an int8 offset), got {qx.dtype}")
+    n_rows = math.prod(x_in.shape[:-1]) if dynamic else 1
+    _check_scale(op, s_name, scale, n_rows, x_in, x_name)
+    _check_azp(op, z_name, azp, n_rows, x_in, x_name)
+    if debug_on():
+        log_call(op, **{q_name: qx, x_name: x_in, s_name: scale, z_name: azp})
+    if x_in.numel():
+        _launch_int8_azp_quant(*_rows(op, qx, x_in, names), _scale_vector(op, s_name, scale),
+                               _scale_vector(op, z_name, azp), dynamic, config)
+    elif dynamic and scale.numel():  # rows of no columns: vLLM's empty range
+        scale.fill_(0.0)
+        azp.fill_(-128)
+    return qx
+
+
+@public_op(mutates=("qx",), no_grad=_NO_GRAD)
+def static_per_tensor_int8_azp_quant(qx: torch.Tensor, x_in: torch.Tensor, scale_in: torch.Tensor,
+                                     azp_in: torch.Tensor) -> torch.Tensor:
+    """Asymmetric int8 by one scale and zero point (vLLM's ``static_scaled_int8_quant`` with
+    azp): ``qx = clamp(rint(x_in * (1 / scale_in)) + azp_in, -128, 127)``, rint ties to even,
+    the product saturated to int32 first; a NaN gives ``azp_in``. ``scale_in`` one fp32
+    element, ``azp_in`` one int32 element. Returns ``qx``."""
+    return _int8_azp("static_per_tensor_int8_azp_quant", qx, x_in, scale_in, azp_in, False,
+                     names=("qx", "x_in", "scale_in", "azp_in"))
+
+
+@public_op(mutates=("qx", "scale_out", "azp_out"), no_grad=_NO_GRAD)
+def dynamic_per_token_int8_azp_quant(qx: torch.Tensor, x_in: torch.Tensor, scale_out: torch.Tensor,
+                                     azp_out: torch.Tensor, *, config: QuantLaunchConfig | None = None
+                                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric int8 per row (vLLM's ``dynamic_scaled_int8_quant`` with azp): a row's
+    ``scale = (max - min) / 255`` (fp32, into ``scale_out``, one a row) and ``azp = rint(-128 -
+    min / scale)`` (int32, into ``azp_out``), then ``qx`` as the static form. A constant row
+    has scale 0 (vLLM's degenerate case: its values saturate). NaN is skipped by the min and
+    max. Returns ``(qx, scale_out, azp_out)``; ``config`` pins a launch (tests, tuning)."""
+    op = "dynamic_per_token_int8_azp_quant"
+    _int8_azp(op, qx, x_in, scale_out, azp_out, True, config, names=("qx", "x_in", "scale_out", "azp_out"))
+    return qx, scale_out, azp_out
+
 
 
 # ---------------------------------------------------------------------------

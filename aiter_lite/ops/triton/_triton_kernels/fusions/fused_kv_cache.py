@@ -14,7 +14,10 @@ cache of ``fused_qk_rope_cosine_cache_llama``): token t writes row t of the cach
 ``slot_mapping[t]``, a slot in [0, block_size).
 
 Values bound for a cache are multiplied by ``inv_scale`` (1 unscaled) in fp32 and, for
-fp8, saturated and rounded as the quant kernels do (``_quantize``).
+fp8, saturated and rounded as the quant kernels do (``_quantize``); DIV_SCALE divides them by
+the scale instead (an IEEE division, as vLLM's cache kernels write). ROTATE off writes K and
+V as they are (vLLM's ``reshape_and_cache``: no Q heads, no tables). ``_cache_convert_kernel``
+converts a whole cache to or from fp8 (vLLM's ``convert_fp8``).
 """
 
 import triton
@@ -31,8 +34,13 @@ from aiter_lite.ops.triton._triton_kernels.rope.rope import (
 
 
 @triton.jit
-def _cast(x, inv_scale, q_min, q_max, dtype: tl.constexpr, IS_FP8: tl.constexpr, SOFT_ROUND: tl.constexpr):
-    """fp32 ``x * inv_scale`` in ``dtype``: fp8 saturated to [q_min, q_max] (as the quant ops)."""
+def _cast(x, inv_scale, q_min, q_max, dtype: tl.constexpr, IS_FP8: tl.constexpr, SOFT_ROUND: tl.constexpr,
+          DIV: tl.constexpr = False):
+    """fp32 ``x * inv_scale`` in ``dtype``: fp8 saturated to [q_min, q_max] (as the quant ops).
+    DIV: ``inv_scale`` is the scale itself, ``x`` divided by it (IEEE, vLLM's cache writes)."""
+    if DIV:
+        x = tl.math.div_rn(x, inv_scale)
+        inv_scale = 1.0
     if IS_FP8:
         return _quantize(x, inv_scale, q_min, q_max, dtype, SOFT_ROUND)
     return (x * inv_scale).to(dtype)
@@ -122,7 +130,7 @@ def _turn_and_store(x_ptr, sx_t, sx_h, sx_d, out_ptr, so_t, so_h, so_d, o_min, o
                     head_dim, HAS_OFFSETS: tl.constexpr, IS_NEOX: tl.constexpr, REUSE: tl.constexpr,
                     O_FP8: tl.constexpr, C_FP8: tl.constexpr, SOFT_ROUND: tl.constexpr, TO_CACHE: tl.constexpr,
                     X: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_REST: tl.constexpr,
-                    BLOCK_T: tl.constexpr, TO_OUT: tl.constexpr = True):
+                    BLOCK_T: tl.constexpr, TO_OUT: tl.constexpr = True, DIV: tl.constexpr = False):
     """A (BLOCK_T, BLOCK_H) block of x's heads turned (rounded to x's dtype) into ``out``,
     channels past the rotary part copied; TO_CACHE: the same values times ``inv_scale``
     into the cache entries at ``cache`` where ``w_mask`` (TO_OUT False: into the cache only)."""
@@ -139,8 +147,8 @@ def _turn_and_store(x_ptr, sx_t, sx_h, sx_d, out_ptr, so_t, so_h, so_d, o_min, o
                      HALF, BLOCK_HALF, IS_NEOX)
     c_ty = cache.dtype.element_ty
     if TO_CACHE:
-        _store_pairs(cache, 0, _cast(o1, inv_scale, c_min, c_max, c_ty, C_FP8, SOFT_ROUND),
-                     _cast(o2, inv_scale, c_min, c_max, c_ty, C_FP8, SOFT_ROUND), w_mask,
+        _store_pairs(cache, 0, _cast(o1, inv_scale, c_min, c_max, c_ty, C_FP8, SOFT_ROUND, DIV),
+                     _cast(o2, inv_scale, c_min, c_max, c_ty, C_FP8, SOFT_ROUND, DIV), w_mask,
                      X, s_cx, s_c, HALF, BLOCK_HALF, IS_NEOX)
     if BLOCK_REST > 0:
         c = 2 * HALF + tl.arange(0, BLOCK_REST)
@@ -150,7 +158,7 @@ def _turn_and_store(x_ptr, sx_t, sx_h, sx_d, out_ptr, so_t, so_h, so_d, o_min, o
         if TO_OUT:
             _store_chans(out, c, _cast(rest, 1.0, o_min, o_max, o_ty, O_FP8, SOFT_ROUND), m, 1, so_d, 0)
         if TO_CACHE:
-            _store_chans(cache, c, _cast(rest, inv_scale, c_min, c_max, c_ty, C_FP8, SOFT_ROUND),
+            _store_chans(cache, c, _cast(rest, inv_scale, c_min, c_max, c_ty, C_FP8, SOFT_ROUND, DIV),
                          m & w_mask[:, :, None], X, s_cx, s_c)
 
 
@@ -188,6 +196,8 @@ def _rope_cache_kernel(
     ROW_SLOTS: tl.constexpr = False,  # token t's cache row is row t (aiter's per-sequence cache), its slot the offset in it
     K_OUT: tl.constexpr = True,       # rotated K into k_out as well as the cache
     VC_X: tl.constexpr = 1,           # > 1: the value cache's offsets in chunks of VC_X (aiter's 5-D shuffled value cache)
+    ROTATE: tl.constexpr = True,      # False: K and V written as they are (no Q heads, no tables)
+    DIV_SCALE: tl.constexpr = False,  # cache values divided by the scales (IEEE) rather than times their inverse
 ):
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     qo_min = tl.cast(qo_min, tl.float32)
@@ -198,16 +208,17 @@ def _rope_cache_kernel(
     c_max = tl.cast(c_max, tl.float32)
     first, heads, tok, t_mask, th_mask = _two_part_block(n_q_heads, n_kv_heads, n_tokens, BLOCK_T, BLOCK_H, INT64)
     if first:
-        _turn_and_store(q_ptr, sq_t, sq_h, sq_d, q_out_ptr, sqo_t, sqo_h, sqo_d, qo_min, qo_max,
-                        q_out_ptr, th_mask, 1.0, qo_min, qo_max, 0, 0,
-                        tok, t_mask, heads, th_mask, pos_ptr, off_ptr, cos_ptr, sin_ptr, n_rows, stride_t_r,
-                        stride_t_f, head_dim, HAS_OFFSETS, IS_NEOX, REUSE, Q_FP8, Q_FP8, SOFT_ROUND, False, 1,
-                        HALF, BLOCK_HALF, BLOCK_REST, BLOCK_T)
-        if ZEROS:
-            c = tl.arange(0, BLOCK_D)
-            m = th_mask[:, :, None] & (c < head_dim)[None, None, :]
-            z = (zeros_ptr + tok * sz_t)[:, None] + heads[None, :] * sz_h
-            _store_chans(z, c, tl.zeros([BLOCK_T, BLOCK_H, BLOCK_D], zeros_ptr.dtype.element_ty), m, 1, sz_d, 0)
+        if ROTATE:  # else there are no Q heads
+            _turn_and_store(q_ptr, sq_t, sq_h, sq_d, q_out_ptr, sqo_t, sqo_h, sqo_d, qo_min, qo_max,
+                            q_out_ptr, th_mask, 1.0, qo_min, qo_max, 0, 0,
+                            tok, t_mask, heads, th_mask, pos_ptr, off_ptr, cos_ptr, sin_ptr, n_rows, stride_t_r,
+                            stride_t_f, head_dim, HAS_OFFSETS, IS_NEOX, REUSE, Q_FP8, Q_FP8, SOFT_ROUND, False, 1,
+                            HALF, BLOCK_HALF, BLOCK_REST, BLOCK_T)
+            if ZEROS:
+                c = tl.arange(0, BLOCK_D)
+                m = th_mask[:, :, None] & (c < head_dim)[None, None, :]
+                z = (zeros_ptr + tok * sz_t)[:, None] + heads[None, :] * sz_h
+                _store_chans(z, c, tl.zeros([BLOCK_T, BLOCK_H, BLOCK_D], zeros_ptr.dtype.element_ty), m, 1, sz_d, 0)
     else:
         if ROW_SLOTS:  # the wrapper keeps slot_mapping's tokens within the cache's rows
             blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, block_size, block_size)
@@ -216,21 +227,64 @@ def _rope_cache_kernel(
             blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size)
         w_mask = writes[:, None] & th_mask
         kc = (kc_ptr + blk * skc_blk + off * skc_off)[:, None] + heads[None, :] * skc_h
-        k_inv = tl.math.div_rn(1.0, tl.load(k_scale_ptr)) if HAS_K_SCALE else 1.0
-        _turn_and_store(k_ptr, sk_t, sk_h, sk_d, k_out_ptr, sko_t, sko_h, sko_d, ko_min, ko_max,
-                        kc, w_mask, k_inv, c_min, c_max, skc_cx, skc_c,
-                        tok, t_mask, heads, th_mask, pos_ptr, off_ptr, cos_ptr, sin_ptr, n_rows, stride_t_r,
-                        stride_t_f, head_dim, HAS_OFFSETS, IS_NEOX, REUSE, K_FP8, KC_FP8, SOFT_ROUND, True, KC_X,
-                        HALF, BLOCK_HALF, BLOCK_REST, BLOCK_T, K_OUT)
+        k_inv = 1.0
+        if HAS_K_SCALE:
+            k_inv = tl.load(k_scale_ptr).to(tl.float32) if DIV_SCALE else tl.math.div_rn(1.0, tl.load(k_scale_ptr))
         c = tl.arange(0, BLOCK_D)
         m = th_mask[:, :, None] & (c < head_dim)[None, None, :]
+        if ROTATE:
+            _turn_and_store(k_ptr, sk_t, sk_h, sk_d, k_out_ptr, sko_t, sko_h, sko_d, ko_min, ko_max,
+                            kc, w_mask, k_inv, c_min, c_max, skc_cx, skc_c,
+                            tok, t_mask, heads, th_mask, pos_ptr, off_ptr, cos_ptr, sin_ptr, n_rows, stride_t_r,
+                            stride_t_f, head_dim, HAS_OFFSETS, IS_NEOX, REUSE, K_FP8, KC_FP8, SOFT_ROUND, True, KC_X,
+                            HALF, BLOCK_HALF, BLOCK_REST, BLOCK_T, K_OUT, DIV_SCALE)
+        else:
+            kh = (k_ptr + tok * sk_t)[:, None] + heads[None, :] * sk_h
+            k = tl.load(kh[:, :, None] + c[None, None, :] * sk_d, mask=m & writes[:, None, None], other=0.0)
+            _store_chans(kc, c, _cast(k.to(tl.float32), k_inv, c_min, c_max, kc_ptr.dtype.element_ty, KC_FP8,
+                                      SOFT_ROUND, DIV_SCALE), m & writes[:, None, None], KC_X, skc_cx, skc_c)
         vh = (v_ptr + tok * sv_t)[:, None] + heads[None, :] * sv_h
         v = tl.load(vh[:, :, None] + c[None, None, :] * sv_d, mask=m & writes[:, None, None], other=0.0)
-        v_inv = tl.math.div_rn(1.0, tl.load(v_scale_ptr)) if HAS_V_SCALE else 1.0
+        v_inv = 1.0
+        if HAS_V_SCALE:
+            v_inv = tl.load(v_scale_ptr).to(tl.float32) if DIV_SCALE else tl.math.div_rn(1.0, tl.load(v_scale_ptr))
         if VC_X > 1:  # [blocks, heads, block_size // x, head_dim, x]
             vc = (vc_ptr + blk * svc_blk + (off // VC_X) * svc_off + (off % VC_X) * svc_ox)[:, None]
         else:
             vc = (vc_ptr + blk * svc_blk + off * svc_off)[:, None]
         vc = vc + heads[None, :] * svc_h
         _store_chans(vc, c, _cast(v.to(tl.float32), v_inv, c_min, c_max, vc_ptr.dtype.element_ty, VC_FP8,
-                                  SOFT_ROUND), m & writes[:, None, None], 1, svc_cx, 0)
+                                  SOFT_ROUND, DIV_SCALE), m & writes[:, None, None], 1, svc_cx, 0)
+
+
+@triton.jit(do_not_specialize=["n_rows", "n_cols"])
+def _cache_convert_kernel(
+    x_ptr, y_ptr,
+    stride_x_r, stride_y_r,       # rows (cache blocks); each row's n_cols elements contiguous
+    n_rows, n_cols,
+    scale,                        # runtime fp32
+    q_min, q_max,                 # y's fp8 range (QUANT)
+    QUANT: tl.constexpr,          # y fp8: x / scale, saturated; else x (fp8) * scale
+    SOFT_ROUND: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    INT64: tl.constexpr,
+):
+    """A cache converted to or from fp8 (vLLM's ``convert_fp8``): one program a BLOCK_N
+    slice of one row."""
+    scale = tl.cast(scale, tl.float32)
+    q_min = tl.cast(q_min, tl.float32)
+    q_max = tl.cast(q_max, tl.float32)
+    pid = tl.program_id(0)
+    if INT64:
+        pid = pid.to(tl.int64)
+    n_col_blocks = tl.cdiv(n_cols, BLOCK_N)
+    row = pid // n_col_blocks
+    c = (pid % n_col_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = c < n_cols
+    x = tl.load(x_ptr + row * stride_x_r + c, mask=mask, other=0.0).to(tl.float32)
+    y_ty = y_ptr.dtype.element_ty
+    if QUANT:
+        y = _cast(x, scale, q_min, q_max, y_ty, True, SOFT_ROUND, True)
+    else:
+        y = (x * scale).to(y_ty)
+    tl.store(y_ptr + row * stride_y_r + c, y, mask=mask)

@@ -44,21 +44,22 @@ def _cat_pair(a_ptr, b_ptr, dest, dest_b, b_lo, tok, t_mask, heads, th_mask, w_m
               stride_t_f, ROPE: tl.constexpr, IS_NEOX: tl.constexpr, REUSE: tl.constexpr, IS_FP8: tl.constexpr,
               SOFT_ROUND: tl.constexpr, X: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr,
               BLOCK_D1: tl.constexpr, BLOCK_D2: tl.constexpr, BLOCK_T: tl.constexpr, b_out=None, bo_mask=None,
-              sbo_d=0, z_out=None, z_mask=None, sz_d=0, UPCAST: tl.constexpr = False, COPY_A: tl.constexpr = True):
+              sbo_d=0, z_out=None, z_mask=None, sz_d=0, UPCAST: tl.constexpr = False, COPY_A: tl.constexpr = True,
+              DIV: tl.constexpr = False):
     """cat(a, b) of a (BLOCK_T, BLOCK_H) block where ``w_mask``: a's channels at ``dest``, b's
     from channel ``b_lo`` of ``dest_b`` (``dest`` and d1 but in the shuffled cache), channel
     ``c`` at ``_chan_off(c, X, sd_cx, sd_c)``; ROPE: b's channels 0 .. 2 HALF rotated (rounded
     to b's dtype first unless UPCAST), the rest copied. ``b_out``: b as written (rotated, not
     scaled, in b_out's dtype) also at those rows where ``bo_mask``; ``z_out``: zeros in a's
     place at those rows where ``z_mask``. COPY_A false: a is already in place at ``dest`` (not
-    read, not written)."""
+    read, not written). DIV: ``inv_scale`` is the scale, the values divided by it (``_cast``)."""
     dt = dest.dtype.element_ty
     c = tl.arange(0, BLOCK_D1)
     m = w_mask[:, :, None] & (c < d1)[None, None, :]
     if COPY_A:
         ah = (a_ptr + tok * sa_t)[:, None] + heads[None, :] * sa_h
         a = tl.load(ah[:, :, None] + c[None, None, :] * sa_d, mask=m, other=0.0)
-        _store_chans(dest, c, _cast(a.to(tl.float32), inv_scale, q_min, q_max, dt, IS_FP8, SOFT_ROUND), m, X,
+        _store_chans(dest, c, _cast(a.to(tl.float32), inv_scale, q_min, q_max, dt, IS_FP8, SOFT_ROUND, DIV), m, X,
                      sd_cx, sd_c)
     if z_out is not None:
         zm = z_mask[:, :, None] & (c < d1)[None, None, :]
@@ -70,8 +71,8 @@ def _cat_pair(a_ptr, b_ptr, dest, dest_b, b_lo, tok, t_mask, heads, th_mask, w_m
                                 HALF, BLOCK_HALF, BLOCK_T)
         if not UPCAST:
             o1, o2 = _rounded(o1, o2, b_ptr.dtype.element_ty)
-        _store_pairs(dest_b, b_lo, _cast(o1, inv_scale, q_min, q_max, dt, IS_FP8, SOFT_ROUND),
-                     _cast(o2, inv_scale, q_min, q_max, dt, IS_FP8, SOFT_ROUND), w_mask, X, sd_cx, sd_c,
+        _store_pairs(dest_b, b_lo, _cast(o1, inv_scale, q_min, q_max, dt, IS_FP8, SOFT_ROUND, DIV),
+                     _cast(o2, inv_scale, q_min, q_max, dt, IS_FP8, SOFT_ROUND, DIV), w_mask, X, sd_cx, sd_c,
                      HALF, BLOCK_HALF, IS_NEOX)
         if b_out is not None:
             bt = b_out.dtype.element_ty
@@ -82,7 +83,7 @@ def _cat_pair(a_ptr, b_ptr, dest, dest_b, b_lo, tok, t_mask, heads, th_mask, w_m
         bh = (b_ptr + tok * sb_t)[:, None] + heads[None, :] * sb_h
         b = tl.load(bh[:, :, None] + c[None, None, :] * sb_d, mask=lm[:, :, None] & (c < d2)[None, None, :],
                     other=0.0)
-        _store_chans(dest_b, b_lo + c, _cast(b.to(tl.float32), inv_scale, q_min, q_max, dt, IS_FP8, SOFT_ROUND),
+        _store_chans(dest_b, b_lo + c, _cast(b.to(tl.float32), inv_scale, q_min, q_max, dt, IS_FP8, SOFT_ROUND, DIV),
                      m, X, sd_cx, sd_c)
         if b_out is not None:
             _store_chans(b_out, c, b.to(b_out.dtype.element_ty), bo_mask[:, :, None] & (c < d2)[None, None, :], 1,
@@ -149,6 +150,7 @@ def _cat_program(
     UPCAST: tl.constexpr = False,  # rotated values not rounded to b's dtype before their destinations'
     OWN_Q1_RANGE: tl.constexpr = False,
     A1_IN_PLACE: tl.constexpr = False,  # the first pair's a already at its destination (neither read nor written)
+    DIV_SCALE: tl.constexpr = False,  # the second pair's values divided by the scale (IEEE; vLLM's cache writes)
 ):
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     q_min = tl.cast(q_min, tl.float32)
@@ -184,13 +186,15 @@ def _cat_program(
             b_lo = d1
             sd_cx = so2_d
             sd_c = so2_d  # unused: channels are not chunked (X = 1)
-        inv_scale = tl.math.div_rn(1.0, tl.load(scale_ptr)) if HAS_SCALE else 1.0
+        inv_scale = 1.0
+        if HAS_SCALE:
+            inv_scale = tl.load(scale_ptr).to(tl.float32) if DIV_SCALE else tl.math.div_rn(1.0, tl.load(scale_ptr))
         bo_2 = None if bo2_ptr is None else (bo2_ptr + tok * sbo2_t)[:, None] + heads[None, :] * sbo2_h
         _cat_pair(a2_ptr, b2_ptr, dest, dest_b, b_lo, tok, t_mask, heads, th_mask, th_mask & writes[:, None],
                   sa2_t, sa2_h, sa2_d, sb2_t, sb2_h, sb2_d, sd_cx, sd_c, d1, d2, inv_scale, q_min, q_max,
                   pos_ptr, cos_ptr, sin_ptr, n_rows, stride_t_r, stride_t_f, ROPE, IS_NEOX, REUSE, O2_FP8,
                   SOFT_ROUND, 1 if SHUFFLE == 0 else SHUFFLE, HALF, BLOCK_HALF, BLOCK_D1, BLOCK_D2, BLOCK_T,
-                  bo_2, th_mask, sbo2_d, None, None, 0, UPCAST)
+                  bo_2, th_mask, sbo2_d, None, None, 0, UPCAST, True, DIV_SCALE)
 
 
 @triton.jit(do_not_specialize=["n_tokens", "n_slot_tokens", "n_cache_slots", "n_rows"])
@@ -233,6 +237,7 @@ def _cat_kernel(
     UPCAST: tl.constexpr = False,  # rotated values not rounded to b's dtype before their destinations'
     OWN_Q1_RANGE: tl.constexpr = False,
     A1_IN_PLACE: tl.constexpr = False,  # the first pair's a already at its destination (neither read nor written)
+    DIV_SCALE: tl.constexpr = False,  # the second pair's values divided by the scale (IEEE; vLLM's cache writes)
 ):
     _cat_program(0, a1_ptr, b1_ptr, o1_ptr, a2_ptr, b2_ptr, o2_ptr, slot_ptr, pos_ptr, cos_ptr, sin_ptr, scale_ptr,
                  sa1_t, sa1_h, sa1_d, sb1_t, sb1_h, sb1_d, so1_t, so1_h, so1_d, sa2_t, sa2_h, sa2_d, sb2_t, sb2_h,
@@ -240,4 +245,4 @@ def _cat_kernel(
                  n_cache_slots, block_size, n_rows, n_heads1, n_heads2, d1, d2, q_min, q_max, bo1_ptr, sbo1_t,
                  sbo1_h, sbo1_d, bo2_ptr, sbo2_t, sbo2_h, sbo2_d, z1_ptr, sz1_t, sz1_h, sz1_d, n_extra, q1_min,
                  q1_max, ROPE, IS_NEOX, REUSE, DEST_SLOTS, HAS_SCALE, O1_FP8, O2_FP8, SOFT_ROUND, HALF, BLOCK_HALF,
-                 BLOCK_D1, BLOCK_D2, BLOCK_T, BLOCK_H, INT64, SHUFFLE, UPCAST, OWN_Q1_RANGE, A1_IN_PLACE)
+                 BLOCK_D1, BLOCK_D2, BLOCK_T, BLOCK_H, INT64, SHUFFLE, UPCAST, OWN_Q1_RANGE, A1_IN_PLACE, DIV_SCALE)

@@ -132,10 +132,13 @@ def _tile(pid_m, pid_n, n_rows, n_cols, EVEN: tl.constexpr, INT64: tl.constexpr,
 @triton.jit
 def _static_quant_kernel(
     x_ptr, q_ptr,
-    scale_ptr,                    # fp32, one element: q = x / scale
+    scale_ptr,                    # fp32, one element: q = x / scale (GROUPED: a grid of them)
     stride_x_row, stride_q_row,
+    stride_s_row, stride_s_col,   # GROUPED: the scale of (row, col) at (row // group_m, col // group_n)
+    group_m, group_n,
     n_rows, n_cols,
     q_min, q_max,                 # the output dtype's range (fp32)
+    GROUPED: tl.constexpr,        # a scale per (group_m, group_n) block: per token, per channel, 2-D blocks
     EVEN: tl.constexpr,           # tiles divide (n_rows, n_cols): no masks
     INT64: tl.constexpr,          # offsets can pass 2^31
     SOFT_ROUND: tl.constexpr,     # fp8 rounded in fp32 before the conversion (the interpreter)
@@ -147,7 +150,15 @@ def _static_quant_kernel(
     q_min = tl.cast(q_min, tl.float32)
     q_max = tl.cast(q_max, tl.float32)
     rows, cols, mask = _tile(tl.program_id(1), tl.program_id(0), n_rows, n_cols, EVEN, INT64, BLOCK_M, BLOCK_N)
-    inv_scale = tl.math.div_rn(1.0, tl.load(scale_ptr))
+    if GROUPED:
+        s_off = (rows // group_m)[:, None] * stride_s_row + (cols // group_n)[None, :] * stride_s_col
+        if EVEN:
+            s = tl.load(scale_ptr + s_off)
+        else:
+            s = tl.load(scale_ptr + s_off, mask=mask, other=1.0)
+        inv_scale = tl.math.div_rn(1.0, s)
+    else:
+        inv_scale = tl.math.div_rn(1.0, tl.load(scale_ptr))
     x = _load_f32(x_ptr + rows[:, None] * stride_x_row + cols[None, :], mask, EVEN)
     q = _quantize(x, inv_scale, q_min, q_max, q_ptr.dtype.element_ty, SOFT_ROUND)
     tl.store(q_ptr + rows[:, None] * stride_q_row + cols[None, :], q, mask=None if EVEN else mask)
@@ -352,6 +363,7 @@ def _group_quant_kernel(
     EVEN: tl.constexpr,           # GROUP divides n_cols and BLOCK_G divides n_rows * n_groups
     SOFT_ROUND: tl.constexpr,
     SEG: tl.constexpr,            # 0: x's row contiguous; 1: segmented, GROUP divides seg_len; 2: segmented
+    UE8M0: tl.constexpr,          # scales rounded up to a power of 2 (DeepGEMM's e8m0 scales)
     BLOCK_G: tl.constexpr,        # groups per program
     GROUP: tl.constexpr,          # columns a group (a power of 2)
 ):
@@ -381,6 +393,74 @@ def _group_quant_kernel(
     x = _load_f32(x_ptr + row[:, None] * stride_x_row + x_cols, mask, EVEN)
     amax = _nan_max(_amax(x, 1), eps)
     scale = tl.math.div_rn(amax, q_max)
+    if UE8M0:
+        scale = _ceil_pow2(scale)
     tl.store(scale_ptr + row * stride_s_row + grp * stride_s_group, scale, mask=g_mask)
     q = _quantize(x, tl.math.div_rn(1.0, scale)[:, None], q_min, q_max, q_ptr.dtype.element_ty, SOFT_ROUND)
     tl.store(q_ptr + row[:, None] * stride_q_row + cols, q, mask=mask)
+
+
+@triton.jit
+def _int8_azp_quant_kernel(
+    x_ptr, q_ptr,                 # q: int8
+    scale_ptr,                    # fp32: one element (read), or (n_rows,) at stride_s (DYNAMIC: written)
+    azp_ptr,                      # int32: one element (read), or (n_rows,) at stride_azp (DYNAMIC: written)
+    stride_x_row, stride_q_row, stride_s, stride_azp,
+    n_rows, n_cols,
+    DYNAMIC: tl.constexpr,        # a scale and zero point per row from its min and max
+    LOOPED: tl.constexpr,         # the row in BLOCK_N-wide chunks, read twice where DYNAMIC
+    EVEN: tl.constexpr,           # BLOCK_M divides n_rows and BLOCK_N divides n_cols
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """Asymmetric int8 quantization (vLLM's azp form): ``q = sat8(rint(x * (1 / scale)) +
+    azp)``, the product saturated to int32 first (NaN: 0). Static: one scale and azp.
+    DYNAMIC: per row ``scale = (max - min) / 255``, ``azp = rint(-128 - min / scale)``."""
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < n_rows
+    x_rows = x_ptr + rows[:, None] * stride_x_row
+    q_rows = q_ptr + rows[:, None] * stride_q_row
+    cols = tl.arange(0, BLOCK_N)
+    if DYNAMIC:
+        lo = tl.full([BLOCK_M], float("inf"), tl.float32)
+        hi = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        if LOOPED:
+            for start in range(0, n_cols, BLOCK_N):
+                mask = row_mask[:, None] & (start + cols < n_cols)[None, :]
+                x = _load_f32(x_rows + start + cols[None, :], mask, EVEN)
+                ok = mask & (x == x)  # NaN skipped, as the GPUs' min / max do (the interpreter's keep it)
+                lo = tl.minimum(lo, tl.min(tl.where(ok, x, float("inf")), 1))
+                hi = tl.maximum(hi, tl.max(tl.where(ok, x, float("-inf")), 1))
+        else:
+            mask = row_mask[:, None] & (cols < n_cols)[None, :]
+            x = _load_f32(x_rows + cols[None, :], mask, EVEN)
+            ok = mask & (x == x)
+            lo = tl.min(tl.where(ok, x, float("inf")), 1)
+            hi = tl.max(tl.where(ok, x, float("-inf")), 1)
+        scale = tl.math.div_rn(hi - lo, 255.0)
+        zp = -128.0 - tl.math.div_rn(lo, scale)
+        zp = _rint(tl.clamp(tl.where(zp != zp, 0.0, zp), -4194304.0, 4194304.0))  # int32-saturated, |zp| <= 2^22
+        tl.store(scale_ptr + rows * stride_s, scale, mask=row_mask)
+        tl.store(azp_ptr + rows * stride_azp, zp.to(tl.int32), mask=row_mask)
+        zp = zp[:, None]
+        inv_scale = tl.math.div_rn(1.0, scale)[:, None]
+    else:
+        zp = tl.load(azp_ptr).to(tl.float32)
+        inv_scale = tl.math.div_rn(1.0, tl.load(scale_ptr))
+    if LOOPED or not DYNAMIC:
+        for start in range(0, n_cols, BLOCK_N):
+            mask = row_mask[:, None] & (start + cols < n_cols)[None, :]
+            x = _load_f32(x_rows + start + cols[None, :], mask, EVEN)
+            tl.store(q_rows + start + cols[None, :], _azp_round(x, inv_scale, zp), mask=None if EVEN else mask)
+    else:
+        tl.store(q_rows + cols[None, :], _azp_round(x, inv_scale, zp), mask=None if EVEN else mask)
+
+
+@triton.jit
+def _azp_round(x, inv_scale, zp):
+    """``sat8(rint(x * inv_scale) + zp)`` as int8; the product clamped to +-2^22 first (past
+    it every int8 sum saturates; _rint is exact below it), NaN 0 (a saturating int32
+    conversion's)."""
+    y = x * inv_scale
+    y = _rint(tl.clamp(tl.where(y != y, 0.0, y), -4194304.0, 4194304.0)) + zp
+    return tl.clamp(y, -128.0, 127.0).to(tl.int8)
