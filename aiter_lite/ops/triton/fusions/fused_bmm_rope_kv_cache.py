@@ -58,7 +58,8 @@ def set_use_gemm_splitk_bf16(value: bool) -> None:
 # launch gives every program the kernel's resources, and the matmul's shared memory (53 to
 # 196 KB) then holds the small RoPE / cache programs to one to three an SM. H200, DeepSeek-V3,
 # bf16: 334.9 / 87.7 us in one launch against 286.8 / 77.6 in two at 4096 / 1024 tokens; at
-# 128 tokens one launch is faster (15.3 against 17.8).
+# 128 tokens one launch is faster (15.3 against 17.8). On AMD GPUs a launch a side at every
+# size: the two sides in one kernel spill registers on gfx942 / gfx950 (fp8 and fp4 forms).
 SPLIT_TOKENS = 256
 
 
@@ -161,7 +162,8 @@ def _launch_mla_bmm_rope_cat_cache(q_nope: torch.Tensor, w_k: torch.Tensor, w_k_
     kh, d2 = k_nope.shape[1], k_rope.shape[2]
     # q_pe's rotation and the cache writes: some 4096 elements a program (of q_pe, of k)
     bh_q, bh_k = min(next_power_of_2(qh), 16), min(next_power_of_2(kh), 16)
-    bt_q = max(1, min(next_power_of_2(b), 4096 // (bh_q * next_power_of_2(d2))))
+    # (with the decode tokens' zeros the q programs also write L zeros a head: sized by L + R then)
+    bt_q = max(1, min(next_power_of_2(b), 4096 // (bh_q * next_power_of_2(d2 + (n if n_zeros else 0)))))
     bt_k = max(1, min(next_power_of_2(b), 4096 // (bh_k * next_power_of_2(n + d2))))
     n_q, n_k = cdiv(b, bt_q) * cdiv(qh, bh_q), cdiv(b, bt_k) * cdiv(kh, bh_k)
     sb = k_rope.stride()
@@ -195,7 +197,7 @@ def _launch_mla_bmm_rope_cat_cache(q_nope: torch.Tensor, w_k: torch.Tensor, w_k_
                k_pe_out, *k_pe_out.stride(), zeros, *(zeros.stride() if zeros is not None else (0,) * 3), n_zeros,
                n_q, **meta, PARTS=parts, num_warps=warps, **options)
 
-    if b <= SPLIT_TOKENS:  # one launch: launch latency is most of the time
+    if b <= SPLIT_TOKENS and profile.backend != "hip":  # one launch: launch latency is most of the time
         go(n_bmm + n_q + n_k, n_bmm, 3, cfg.num_warps, **stages)
     else:  # each side with its own resources (module doc)
         go(n_bmm, n_bmm, 1, cfg.num_warps, **stages)
