@@ -78,6 +78,13 @@ def _case(op, label, dims, dtype):
                         agrees=_route_agrees if op.startswith(("topk", "grouped")) else None)
 
 
+def _route_outputs(logits):
+    """The routing ops' outputs, allocated once a case: fp32 weights, int32 ids and indices."""
+    w = torch.empty(logits.shape[0], TOPK, device=logits.device)
+    ids = torch.empty(logits.shape[0], TOPK, device=logits.device, dtype=torch.int32)
+    return w, ids, torch.empty_like(ids)
+
+
 def _vllm(case, inputs):
     op = case.op
     if op == "rms_norm":
@@ -92,10 +99,7 @@ def _vllm(case, inputs):
         q, k = q.clone(), k.clone()
         return lambda: (ops.rotary_embedding(pos, q, k, case.dims["D"], cache, True), (q, k))[1]
     logits, bias = inputs
-    m = logits.shape[0]
-    w = torch.empty(m, TOPK, device=logits.device)
-    ids = torch.empty(m, TOPK, device=logits.device, dtype=torch.int32)
-    tei = torch.empty_like(ids)
+    w, ids, tei = _route_outputs(logits)
     if op == "topk_softmax":
         return lambda: (ops.topk_softmax(w, ids, tei, logits, True), (w, ids))[1]
     if op == "topk_sigmoid":
@@ -119,10 +123,7 @@ def _aiter(case, inputs):
         flat = (q.view(q.shape[0], -1), k.view(k.shape[0], -1))
         return lambda: (tri_rope.rope_cached_thd_positions_2c_fwd_inplace(q, k, cos, sin, pos, 0, True, False), flat)[1]
     logits, bias = inputs
-    m = logits.shape[0]
-    w = torch.empty(m, TOPK, device=logits.device)
-    ids = torch.empty(m, TOPK, device=logits.device, dtype=torch.int32)
-    tei = torch.empty_like(ids)
+    w, ids, tei = _route_outputs(logits)
     if op == "topk_softmax":
         return lambda: (tri_route.topk_softmax(w, ids, tei, logits, True), (w, ids))[1]
     if op == "topk_sigmoid":  # aiter's topk_sigmoid has no bias and no renormalization: the biased grouped form

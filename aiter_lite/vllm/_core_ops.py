@@ -169,20 +169,26 @@ def _padding(op: str, is_padding) -> None:
         raise ValueError(f"{op}: is_padding is not supported (pass None); route only the real tokens' rows")
 
 
+def _topk_into(op: str, scoring: str, topk_weights, topk_ids, token_expert_indices, gating_output, renormalize,
+               e_score_correction_bias, routed_scaling_factor, is_padding) -> None:
+    """topk_softmax's and topk_sigmoid's checks under the caller's names, then the routing launch."""
+    renormalize = check_bool(op, "renormalize", renormalize)
+    _bias(op, "e_score_correction_bias", e_score_correction_bias, gating_output)
+    _padding(op, is_padding)
+    if token_expert_indices is None:
+        raise TypeError(f"{op}: token_expert_indices must be a torch.Tensor, got None")
+    _route_into(op, gating_output, topk_weights, topk_ids, token_expert_indices, scoring, renormalize, 1, 1,
+                e_score_correction_bias, routed_scaling_factor)
+
+
 def topk_softmax(topk_weights: torch.Tensor, topk_ids: torch.Tensor, token_expert_indices: torch.Tensor,
                  gating_output: torch.Tensor, renormalize: bool = False,
                  e_score_correction_bias: torch.Tensor | None = None, is_padding: torch.Tensor | None = None) -> None:
     """vLLM's ``topk_softmax``: softmax over the experts, the ``topk_ids.shape[1]`` best (by
     softmax + bias where a bias is given) into the caller's outputs, their softmax weights
     renormalized over the chosen where ``renormalize``."""
-    op = "topk_softmax"
-    renormalize = check_bool(op, "renormalize", renormalize)
-    _bias(op, "e_score_correction_bias", e_score_correction_bias, gating_output)
-    _padding(op, is_padding)
-    if token_expert_indices is None:
-        raise TypeError(f"{op}: token_expert_indices must be a torch.Tensor, got None")
-    _route_into(op, gating_output, topk_weights, topk_ids, token_expert_indices, "softmax", renormalize, 1, 1,
-                e_score_correction_bias, 1.0)
+    _topk_into("topk_softmax", "softmax", topk_weights, topk_ids, token_expert_indices, gating_output, renormalize,
+               e_score_correction_bias, 1.0, is_padding)
 
 
 def topk_sigmoid(topk_weights: torch.Tensor, topk_ids: torch.Tensor, token_expert_indices: torch.Tensor,
@@ -191,14 +197,8 @@ def topk_sigmoid(topk_weights: torch.Tensor, topk_ids: torch.Tensor, token_exper
                  is_padding: torch.Tensor | None = None) -> None:
     """vLLM's ``topk_sigmoid``: as ``topk_softmax`` with ``sigmoid`` scores, the weights times
     ``routed_scaling_factor``."""
-    op = "topk_sigmoid"
-    renormalize = check_bool(op, "renormalize", renormalize)
-    _bias(op, "e_score_correction_bias", e_score_correction_bias, gating_output)
-    _padding(op, is_padding)
-    if token_expert_indices is None:
-        raise TypeError(f"{op}: token_expert_indices must be a torch.Tensor, got None")
-    _route_into(op, gating_output, topk_weights, topk_ids, token_expert_indices, "sigmoid", renormalize, 1, 1,
-                e_score_correction_bias, routed_scaling_factor)
+    _topk_into("topk_sigmoid", "sigmoid", topk_weights, topk_ids, token_expert_indices, gating_output, renormalize,
+               e_score_correction_bias, routed_scaling_factor, is_padding)
 
 
 def grouped_topk(scores: torch.Tensor, num_expert_group: int, topk_group: int, topk: int, renormalize: bool,
