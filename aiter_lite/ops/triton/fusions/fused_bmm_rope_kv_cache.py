@@ -197,7 +197,9 @@ def _launch_mla_bmm_rope_cat_cache(q_nope: torch.Tensor, w_k: torch.Tensor, w_k_
                k_pe_out, *k_pe_out.stride(), zeros, *(zeros.stride() if zeros is not None else (0,) * 3), n_zeros,
                n_q, **meta, PARTS=parts, num_warps=warps, **options)
 
-    if b <= SPLIT_TOKENS and profile.backend != "hip":  # one launch: launch latency is most of the time
+    # one launch where launch latency is most of the time; not on AMD GPUs nor the RTX 50 (99 KB
+    # of shared memory), where the two sides in one kernel spill registers
+    if b <= SPLIT_TOKENS and profile.backend != "hip" and profile.smem_per_block >= 160 * 1024:
         go(n_bmm + n_q + n_k, n_bmm, 3, cfg.num_warps, **stages)
     else:  # each side with its own resources (module doc)
         go(n_bmm, n_bmm, 1, cfg.num_warps, **stages)
