@@ -191,6 +191,8 @@ def _key(args: tuple, names: tuple = ()) -> tuple | None:
                 key += (a.shape, a.stride(), a.dtype, a.get_device(), ptr & 15, j, ptr - base)
             else:
                 key += (a.shape, a.stride(), a.dtype, a.get_device(), ptr & 15, i)
+        elif a.__class__ is list and all(isinstance(v, (bool, int, float)) for v in a):
+            key += (list, tuple(a))  # vLLM's group sizes: a list of numbers stands for its values
         else:
             key += (a.__class__, a)
     return tuple(key)

@@ -23,6 +23,7 @@ import torch
 
 from aiter_lite.ops.triton import activation as _act
 from aiter_lite.utils.checks import check_real
+from aiter_lite.utils.fast_launch import planned
 from aiter_lite.utils.overlap import check_written
 
 __all__ = [
@@ -57,32 +58,38 @@ def _gated(op: str, out, input, activation: str, **kw) -> None:
     _act._gated_ex(op, out, input, activation, **kw)
 
 
+@planned
 def silu_and_mul(out: torch.Tensor, input: torch.Tensor) -> None:
     """``out = silu(input[..., :d]) * input[..., d:]``, d = input.shape[-1] // 2."""
     _gated("silu_and_mul", out, input, "silu", round_act=True)
 
 
+@planned
 def mul_and_silu(out: torch.Tensor, input: torch.Tensor) -> None:
     """``out = input[..., :d] * silu(input[..., d:])``."""
     _gated("mul_and_silu", out, input, "silu", round_act=True, act_first=False)
 
 
+@planned
 def gelu_and_mul(out: torch.Tensor, input: torch.Tensor) -> None:
     """``out = gelu(input[..., :d]) * input[..., d:]``, exact (erf) GELU."""
     _gated("gelu_and_mul", out, input, "gelu", round_act=True)
 
 
+@planned
 def gelu_tanh_and_mul(out: torch.Tensor, input: torch.Tensor) -> None:
     """``out = gelu_tanh(input[..., :d]) * input[..., d:]``."""
     _gated("gelu_tanh_and_mul", out, input, "gelu_tanh", round_act=True)
 
 
+@planned
 def fatrelu_and_mul(out: torch.Tensor, input: torch.Tensor, threshold: float = 0.0) -> None:
     """``out = where(g > threshold, g, 0) * input[..., d:]``, g = input[..., :d]."""
     op = "fatrelu_and_mul"
     _gated(op, out, input, "fatrelu", param=check_real(op, "threshold", threshold))
 
 
+@planned
 def swigluoai_and_mul(out: torch.Tensor, input: torch.Tensor, alpha: float = 1.702, limit: float = 7.0) -> None:
     """gpt-oss: gate ``input[..., 0::2]`` clamped to <= limit, up ``input[..., 1::2]`` to
     [-limit, limit]; ``out = (up + 1) * gate * sigmoid(alpha * gate)``."""
@@ -99,16 +106,19 @@ def _elementwise(op: str, out, input, activation: str, param: float = 0.0) -> No
     _act._elementwise_ex(op, out, input, activation, param, names=("out", "input"))
 
 
+@planned
 def gelu_new(out: torch.Tensor, input: torch.Tensor) -> None:
     """GPT-2's GELU: ``0.5 x (1 + tanh(0.79788456 (x + 0.044715 x^3)))``."""
     _elementwise("gelu_new", out, input, "gelu_new")
 
 
+@planned
 def gelu_fast(out: torch.Tensor, input: torch.Tensor) -> None:
     """``0.5 x (1 + tanh(0.79788456 x (1 + 0.044715 x^2)))``."""
     _elementwise("gelu_fast", out, input, "gelu_fast")
 
 
+@planned
 def gelu_quick(out: torch.Tensor, input: torch.Tensor) -> None:
     """``x * sigmoid(1.702 x)``."""
     _elementwise("gelu_quick", out, input, "swish", _act._QUICK_GELU_BETA)

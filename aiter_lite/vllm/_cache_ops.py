@@ -31,6 +31,7 @@ from aiter_lite.ops.triton.fusions.fused_kv_cache import (
 )
 from aiter_lite.ops.triton.fusions._common import check_heads, check_scale, check_slots
 from aiter_lite.spec.quant import get_fp8_e4m3_dtype
+from aiter_lite.utils.fast_launch import planned
 
 __all__ = ["reshape_and_cache", "reshape_and_cache_flash", "concat_and_cache_mla", "convert_fp8"]
 
@@ -96,6 +97,7 @@ def _no_grad(op: str, **tensors) -> None:
                                  f"torch.no_grad() / torch.inference_mode(), or pass {name}.detach()")
 
 
+@planned
 def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                       slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor,
                       v_scale: torch.Tensor) -> None:
@@ -106,6 +108,7 @@ def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, key_cache: torch.T
            False)
 
 
+@planned
 def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
                             value_cache: torch.Tensor, slot_mapping: torch.Tensor, kv_cache_dtype: str,
                             k_scale: torch.Tensor, v_scale: torch.Tensor) -> None:
@@ -116,6 +119,7 @@ def reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: t
            v_scale, True)
 
 
+@planned
 def concat_and_cache_mla(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor,
                          slot_mapping: torch.Tensor, kv_cache_dtype: str, scale: torch.Tensor) -> None:
     """vLLM's ``concat_and_cache_mla``: cat(kv_c [T, kv_lora_rank], k_pe [T, pe_dim]) written
@@ -154,6 +158,7 @@ def concat_and_cache_mla(kv_c: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch
                               [n_cache_slots, block_size, *strides], None, 0, True)
 
 
+@planned
 def convert_fp8(output: torch.Tensor, input: torch.Tensor, scale: float = 1.0, kv_dtype: str = "fp8") -> None:
     """vLLM's ``convert_fp8``: a bf16 / fp16 / fp32 ``input`` into the fp8 cache ``output``
     (uint8, or the fp8 dtype ``kv_dtype`` names) as ``input / scale``, saturated; or an fp8

@@ -25,6 +25,7 @@ from aiter_lite.ops.triton.normalization.norm import _launch_norm_fwd, check_inp
 from aiter_lite.ops.triton.rope.rope import _sbhd_cached, _two
 from aiter_lite.spec.rope import RotateStyle
 from aiter_lite.utils.checks import check_bool, check_int, check_real, check_same_device
+from aiter_lite.utils.fast_launch import planned
 
 __all__ = ["rms_norm", "fused_add_rms_norm", "rotary_embedding", "topk_softmax", "topk_sigmoid", "grouped_topk"]
 
@@ -50,6 +51,7 @@ def _check_weight(op: str, weight, input: torch.Tensor) -> None:
     check_same_device(op, "weight", weight, "input", input)
 
 
+@planned
 def rms_norm(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None, epsilon: float) -> None:
     """vLLM's ``rms_norm``: ``out = (x * rstd).to(dtype) * weight`` over the last dim, rstd in
     fp32; ``out`` has input's shape and dtype (any row strides)."""
@@ -70,6 +72,7 @@ def rms_norm(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None
         _launch_norm_fwd(x2, y2, weight, None, eps, True, None, None, None, 0.0, None, None, casting_mode="llama")
 
 
+@planned
 def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
                        epsilon: float) -> None:
     """vLLM's ``fused_add_rms_norm``, in place: ``residual = input + residual`` (in the
@@ -105,6 +108,7 @@ def _heads(op: str, name: str, x, t: int, head_size: int) -> torch.Tensor:
                          f"as (tokens, heads, {head_size}) without a copy (it is rotated in place)") from None
 
 
+@planned
 def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None, head_size: int,
                      cos_sin_cache: torch.Tensor, is_neox: bool, rope_dim_offset: int = 0,
                      inverse: bool = False) -> None:
@@ -181,6 +185,7 @@ def _topk_into(op: str, scoring: str, topk_weights, topk_ids, token_expert_indic
                 e_score_correction_bias, routed_scaling_factor)
 
 
+@planned
 def topk_softmax(topk_weights: torch.Tensor, topk_ids: torch.Tensor, token_expert_indices: torch.Tensor,
                  gating_output: torch.Tensor, renormalize: bool = False,
                  e_score_correction_bias: torch.Tensor | None = None, is_padding: torch.Tensor | None = None) -> None:
@@ -191,6 +196,7 @@ def topk_softmax(topk_weights: torch.Tensor, topk_ids: torch.Tensor, token_exper
                e_score_correction_bias, 1.0, is_padding)
 
 
+@planned
 def topk_sigmoid(topk_weights: torch.Tensor, topk_ids: torch.Tensor, token_expert_indices: torch.Tensor,
                  gating_output: torch.Tensor, renormalize: bool = False,
                  e_score_correction_bias: torch.Tensor | None = None, routed_scaling_factor: float = 1.0,
@@ -201,6 +207,7 @@ def topk_sigmoid(topk_weights: torch.Tensor, topk_ids: torch.Tensor, token_exper
                e_score_correction_bias, routed_scaling_factor, is_padding)
 
 
+@planned
 def grouped_topk(scores: torch.Tensor, num_expert_group: int, topk_group: int, topk: int, renormalize: bool,
                  routed_scaling_factor: float, bias: torch.Tensor, scoring_func: int = 0) -> tuple:
     """vLLM's ``_moe_C.grouped_topk``: (weights fp32, ids int32), each (tokens, topk). Scores

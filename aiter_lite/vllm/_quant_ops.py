@@ -28,9 +28,18 @@ import math
 
 import torch
 
-from aiter_lite.ops.triton.normalization.norm import _launch_norm_fwd, check_input, norm_with_add, rows_view
+from aiter_lite.ops.triton.normalization.norm import (
+    _launch_norm_fwd,
+    check_input,
+    check_like,
+    norm_with_add,
+    rows_view,
+)
 from aiter_lite.ops.triton.quant.act_quant import act_mul_and_fp8_group_quant
 from aiter_lite.ops.triton.quant.dtypes import check_quant_dtype_supported, get_fp8_e4m3_dtype
+from aiter_lite.ops.triton.quant.fused_fp8_quant import _MAX_COLS as _FUSED_MAX_COLS
+from aiter_lite.ops.triton.quant.fused_fp8_quant import _launch_fused_rms_quant
+from aiter_lite.ops.triton.quant.norm_quant import norm_quant
 from aiter_lite.ops.triton.quant.quant import (
     _check_input,
     _check_q,
@@ -44,6 +53,8 @@ from aiter_lite.ops.triton.quant.quant import (
 )
 from aiter_lite.spec.quant import GROUP_EPS, QUANT_DTYPES
 from aiter_lite.utils.checks import check_bool, check_int, check_real, check_same_device
+from aiter_lite.utils.fast_launch import planned
+from aiter_lite.utils.overlap import check_written
 from aiter_lite.utils.launch import cdiv
 
 __all__ = [
@@ -102,6 +113,7 @@ def _static_groups(op: str, scale: torch.Tensor, m: int, n: int, group_shape) ->
     return scale.reshape(grid), gm, gn
 
 
+@planned
 def scaled_fp8_quant(input: torch.Tensor, scale: torch.Tensor | None = None, num_token_padding: int | None = None,
                      scale_ub: torch.Tensor | None = None, use_per_token_if_dynamic: bool = False,
                      output: torch.Tensor | None = None,
@@ -146,6 +158,7 @@ def scaled_fp8_quant(input: torch.Tensor, scale: torch.Tensor | None = None, num
     return output, s
 
 
+@planned
 def scaled_int8_quant(input: torch.Tensor, scale: torch.Tensor | None = None, azp: torch.Tensor | None = None,
                       symmetric: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """vLLM's ``scaled_int8_quant``: ``(output, scale, azp)``. Static (``scale`` one fp32
@@ -204,6 +217,7 @@ def _group_into(op: str, q: torch.Tensor, y: torch.Tensor, s: torch.Tensor, grou
     _group(op, q, y, s, group_size, eps, names, ue8m0)
 
 
+@planned
 def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = 1e-10, dtype: torch.dtype | None = None,
                               column_major_scales: bool = False, tma_aligned_scales: bool = False,
                               out_q: torch.Tensor | None = None,
@@ -234,9 +248,7 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = 1e-
 # RMSNorm + quantization
 
 
-def _normed(op: str, input, weight, epsilon, residual) -> torch.Tensor:
-    """vLLM's RMSNorm of ``input`` (plus ``residual``, updated in place) in input's dtype:
-    ``x * rstd`` rounded to the dtype, then the weight."""
+def _check_norm_args(op: str, input, weight, residual) -> None:
     check_input(op, input)
     if weight is not None:
         _tensor(op, "weight", weight)
@@ -244,10 +256,17 @@ def _normed(op: str, input, weight, epsilon, residual) -> torch.Tensor:
             raise ValueError(f"{op}: weight must have shape ({input.shape[-1]},) (input's last dim), got "
                              f"{tuple(weight.shape)}")
         check_same_device(op, "weight", weight, "input", input)
+    if residual is not None:
+        _tensor(op, "residual", residual)
+
+
+def _normed(op: str, input, weight, epsilon, residual) -> torch.Tensor:
+    """vLLM's RMSNorm of ``input`` (plus ``residual``, updated in place) in input's dtype:
+    ``x * rstd`` rounded to the dtype, then the weight."""
+    _check_norm_args(op, input, weight, residual)
     eps = check_real(op, "epsilon", epsilon, positive=True)
     y = torch.empty(input.shape, dtype=input.dtype, device=input.device)
     if residual is not None:
-        _tensor(op, "residual", residual)
         norm_with_add(op, y, input, residual, residual, weight, None, eps, is_rms=True,
                       names=("output", "residual", "residual"), casting_mode="llama")
     elif input.numel():
@@ -256,6 +275,7 @@ def _normed(op: str, input, weight, epsilon, residual) -> torch.Tensor:
     return y
 
 
+@planned
 def rms_norm_dynamic_per_token_quant(input: torch.Tensor, weight: torch.Tensor, epsilon: float,
                                      quant_dtype: torch.dtype, scale_ub: torch.Tensor | None = None,
                                      residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -264,11 +284,12 @@ def rms_norm_dynamic_per_token_quant(input: torch.Tensor, weight: torch.Tensor, 
     op = "rms_norm_dynamic_per_token_quant"
     check_input(op, input)
     dtype = _quant_dtype(op, "quant_dtype", quant_dtype, input.device)
-    y = _normed(op, input, weight, epsilon, residual)
+    _check_norm_args(op, input, weight, residual)
     out = torch.empty(input.shape, dtype=dtype, device=input.device)
-    scales = torch.empty((input.numel() // input.shape[-1] if input.shape[-1] else math.prod(input.shape[:-1]), 1),
-                         dtype=torch.float32, device=input.device)
-    _per_token(op, out, y, scales, scale_ub, names=("output", "input", "scales"))
+    scales = torch.empty((math.prod(input.shape[:-1]), 1), dtype=torch.float32, device=input.device)
+    norm_quant(op, out, input, weight, None, check_real(op, "epsilon", epsilon, positive=True), is_rms=True,
+               yscale=scales, scale_ub=scale_ub, residual_in=residual, residual_out=residual,
+               names=("output", "residual", "residual"), yscale_name="scales", casting_llama=True)
     return out, scales
 
 
@@ -278,6 +299,29 @@ def _no_ub(op: str, scale_ub) -> None:
                          "pass None")
 
 
+def _fused_rms_per_block(op: str, input, weight, epsilon, dtype, gn: int, residual, transposed: bool,
+                         tma_alignment: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """rms_norm_per_block_quant in one launch: rows of 2-D ``input`` whole in registers
+    (the fused RMSNorm + group quant kernel, with Llama's roundings)."""
+    _check_norm_args(op, input, weight, residual)
+    eps = check_real(op, "epsilon", epsilon, positive=True)
+    x2 = rows_view(op, "input", input, writable=False)
+    r2 = None
+    if residual is not None:
+        check_like(op, "residual", residual, input)
+        if residual.dtype != input.dtype:
+            raise TypeError(f"{op}: residual must have input's dtype {input.dtype}, got {residual.dtype}")
+        r2 = rows_view(op, "residual", residual, writable=True)
+        check_written(op, [("residual", r2), ("input", x2), ("weight", weight)], frozenset(("residual",)), {})
+    out = torch.empty(input.shape, dtype=dtype, device=input.device)
+    scales = _group_scales(op, input, input.shape[-1] // gn, transposed, tma_alignment)
+    w = weight if weight.stride(0) == 1 else weight.contiguous()
+    _launch_fused_rms_quant(x2, w, r2, r2, None, out, scales, None, None, None, eps, 0.0, gn, True,
+                            casting_llama=True)
+    return out, scales
+
+
+@planned
 def rms_norm_per_block_quant(input: torch.Tensor, weight: torch.Tensor, epsilon: float, quant_dtype: torch.dtype,
                              group_size: list[int], scale_ub: torch.Tensor | None = None,
                              residual: torch.Tensor | None = None, is_scale_transposed: bool = False,
@@ -297,10 +341,12 @@ def rms_norm_per_block_quant(input: torch.Tensor, weight: torch.Tensor, epsilon:
         raise ValueError(f"{op}: tma_alignment must be 0 or 4, got {tma_alignment!r}")
     _no_ub(op, scale_ub)
     dtype = _quant_dtype(op, "quant_dtype", quant_dtype, input.device)
-    y = _normed(op, input, weight, epsilon, residual)
-    out = torch.empty(input.shape, dtype=dtype, device=input.device)
     n_groups = input.shape[-1] // gn
     rows = math.prod(input.shape[:-1])
+    if input.dim() == 2 and rows and weight is not None and input.shape[-1] <= _FUSED_MAX_COLS:
+        return _fused_rms_per_block(op, input, weight, epsilon, dtype, gn, residual, transposed, tma_alignment)
+    y = _normed(op, input, weight, epsilon, residual)
+    out = torch.empty(input.shape, dtype=dtype, device=input.device)
     names = ("output", "input", "scales")
     if transposed and tma_alignment:
         scales = _group_scales(op, input, n_groups, True, tma_alignment)
@@ -314,6 +360,7 @@ def rms_norm_per_block_quant(input: torch.Tensor, weight: torch.Tensor, epsilon:
     return out, scales
 
 
+@planned
 def silu_and_mul_per_block_quant(input: torch.Tensor, group_size: int, quant_dtype: torch.dtype,
                                  scale_ub: torch.Tensor | None = None,
                                  is_scale_transposed: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

@@ -320,6 +320,16 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
            lambda s=s, gs=gs: vllm_ops.scaled_fp8_quant(_meta(256, 7168), _meta(*s, dtype=f32), group_shape=gs))
           for what, s, gs in (("per-token", (256,), (1, -1)), ("per-channel", (7168,), (-1, 1)),
                               ("128 x 128 block", (2, 56), None))],
+        # vLLM's RMSNorm + quant forms: Llama's roundings (CASTING_LLAMA) in the fused kernels
+        *[(f"vLLM rms_norm_dynamic_per_token_quant {what}",
+           lambda n=n, res=res: vllm_ops.rms_norm_dynamic_per_token_quant(
+               _meta(256, n), _meta(n), 1e-6, fp8, _meta(1, dtype=f32), _meta(256, n) if res else None))
+          for what, n, res in (("4096", 4096, False), ("4096, residual", 4096, True),
+                               ("looped, residual", 14336, True), ("looped", 65536, False))],
+        *[(f"vLLM rms_norm_per_block_quant {what}",
+           lambda res=res, t=t: vllm_ops.rms_norm_per_block_quant(
+               _meta(256, 7168), _meta(7168), 1e-6, fp8, [1, 128], None, _meta(256, 7168) if res else None, t, 4))
+          for what, res, t in (("row-major scales", False, False), ("residual, TMA-aligned scales", True, True))],
         ("vLLM per_token_group_quant_fp8, ue8m0 scales",
          lambda: vllm_ops.per_token_group_quant_fp8(_meta(256, 7168), 128, dtype=fp8, use_ue8m0=True)),
         ("act_mul_and_fp8_quant per token",

@@ -267,7 +267,7 @@ def test_per_token_group_quant_fp8_ue8m0_and_out_q():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("m,n", [(0, 64), (1, 64), (7, 1033), (5, 127)])
+@pytest.mark.parametrize("m,n", [(0, 64), (1, 64), (7, 1033), (5, 127), (2, 16500)])  # the last looped
 @pytest.mark.parametrize("qdtype", SUPPORTED)
 @pytest.mark.parametrize("add_residual", [False, True])
 def test_rms_norm_dynamic_per_token_quant(dtype, m, n, qdtype, add_residual):
@@ -290,19 +290,19 @@ def test_rms_norm_dynamic_per_token_quant(dtype, m, n, qdtype, add_residual):
 @pytest.mark.parametrize("qdtype", SUPPORTED)
 @pytest.mark.parametrize("layout", [(False, 0), (True, 0), (True, 4)])
 @pytest.mark.parametrize("add_residual", [False, True])
-def test_rms_norm_per_block_quant(dtype, qdtype, layout, add_residual):
-    m, n = 7, 256
-    x = make_rows(m, n, dtype)
+@pytest.mark.parametrize("m,n,g", [(7, 256, 64), (1, 192, 64), (2, 16896, 128)])  # rows past 16384: norm, then quant
+def test_rms_norm_per_block_quant(dtype, qdtype, layout, add_residual, m, n, g):
+    x = make_rows(m, n, dtype, strided=True)
     w = (torch.rand(n, device=DEVICE) + 0.5).to(dtype)
     r = make_rows(m, n, dtype) if add_residual else None
     y_ref, r_ref = _rms_ref(x, w, EPS, r)
-    q_ref, s_ref = _ref_group(y_ref, 64, qdtype)
+    q_ref, s_ref = _ref_group(y_ref, g, qdtype)
     r_in = None if r is None else r.clone()
-    q, s = ops.rms_norm_per_block_quant(x, w, EPS, qdtype, [1, 64], residual=r_in, is_scale_transposed=layout[0],
+    q, s = ops.rms_norm_per_block_quant(x, w, EPS, qdtype, [1, g], residual=r_in, is_scale_transposed=layout[0],
                                         tma_alignment=layout[1])
     if add_residual:
         assert torch.equal(r_in, r_ref)
-    assert s.shape == (m, n // 64) and (not layout[0] or s.stride(0) == 1)
+    assert s.shape == (m, n // g) and (not layout[0] or s.stride(0) == 1)
     assert_close(s, s_ref, name="scales", atol=0, rtol=1e-5)
     _codes_close(q, q_ref)
 

@@ -185,14 +185,15 @@ def _launch_fused_rms_quant(x1: torch.Tensor, w1: torch.Tensor | None, r1: torch
                             x2: torch.Tensor | None, w2: torch.Tensor | None, y2: torch.Tensor | None, eps1: float,
                             eps2: float, group_size: int, round_norm: bool, x3: torch.Tensor | None = None,
                             y3: torch.Tensor | None = None, activation: str = "",
-                            config: FusedRmsQuantLaunchConfig | None = None) -> None:
+                            config: FusedRmsQuantLaunchConfig | None = None, casting_llama: bool = False) -> None:
     """The fused row quant: q and, per ``group_size`` columns, the scales into ``scale``
     ((M, G), any strides), or by the one-element static ``scale`` (``group_size`` 0);
     r_out, y1 and the second input's y2 where given; x3's rows summed into y3. The row is
     x1's RMSNorm (whole rows a program), or with ``activation`` ``act(x1[:, :n]) *
     x1[:, n:]`` (grouped, no r1 / y1 / x2: tiles of ``config``'s BLOCK_M rows by BLOCK_N
     output columns). x1, x2, x3: 2-D rows, or 3-D (SPK, M, N) partial products summed over
-    their first dim (x1 3-D: all)."""
+    their first dim (x1 3-D: all). ``casting_llama``: the norm forms with Hugging Face Llama's
+    / vLLM's roundings (the sum normalized as stored, ``x * rstd`` rounded before the weight)."""
     n_rows, n1 = q.shape
     if n_rows == 0:
         return
@@ -247,7 +248,7 @@ def _launch_fused_rms_quant(x1: torch.Tensor, w1: torch.Tensor | None, r1: torch
         stride_x3, 0 if y3 is None else y3.stride(0), split_x1, split_x2, split_x3,
         n_rows, n1, n2, n3, x1.shape[0] if splitk else 1, eps1, eps2, q_min, q_max, GROUP_EPS,
         ACT=activation, HAS_RES=r1 is not None, STORE_Y1=y1 is not None, HAS_X2=x2 is not None,
-        HAS_X3=x3 is not None, SPLITK=splitk, ROUND=round_norm, SOFT_ROUND=_soft_round(q.dtype), INT64=int64,
+        HAS_X3=x3 is not None, SPLITK=splitk, ROUND=round_norm, CASTING_LLAMA=casting_llama, SOFT_ROUND=_soft_round(q.dtype), INT64=int64,
         GROUPED=group_size > 0, GROUP=tile_group, BLOCK_M=block_m, BLOCK_N1=block_n1, BLOCK_N2=block_n2,
         BLOCK_N3=block_n3, num_warps=cfg.num_warps,
     )

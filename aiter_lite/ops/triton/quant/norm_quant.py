@@ -172,10 +172,11 @@ def _launch_norm_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, 
                        r_out2: torch.Tensor | None, x_bias: torch.Tensor | None, weight: torch.Tensor | None,
                        bias: torch.Tensor | None, xscale: torch.Tensor | None, scale_ub: torch.Tensor | None,
                        y2: torch.Tensor | None, eps: float, weight_offset: float, is_rms: bool, dynamic: bool,
-                       config: NormQuantLaunchConfig | None = None) -> None:
+                       config: NormQuantLaunchConfig | None = None, casting_llama: bool = False) -> None:
     """The fused norm + quant over 2-D row views: q2, and the per-row scales (``dynamic``)
     into ``scale``, or by the one-element ``scale``; residual_out and the normalized rows
-    (y2) where given."""
+    (y2) where given. ``casting_llama``: RMSNorm with Hugging Face Llama's / vLLM's roundings
+    (the sum normalized as stored; ``x * rstd`` rounded to the dtype before the weight)."""
     n_rows, n_cols = x2.shape
     cfg = config or norm_quant_launch_config(n_rows, n_cols, device_profile(x2.device), r2 is not None, is_rms)
     if not cfg.LOOPED and cfg.BLOCK_N < n_cols:
@@ -192,6 +193,7 @@ def _launch_norm_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, 
         IS_RMS=is_rms, HAS_RESIDUAL=has_res, HAS_X_BIAS=x_bias is not None, HAS_WEIGHT=weight is not None,
         HAS_BIAS=bias is not None, HAS_SMOOTH=xscale is not None, DYNAMIC=dynamic, HAS_UB=scale_ub is not None,
         STORE_Y=y2 is not None, INT64=_int64(x2, q2, r2, r_out2, y2), SOFT_ROUND=_soft_round(q2.dtype),
+        CASTING_LLAMA=casting_llama,
         N_STATIC=n_cols if cfg.LOOPED and cfg.STATIC else 0, LOOPED=cfg.LOOPED, BLOCK_M=cfg.BLOCK_M,
         BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
     )
@@ -200,11 +202,12 @@ def _launch_norm_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, 
 def norm_quant(op: str, out, input, weight, bias, epsilon, *, is_rms: bool, yscale=None, scale=None, xscale=None,
                residual_in=None, residual_out=None, x_bias=None, scale_ub=None, dump: bool = False,
                weight_offset: float = 0.0, names: tuple[str, str, str] = ("out", "residual_in", "residual_out"),
-               yscale_name: str = "yscale", config: NormQuantLaunchConfig | None = None) -> torch.Tensor | None:
+               yscale_name: str = "yscale", config: NormQuantLaunchConfig | None = None,
+               casting_llama: bool = False) -> torch.Tensor | None:
     """Checked fused norm + quant of ``input`` into ``out``: dynamic per row into ``yscale``,
     or static by the one-element ``scale``; returns the normalized rows (input's dtype)
     where ``dump``, else None. ``names``: the caller's names of out and the residuals.
-    ``config`` pins a launch (tests, tuning)."""
+    ``config`` pins a launch (tests, tuning); ``casting_llama``: vLLM's roundings (RMSNorm)."""
     out_name, r_name, r_out_name = names
     dynamic = scale is None
     check_input(op, input)
@@ -238,7 +241,7 @@ def norm_quant(op: str, out, input, weight, bias, epsilon, *, is_rms: bool, ysca
             rows(r_name, residual_in, False), rows(r_out_name, residual_out, True), x_bias, weight, bias, xscale,
             None if scale_ub is None else scale_ub.reshape(1), rows("dump", y, True), eps, float(weight_offset),
             is_rms, dynamic)
-    _launch_norm_quant(*args, config)
+    _launch_norm_quant(*args, config, casting_llama)
     return y
 
 

@@ -39,13 +39,17 @@ from aiter_lite.ops.triton._triton_kernels.quant.quant import _amax, _ceil_pow2,
 
 
 @triton.jit
-def _rms(x, w, n_cols, eps):
+def _rms(x, w, n_cols, eps, round_ty: tl.constexpr, CASTING_LLAMA: tl.constexpr):
     """fp32 ``x * rsqrt(mean(x^2) + eps) * w`` over a row (1-D, or 2-D as groups of columns)
-    whose masked lanes are 0."""
+    whose masked lanes are 0; with CASTING_LLAMA (Hugging Face Llama's and vLLM's rounding)
+    ``x * rstd`` rounded to ``round_ty`` before the weight."""
     sq = x * x
     if len(x.shape) == 2:
         sq = tl.sum(sq, axis=1)
-    return x * tl.math.rsqrt(tl.sum(sq, axis=0) / n_cols + eps) * w
+    xhat = x * tl.math.rsqrt(tl.sum(sq, axis=0) / n_cols + eps)
+    if CASTING_LLAMA:
+        xhat = xhat.to(round_ty).to(tl.float32)
+    return xhat * w
 
 
 @triton.jit
@@ -82,6 +86,7 @@ def _fused_rms_quant_kernel(
     HAS_X3: tl.constexpr,         # more programs along axis 0, storing x3's rows to y3
     SPLITK: tl.constexpr,         # inputs summed over n_split partial rows
     ROUND: tl.constexpr,          # y rounded to x1's dtype before quantization
+    CASTING_LLAMA: tl.constexpr,  # the norm forms: the sum taken as stored, x * rstd rounded before the weight
     SOFT_ROUND: tl.constexpr,     # fp8 rounded in fp32 before the conversion (the interpreter)
     INT64: tl.constexpr,          # offsets can pass 2^31
     GROUPED: tl.constexpr,        # a scale per GROUP columns, else the static scale
@@ -111,13 +116,13 @@ def _fused_rms_quant_kernel(
                            stride_x1, stride_r1, stride_r_out, stride_y1, stride_q, stride_s_row, stride_s_group,
                            stride_x2, stride_y2, stride_x1_split, stride_x2_split, n_cols1, n_cols2, n_split,
                            eps1, eps2, q_min, q_max, group_eps, HAS_RES, STORE_Y1, HAS_X2, SPLITK, ROUND,
-                           SOFT_ROUND, INT64, GROUPED, GROUP, BLOCK_N1, BLOCK_N2)
+                           CASTING_LLAMA, SOFT_ROUND, INT64, GROUPED, GROUP, BLOCK_N1, BLOCK_N2)
         else:
             _quant_row(x1_ptr, w1_ptr, r1_ptr, r_out_ptr, y1_ptr, q_ptr, s_ptr, x2_ptr, w2_ptr, y2_ptr, row,
                        stride_x1, stride_r1, stride_r_out, stride_y1, stride_q, stride_s_row, stride_s_group,
                        stride_x2, stride_y2, stride_x1_split, stride_x2_split, n_cols1, n_cols2, n_split,
                        eps1, eps2, q_min, q_max, group_eps, HAS_RES, STORE_Y1, HAS_X2, SPLITK, ROUND,
-                       SOFT_ROUND, INT64, GROUPED, GROUP, BLOCK_N1, BLOCK_N2)
+                       CASTING_LLAMA, SOFT_ROUND, INT64, GROUPED, GROUP, BLOCK_N1, BLOCK_N2)
     else:
         tl.static_assert(GROUPED and not (HAS_RES or STORE_Y1 or HAS_X2))
         pid_m = tl.program_id(0)
@@ -182,8 +187,8 @@ def _quant_row(x1_ptr, w1_ptr, r1_ptr, r_out_ptr, y1_ptr, q_ptr, s_ptr, x2_ptr, 
                stride_x2, stride_y2, stride_x1_split, stride_x2_split, n_cols1, n_cols2, n_split,
                eps1, eps2, q_min, q_max, group_eps,
                HAS_RES: tl.constexpr, STORE_Y1: tl.constexpr, HAS_X2: tl.constexpr, SPLITK: tl.constexpr,
-               ROUND: tl.constexpr, SOFT_ROUND: tl.constexpr, INT64: tl.constexpr, GROUPED: tl.constexpr,
-               GROUP: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_N2: tl.constexpr):
+               ROUND: tl.constexpr, CASTING_LLAMA: tl.constexpr, SOFT_ROUND: tl.constexpr, INT64: tl.constexpr,
+               GROUPED: tl.constexpr, GROUP: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_N2: tl.constexpr):
     # the row as (groups, GROUP columns) from the start: a group's amax is a reduction along
     # a tile row, with no change of layout
     grp = tl.arange(0, BLOCK_N1 // GROUP)
@@ -193,7 +198,10 @@ def _quant_row(x1_ptr, w1_ptr, r1_ptr, r_out_ptr, y1_ptr, q_ptr, s_ptr, x2_ptr, 
     if HAS_RES:
         x += tl.load(r1_ptr + row * stride_r1 + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(r_out_ptr + row * stride_r_out + cols, x.to(r_out_ptr.dtype.element_ty), mask=mask)
-    y = _rms(x, tl.load(w1_ptr + cols, mask=mask, other=0.0).to(tl.float32), n_cols1, eps1)
+        if CASTING_LLAMA:
+            x = x.to(r_out_ptr.dtype.element_ty).to(tl.float32)
+    y = _rms(x, tl.load(w1_ptr + cols, mask=mask, other=0.0).to(tl.float32), n_cols1, eps1,
+             x1_ptr.dtype.element_ty, CASTING_LLAMA)
     if STORE_Y1:
         tl.store(y1_ptr + row * stride_y1 + cols, y.to(y1_ptr.dtype.element_ty), mask=mask)
     if ROUND:
@@ -210,7 +218,8 @@ def _quant_row(x1_ptr, w1_ptr, r1_ptr, r_out_ptr, y1_ptr, q_ptr, s_ptr, x2_ptr, 
         cols2 = tl.arange(0, BLOCK_N2)
         mask2 = cols2 < n_cols2
         x2 = _load_row(x2_ptr + row * stride_x2 + cols2, mask2, stride_x2_split, n_split, SPLITK, INT64)
-        y2 = _rms(x2, tl.load(w2_ptr + cols2, mask=mask2, other=0.0).to(tl.float32), n_cols2, eps2)
+        y2 = _rms(x2, tl.load(w2_ptr + cols2, mask=mask2, other=0.0).to(tl.float32), n_cols2, eps2, tl.float32,
+                  False)
         tl.store(y2_ptr + row * stride_y2 + cols2, y2.to(y2_ptr.dtype.element_ty), mask=mask2)
 
 

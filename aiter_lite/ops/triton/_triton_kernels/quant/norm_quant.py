@@ -23,62 +23,72 @@ import triton.language as tl
 from aiter_lite.ops.triton._triton_kernels.normalization.norm import (
     _accumulate,
     _apply_scale_shift,
+    _as_stored,
     _load_row_input,
     _load_scale_shift,
     _looped_shift,
     _looped_stats,
     _reload_row_input,
+    _round_xhat,
 )
 from aiter_lite.ops.triton._triton_kernels.quant.quant import _amax, _nan_max, _quantize, _row_scale
 
 
 @triton.jit
 def _normalized(xc, rstd, w, b, weight_offset, round_ty: tl.constexpr, HAS_WEIGHT: tl.constexpr,
-                HAS_BIAS: tl.constexpr):
-    """``xc * rstd`` scaled and shifted, rounded to ``round_ty`` (the unfused norm's output), in fp32."""
-    return _apply_scale_shift(xc * rstd, w, b, weight_offset, HAS_WEIGHT, HAS_BIAS).to(round_ty).to(tl.float32)
+                HAS_BIAS: tl.constexpr, CASTING_LLAMA: tl.constexpr):
+    """``xc * rstd`` (rounded to ``round_ty`` first with CASTING_LLAMA) scaled and shifted,
+    rounded to ``round_ty`` (the unfused norm's output), in fp32."""
+    xhat = xc * rstd
+    if CASTING_LLAMA:
+        xhat = xhat.to(round_ty).to(tl.float32)
+    return _apply_scale_shift(xhat, w, b, weight_offset, HAS_WEIGHT, HAS_BIAS).to(round_ty).to(tl.float32)
 
 
 @triton.jit
 def _normalized_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, col_mask, mean, rstd, weight_offset,
                       round_ty: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_X_BIAS: tl.constexpr,
                       HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SMOOTH: tl.constexpr,
-                      EVICT: tl.constexpr):
+                      CASTING_LLAMA: tl.constexpr, EVICT: tl.constexpr):
     """A looped pass's chunk re-read and normalized: (the normalized value, it smoothed); ``EVICT``
     "evict_last" where another pass re-reads the row (the amax pass), else "evict_first"."""
     x = _reload_row_input(x_row, r_out_row, xb_ptr, cols, cols, cols, col_mask, col_mask, HAS_RESIDUAL, HAS_X_BIAS,
                           EVICT)
     w, b = _load_scale_shift(w_ptr, b_ptr, cols, col_mask, HAS_WEIGHT, HAS_BIAS)
-    y = _normalized(x - mean, rstd, w, b, weight_offset, round_ty, HAS_WEIGHT, HAS_BIAS)
+    y = _normalized(x - mean, rstd, w, b, weight_offset, round_ty, HAS_WEIGHT, HAS_BIAS, CASTING_LLAMA)
     ys = y * tl.load(xs_ptr + cols, mask=col_mask, other=0.0).to(tl.float32) if HAS_SMOOTH else y
     return y, ys
 
 
 @triton.jit
 def _stats_chunk(x_row, r_row, r_out_row, xb_ptr, cols, col_mask, shift, acc, acc_sq, IS_RMS: tl.constexpr,
-                 HAS_RESIDUAL: tl.constexpr, HAS_X_BIAS: tl.constexpr):
-    """The first pass's chunk: loaded (the sum stored with a residual), added to the per-lane sums."""
+                 HAS_RESIDUAL: tl.constexpr, HAS_X_BIAS: tl.constexpr, CASTING_LLAMA: tl.constexpr):
+    """The first pass's chunk: loaded (the sum stored with a residual, and taken as stored with
+    CASTING_LLAMA), added to the per-lane sums."""
     x = _load_row_input(x_row, r_row, r_out_row, xb_ptr, cols, cols, cols, cols, col_mask, col_mask, HAS_RESIDUAL,
                         HAS_X_BIAS, "evict_last")
+    x = _as_stored(x, r_out_row, HAS_RESIDUAL, CASTING_LLAMA)
     return _accumulate(x, col_mask, shift, acc, acc_sq, IS_RMS)
 
 
 @triton.jit
 def _amax_chunk(amax, x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, col_mask, mean, rstd, weight_offset,
                 round_ty: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_X_BIAS: tl.constexpr,
-                HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SMOOTH: tl.constexpr):
+                HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_SMOOTH: tl.constexpr,
+                CASTING_LLAMA: tl.constexpr):
     """The DYNAMIC pass's chunk: the per-lane amax of the normalized (smoothed) values. Without
     smoothing the values are not rounded to ``round_ty`` here: rounding to nearest is monotone
     and odd, so the amax of the rounded values is the rounded amax (``_rounded_amax``)."""
     if HAS_SMOOTH:
         _, ys = _normalized_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, col_mask, mean, rstd,
                                   weight_offset, round_ty, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS, HAS_SMOOTH,
-                                  "evict_last")
+                                  CASTING_LLAMA, "evict_last")
     else:
         x = _reload_row_input(x_row, r_out_row, xb_ptr, cols, cols, cols, col_mask, col_mask, HAS_RESIDUAL,
                               HAS_X_BIAS, "evict_last")
         w, b = _load_scale_shift(w_ptr, b_ptr, cols, col_mask, HAS_WEIGHT, HAS_BIAS)
-        ys = _apply_scale_shift((x - mean) * rstd, w, b, weight_offset, HAS_WEIGHT, HAS_BIAS)
+        xhat = _round_xhat((x - mean) * rstd, x_row, r_out_row, HAS_RESIDUAL, CASTING_LLAMA)
+        ys = _apply_scale_shift(xhat, w, b, weight_offset, HAS_WEIGHT, HAS_BIAS)
     return _nan_max(amax, tl.where(col_mask, tl.abs(ys), 0.0))
 
 
@@ -94,11 +104,12 @@ def _rounded_amax(amax, round_ty: tl.constexpr, HAS_SMOOTH: tl.constexpr):
 def _quantize_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, y_row, q_row, cols, col_mask, mean, rstd,
                     weight_offset, inv_scale, q_min, q_max, round_ty: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
                     HAS_X_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                    HAS_SMOOTH: tl.constexpr, STORE_Y: tl.constexpr, SOFT_ROUND: tl.constexpr):
+                    HAS_SMOOTH: tl.constexpr, STORE_Y: tl.constexpr, SOFT_ROUND: tl.constexpr,
+                    CASTING_LLAMA: tl.constexpr):
     """The last pass's chunk: normalized, stored (STORE_Y), quantized and stored."""
     y, ys = _normalized_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, col_mask, mean, rstd,
                               weight_offset, round_ty, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS, HAS_SMOOTH,
-                              "evict_first")
+                              CASTING_LLAMA, "evict_first")
     if STORE_Y:
         tl.store(y_row + cols, y.to(y_row.dtype.element_ty), mask=col_mask)
     q = _quantize(ys, inv_scale, q_min, q_max, q_row.dtype.element_ty, SOFT_ROUND)
@@ -128,6 +139,7 @@ def _norm_quant_kernel(
     STORE_Y: tl.constexpr,
     INT64: tl.constexpr,          # row offsets can pass 2^31
     SOFT_ROUND: tl.constexpr,     # fp8 rounded in fp32 before the conversion (the interpreter)
+    CASTING_LLAMA: tl.constexpr,  # RMSNorm: Hugging Face Llama's (and vLLM's) roundings, as the norm kernel's
     N_STATIC: tl.constexpr,       # looped: n_cols as a compile-time value (0: a runtime loop)
     LOOPED: tl.constexpr,         # one row per program in BLOCK_N chunks
     BLOCK_M: tl.constexpr,
@@ -156,13 +168,14 @@ def _norm_quant_kernel(
                             rows[:, None] * stride_r_row + cols[None, :],
                             rows[:, None] * stride_r_out_row + cols[None, :],
                             cols[None, :], mask, col_mask[None, :], HAS_RESIDUAL, HAS_X_BIAS, "")
+        x = _as_stored(x, r_out_ptr, HAS_RESIDUAL, CASTING_LLAMA)
         if IS_RMS:
             xc = x
         else:
             mean = tl.sum(x, axis=1) / n_cols
             xc = tl.where(mask, x - mean[:, None], 0.0)
         rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
-        y = _normalized(xc, rstd[:, None], w, b, weight_offset, round_ty, HAS_WEIGHT, HAS_BIAS)
+        y = _normalized(xc, rstd[:, None], w, b, weight_offset, round_ty, HAS_WEIGHT, HAS_BIAS, CASTING_LLAMA)
         if STORE_Y:
             tl.store(y_ptr + rows[:, None] * stride_y_row + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
         if HAS_SMOOTH:
@@ -192,12 +205,12 @@ def _norm_quant_kernel(
             for start in tl.static_range(0, N_STATIC, BLOCK_N):
                 cols = start + tl.arange(0, BLOCK_N)
                 acc, acc_sq = _stats_chunk(x_row, r_row, r_out_row, xb_ptr, cols, cols < N_STATIC, shift, acc, acc_sq,
-                                           IS_RMS, HAS_RESIDUAL, HAS_X_BIAS)
+                                           IS_RMS, HAS_RESIDUAL, HAS_X_BIAS, CASTING_LLAMA)
         else:
             for start in tl.range(0, n_cols, BLOCK_N):
                 cols = start + tl.arange(0, BLOCK_N)
                 acc, acc_sq = _stats_chunk(x_row, r_row, r_out_row, xb_ptr, cols, cols < n_cols, shift, acc, acc_sq,
-                                           IS_RMS, HAS_RESIDUAL, HAS_X_BIAS)
+                                           IS_RMS, HAS_RESIDUAL, HAS_X_BIAS, CASTING_LLAMA)
         mean, rstd = _looped_stats(acc, acc_sq, shift, n_cols, eps, IS_RMS)
         # Pass 2 (DYNAMIC): the normalized row's amax.
         if DYNAMIC:
@@ -207,13 +220,13 @@ def _norm_quant_kernel(
                     cols = start + tl.arange(0, BLOCK_N)
                     amax = _amax_chunk(amax, x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, cols < N_STATIC,
                                        mean, rstd, weight_offset, round_ty, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT,
-                                       HAS_BIAS, HAS_SMOOTH)
+                                       HAS_BIAS, HAS_SMOOTH, CASTING_LLAMA)
             else:
                 for start in tl.range(0, n_cols, BLOCK_N):
                     cols = start + tl.arange(0, BLOCK_N)
                     amax = _amax_chunk(amax, x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, cols, cols < n_cols,
                                        mean, rstd, weight_offset, round_ty, HAS_RESIDUAL, HAS_X_BIAS, HAS_WEIGHT,
-                                       HAS_BIAS, HAS_SMOOTH)
+                                       HAS_BIAS, HAS_SMOOTH, CASTING_LLAMA)
             scale = _row_scale(_rounded_amax(amax, round_ty, HAS_SMOOTH), ub_ptr, q_max, min_scale, HAS_UB)
             tl.store(scale_ptr + row * stride_s, scale)
         else:
@@ -225,10 +238,10 @@ def _norm_quant_kernel(
                 cols = start + tl.arange(0, BLOCK_N)
                 _quantize_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, y_row, q_row, cols, cols < N_STATIC,
                                 mean, rstd, weight_offset, inv_scale, q_min, q_max, round_ty, HAS_RESIDUAL,
-                                HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS, HAS_SMOOTH, STORE_Y, SOFT_ROUND)
+                                HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS, HAS_SMOOTH, STORE_Y, SOFT_ROUND, CASTING_LLAMA)
         else:
             for start in tl.range(0, n_cols, BLOCK_N):
                 cols = start + tl.arange(0, BLOCK_N)
                 _quantize_chunk(x_row, r_out_row, xb_ptr, w_ptr, b_ptr, xs_ptr, y_row, q_row, cols, cols < n_cols,
                                 mean, rstd, weight_offset, inv_scale, q_min, q_max, round_ty, HAS_RESIDUAL,
-                                HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS, HAS_SMOOTH, STORE_Y, SOFT_ROUND)
+                                HAS_X_BIAS, HAS_WEIGHT, HAS_BIAS, HAS_SMOOTH, STORE_Y, SOFT_ROUND, CASTING_LLAMA)
