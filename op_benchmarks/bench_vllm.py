@@ -192,27 +192,112 @@ def _compile(case, inputs):
 PROVIDERS = {"triton": _vllm, "aiter": _aiter, "native": _native, "compile": _compile}
 
 
-def _host(cases, providers, calls=200, rounds=5):
-    """Host time of one eager call per provider (µs), the median of ``rounds``."""
+def _host(cases, providers):
+    """Host time of one eager call per provider (µs), the median of 5 rounds."""
     print("\nhost time of one eager call, us (calls back to back)")
     for case in cases:
         inputs = case.make_inputs()
-        res = {}
-        for name in providers:
-            fn = PROVIDERS[name](case, inputs)
-            for _ in range(20):
-                fn()
-            ts = []
-            for _ in range(rounds):
-                t0 = time.perf_counter()
-                for _ in range(calls):
-                    fn()
-                ts.append((time.perf_counter() - t0) / calls * 1e6)
-                if harness.ON_GPU:
-                    torch.cuda.synchronize()
-            res[name] = statistics.median(ts)
+        times = _host_times([PROVIDERS[name](case, inputs) for name in providers])
         print(f"  {case.op:20s} {case.label:12s} M={case.dims['M']:<6d} " +
-              "  ".join(f"{k} {v:6.1f}" for k, v in res.items()))
+              "  ".join(f"{k} {v:6.1f}" for k, v in zip(providers, times)))
+
+
+def _more_pairs(m: int) -> list:
+    """The other vLLM-form ops at m tokens (llama3-8B / DeepSeek-V3 widths) beside the aiter-form
+    call of the same kernel (None where this project has no other form): (name, vLLM, aiter)."""
+    from aiter_lite.ops.triton import activation as act
+    from aiter_lite.ops.triton.fusions import fused_kv_cache as kvc
+    from aiter_lite.ops.triton.quant import act_quant, fused_fp8_quant, norm_quant, quant
+    from aiter_lite.spec.quant import get_fp8_e4m3_dtype
+
+    dev, bf = harness.DEVICE, torch.bfloat16
+    fp8 = get_fp8_e4m3_dtype(dev)
+    x, g, out = (torch.randn(m, 14336 * k, device=dev, dtype=bf) for k in (1, 2, 1))
+    h, w, r = torch.randn(m, 4096, device=dev, dtype=bf), torch.randn(4096, device=dev, dtype=bf), \
+        torch.randn(m, 4096, device=dev, dtype=bf)
+    h7, w7 = torch.randn(m, 7168, device=dev, dtype=bf), torch.randn(7168, device=dev, dtype=bf)
+    q8, s1 = torch.empty(m, 4096, device=dev, dtype=fp8), torch.tensor([0.02], device=dev)
+    qi, sm, zm = torch.empty(m, 4096, device=dev, dtype=torch.int8), torch.empty(m, 1, device=dev), \
+        torch.empty(m, 1, device=dev, dtype=torch.int32)
+    azp = torch.tensor([3], device=dev, dtype=torch.int32)
+    k, v = torch.randn(m, 8, 128, device=dev, dtype=bf), torch.randn(m, 8, 128, device=dev, dtype=bf)
+    kc, vc = torch.zeros(64, 16, 8, 128, device=dev, dtype=bf), torch.zeros(64, 16, 8, 128, device=dev, dtype=bf)
+    kcp, vcp = torch.zeros(64, 8, 16, 16, 8, device=dev, dtype=bf), torch.zeros(64, 8, 128, 16, device=dev, dtype=bf)
+    slots = torch.randperm(1024, device=dev)[:m]
+    mla = torch.zeros(64, 16, 576, device=dev, dtype=torch.uint8)
+    kv_c, k_pe = torch.randn(m, 512, device=dev, dtype=bf), torch.randn(m, 64, device=dev, dtype=bf)
+    c8, c16 = torch.zeros(4, 16, 8, 128, device=dev, dtype=torch.uint8), torch.empty(4, 16, 8, 128, device=dev,
+                                                                                     dtype=bf)
+    return [
+        ("silu_and_mul", lambda: ops.silu_and_mul(out, g), lambda: act.act_and_mul_rounded(out, g, "silu")),
+        ("mul_and_silu", lambda: ops.mul_and_silu(out, g),
+         lambda: act.act_and_mul_rounded(out, g, "silu", False)),
+        ("gelu_and_mul", lambda: ops.gelu_and_mul(out, g), lambda: act.act_and_mul_rounded(out, g, "gelu")),
+        ("gelu_tanh_and_mul", lambda: ops.gelu_tanh_and_mul(out, g),
+         lambda: act.act_and_mul_rounded(out, g, "gelu_tanh")),
+        ("fatrelu_and_mul", lambda: ops.fatrelu_and_mul(out, g, 0.1), lambda: act.fatrelu_and_mul(out, g, 0.1)),
+        ("swigluoai_and_mul", lambda: ops.swigluoai_and_mul(out, g), lambda: act.swigluoai_and_mul(out, g)),
+        ("gelu_new", lambda: ops.gelu_new(out, x), lambda: act.gelu_new(x)),
+        ("gelu_fast", lambda: ops.gelu_fast(out, x), lambda: act.gelu_fast(x)),
+        ("gelu_quick", lambda: ops.gelu_quick(out, x), lambda: act.gelu_quick(x)),
+        ("reshape_and_cache_flash", lambda: ops.reshape_and_cache_flash(k, v, kc, vc, slots, "auto", s1, s1),
+         lambda: kvc.kv_cache_write(k, v, kc, vc, slots)),
+        ("reshape_and_cache", lambda: ops.reshape_and_cache(k, v, kcp, vcp, slots, "auto", s1, s1),
+         lambda: kvc.kv_cache_write(k, v, kcp, vcp, slots, None, None, False)),
+        ("concat_and_cache_mla", lambda: ops.concat_and_cache_mla(kv_c, k_pe, mla, slots, "fp8", s1), None),
+        ("convert_fp8", lambda: ops.convert_fp8(c16, c8, 0.5, "fp8"),
+         lambda: kvc.convert_kv_cache(c16, c8.view(fp8), 0.5)),
+        ("scaled_fp8_quant static", lambda: ops.scaled_fp8_quant(h, s1),
+         lambda: quant.static_per_tensor_quant_fp8_i8(torch.empty_like(q8), h, s1)),
+        ("scaled_fp8_quant per token", lambda: ops.scaled_fp8_quant(h, None, None, None, True),
+         lambda: quant.dynamic_per_token_quant_fp8_i8(torch.empty_like(q8), h, torch.empty(m, 1, device=dev))),
+        ("scaled_int8_quant static azp", lambda: ops.scaled_int8_quant(h, s1, azp, False),
+         lambda: quant.static_per_tensor_int8_azp_quant(torch.empty_like(qi), h, s1, azp)),
+        ("scaled_int8_quant dynamic azp", lambda: ops.scaled_int8_quant(h, None, None, False),
+         lambda: quant.dynamic_per_token_int8_azp_quant(torch.empty_like(qi), h, torch.empty_like(sm),
+                                                         torch.empty_like(zm))),
+        ("per_token_group_quant_fp8", lambda: ops.per_token_group_quant_fp8(h, 128),
+         lambda: quant.per_token_group_quant_fp8(h, 128)),
+        ("rms_norm_dynamic_per_token_quant", lambda: ops.rms_norm_dynamic_per_token_quant(h, w, EPS, fp8, None, r),
+         lambda: norm_quant.rms_norm_dynamic_per_token_quant(torch.empty_like(q8), h, w, torch.empty(m, 1, device=dev),
+                                                             EPS, None, r)),
+        ("rms_norm_per_block_quant", lambda: ops.rms_norm_per_block_quant(h7, w7, EPS, fp8, [1, 128]),
+         lambda: fused_fp8_quant.fused_rms_fp8_group_quant(h7, w7, EPS, group_size=128, dtype_quant=fp8)),
+        ("silu_and_mul_per_block_quant", lambda: ops.silu_and_mul_per_block_quant(g[:, :8192], 128, fp8),
+         lambda: act_quant.act_mul_and_fp8_group_quant(g[:, :8192], "silu", 128, fp8, False)),
+    ]
+
+
+def _host_times(fns, calls=200, rounds=5):
+    """Host time of one eager call of each function (µs), the median of ``rounds``."""
+    res = []
+    for fn in fns:
+        if fn is None:
+            res.append(None)
+            continue
+        for _ in range(20):
+            fn()
+        ts = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            ts.append((time.perf_counter() - t0) / calls * 1e6)
+            if harness.ON_GPU:
+                torch.cuda.synchronize()
+        res.append(statistics.median(ts))
+    return res
+
+
+def _host_more(m: int):
+    print(f"\nhost time of one eager call, us, M={m}: the vLLM form and the aiter form of the same kernel")
+    rows = []
+    for name, vllm_fn, aiter_fn in _more_pairs(m):
+        tv, ta = _host_times((vllm_fn, aiter_fn), *((200, 5) if harness.ON_GPU else (2, 1)))
+        rows.append((name, tv, ta))
+        print(f"  {name:34s} vllm {tv:6.1f}   aiter " + ("     -" if ta is None else f"{ta:6.1f}   vllm - aiter "
+                                                            f"{tv - ta:+5.1f}"))
+    return rows
 
 
 def main(argv=None):
@@ -248,6 +333,7 @@ def main(argv=None):
     if args.host:
         _host(cases if harness.ON_GPU else tiny,
               [q for q in (args.providers or "triton,aiter").split(",") if q in ("triton", "aiter")])
+        _host_more(ms[0] if harness.ON_GPU else 3)
     return df
 
 

@@ -13,7 +13,7 @@ case "$part" in
     b) paths=(op_tests/triton_tests/quant) ;;
     c) paths=(op_tests/triton_tests/rope) ;;
     d) paths=(op_tests/triton_tests/fusions op_tests/triton_tests/moe op_tests/triton_tests/normalization) ;;
-    e) paths=(op_tests/triton_tests/test_*.py) ;;
+    e) paths=(op_tests/triton_tests/test_*.py op_tests/vllm) ;;
     *) echo "part a, b, c, d or e, got $part"; exit 2 ;;
 esac
 python3 -m pytest "${paths[@]}" -n "${WORKERS:-14}" -v -p no:cacheprovider --tb=short "$@" > "$OUT/tests_$part.log" 2>&1
