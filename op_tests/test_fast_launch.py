@@ -94,6 +94,24 @@ def test_plan_relaunches_with_the_new_tensors(on):
     assert run[9] is x2 and run[10] is y2 and run[11:] == (4, 0.5, 16, True)
 
 
+def test_a_view_inside_an_input_is_replayed_at_its_offset(on):
+    # vLLM's mul_and_silu launches on input's second half, rotary_embedding on the sine half of
+    # cos_sin_cache: the plan passes the new input's pointer plus the recorded byte offset.
+    k = _Kernel()
+
+    @fl.planned
+    def op(x, y):
+        fl.launch(k, (3,), x[1, 2:], y, 4, 0.5, BLOCK=16)
+        return y
+
+    _warm(op, torch.randn(2, 8), torch.randn(2, 8))
+    assert _held(op) == 1
+    x2, y2 = torch.randn(2, 8), torch.randn(2, 8)
+    op(x2, y2)
+    (run,) = k.runs
+    assert run[9] == x2.data_ptr() + 10 * x2.element_size() and run[10] is y2
+
+
 def test_a_new_signature_costs_the_checked_path_and_a_key(on, monkeypatch):
     # Serving sees a new prefill length on most prefills: a call whose first tensor has a shape
     # not seen before computes no key; recording (a watched call, generated code) waits.

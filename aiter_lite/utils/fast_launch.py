@@ -205,7 +205,8 @@ def _replay(compiled, grid: tuple, template: list, subs: tuple, allocs: tuple, r
     torch.compile's wrappers are: at decode sizes the replay's own host time is the op's.
 
     ``subs``: (argument position, source, index) with source 0 for the call's inputs, 1 for
-    its new outputs, allocated as ``allocs`` (size, stride, dtype, device) describe them;
+    its new outputs, allocated as ``allocs`` (size, stride, dtype, device) describe them, 2
+    for a pointer into an input (index: the input and the byte offset, an int launch argument);
     ``result``: what the call returns, in the same terms (see ``_Recording._result_spec``)."""
     ns = {"run": compiled.run, "function": compiled.function, "packed": compiled.packed_metadata,
           "empty_strided": torch.empty_strided}
@@ -219,7 +220,8 @@ def _replay(compiled, grid: tuple, template: list, subs: tuple, allocs: tuple, r
     for k, (size, stride, dtype, device) in enumerate(allocs):
         lines.append(f"    out{k} = empty_strided({bind('size', size)}, {bind('stride', stride)}, "
                      f"dtype={bind('dtype', dtype)}, device={bind('device', device)})")
-    call_tensors = {pos: f"out{i}" if source else f"inputs[{i}]" for pos, source, i in subs}
+    call_tensors = {pos: f"out{i}" if source == 1 else f"inputs[{i}]" if source == 0 else
+                    f"inputs[{i[0]}].data_ptr() + {int(i[1])}" for pos, source, i in subs}
     names = [call_tensors[pos] if pos in call_tensors else bind("arg", a) for pos, a in enumerate(template)]
     g0, g1, g2 = (*grid, 1, 1)[:3]
     lines.append(f"    run({int(g0)}, {int(g1)}, {int(g2)}, stream, function, packed, None, None, None, "
@@ -264,6 +266,26 @@ def _constexpr_values(kernel, n_args: int, meta: dict) -> list | None:
 
 class _Lasting(Exception):
     """No call with the recorded call's key can be replayed from a plan."""
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Bytes from ``t``'s first element to past its last (non-negative strides)."""
+    return (sum((n - 1) * st for n, st in zip(t.shape, t.stride())) + 1) * t.element_size()
+
+
+def _inside(a: torch.Tensor, inputs: tuple) -> tuple[int, int]:
+    """(i, byte offset) of the first input whose elements' span holds all of launch argument
+    ``a``'s: a view the checked path made of input i (its halves, a column offset), which the
+    key's shapes, strides and values place at the same offset on every call with the key; or
+    _Lasting (a buffer of the call's own, not returned, is not to be reused)."""
+    ptr = a.data_ptr()
+    if a.numel():
+        for i, t in enumerate(inputs):
+            if isinstance(t, torch.Tensor) and t.numel():
+                start = t.data_ptr()
+                if start <= ptr and ptr + _extent(a) <= start + _extent(t):
+                    return i, ptr - start
+    raise _Lasting
 
 
 # What a plan repeats besides its launch: allocations of uninitialized memory. Views cost
@@ -338,10 +360,10 @@ class _Recording:
                     subs.append((pos, 0, by_ptr[ptr]))
                 elif ptr in out_ptr:
                     subs.append((pos, 1, out_ptr[ptr]))
-                elif ptr not in self.persistent:
-                    raise _Lasting  # a buffer of this call's own, not returned: not to be reused
-                else:
+                elif ptr in self.persistent:
                     continue
+                else:  # a view inside an input (its second half, a column offset): that input's pointer + bytes
+                    subs.append((pos, 2, _inside(a, inputs)))
                 template[pos] = None
         return _replay(compiled, grid, template, tuple(subs), tuple(allocs), result)
 
@@ -368,8 +390,7 @@ class _Recording:
             return "in", i
         if ptr in out_ptr:
             raise _Lasting  # two outputs on one allocation
-        span = sum((n - 1) * st for n, st in zip(value.shape, value.stride())) + 1
-        if value.untyped_storage().nbytes() != span * value.element_size():
+        if value.untyped_storage().nbytes() != _extent(value):
             raise _Lasting  # a view of a larger allocation: a new one of its shape would be too small
         out_ptr[ptr] = len(allocs)
         allocs.append((tuple(value.shape), value.stride(), value.dtype, value.device))

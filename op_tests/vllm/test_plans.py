@@ -110,7 +110,7 @@ CASES = [
      lambda: (_x(9, 64, dtype=torch.float32), 8, 4, 6, True, 2.5, _x(64, dtype=torch.float32), 1), True),
     ("scaled_fp8_quant static", "scaled_fp8_quant", lambda: (_x(5, 64), _f32(0.02)), True),
     ("scaled_fp8_quant per token", "scaled_fp8_quant", lambda: (_x(5, 64), None, None, None, True), True),
-    ("scaled_fp8_quant per tensor", "scaled_fp8_quant", lambda: (_x(5, 64),), False),
+    ("scaled_fp8_quant per tensor", "scaled_fp8_quant", lambda: (_x(5, 64),), True),
     ("per_token_group_quant_fp8", "per_token_group_quant_fp8", lambda: (_x(5, 256), 128), True),
     ("per_token_group_quant_fp8 column major", "per_token_group_quant_fp8",
      lambda: (_x(5, 256), 128, 1e-10, None, True), True),

@@ -213,7 +213,7 @@ def test_scaled_int8_quant_dynamic_azp(dtype, m, n):
     assert s.shape == (m, 1) and z.shape == (m, 1) and z.dtype == torch.int32
     xf = x.float()
     hi, lo = xf.amax(1, keepdim=True), xf.amin(1, keepdim=True)
-    scales = (hi - lo) / torch.tensor(255.0)
+    scales = (hi - lo) / torch.full_like(hi, 255.0)  # a division (by a CPU scalar torch multiplies by 1 / 255)
     azps = torch.round(torch.tensor(-128.0) - lo / scales).to(torch.int32)
     want = ((xf / scales).round() + azps).clamp(-128, 127).to(torch.int8)
     assert torch.equal(s, scales)
@@ -347,7 +347,9 @@ def test_quant_fp8_layer(static, group_shape, dtype, m):
     if group_shape.is_per_group():
         assert s.stride(0) == 1 or m == 1
     assert s.shape == s_ref.shape
-    assert torch.equal(s, s_ref)
+    # forward_native (as vLLM's) divides amax by a Python float, which torch does on a GPU as a
+    # multiply by its reciprocal; the kernels divide (as vLLM's CUDA kernels): a unit apart at most
+    assert_close(s, s_ref, atol=0, rtol=2.0 ** -23 if ON_GPU else 0, name="scales")
     _codes_close(q, q_ref)
 
 

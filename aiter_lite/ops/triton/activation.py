@@ -84,6 +84,7 @@ _MAX_BLOCK_N = 1024
 # and level with or ahead of static-shape torch.compile; 256-output tiles lose 2-25%.
 _MIN_TILE = 512
 _FLAT_WIDTH = 4096  # row width for contiguous elementwise inputs
+_ONE_ROW = 1 << 20  # fewer elements, not a multiple of _FLAT_WIDTH: one row, one launch
 _MAX_GRID_Y = 65535  # CUDA and HIP limit of grid axis 1
 
 
@@ -207,9 +208,13 @@ def _launch_act_mul_bwd(gate2: torch.Tensor, up2: torch.Tensor, dy2: torch.Tenso
 
 def _flat_pieces(*tensors: torch.Tensor):
     """Contiguous tensors of one size as rows of _FLAT_WIDTH, then one short row for the
-    remainder (full-width tiles whatever the shape): a list of views, a tuple per piece."""
+    remainder (full-width tiles whatever the shape): a list of views, a tuple per piece.
+    Below _ONE_ROW elements with a remainder, one row of them all (one launch: at decode
+    sizes the second launch's host time, and a launch plan, outweigh a masked last tile)."""
     flat = [t.view(-1) for t in tensors]
     n = flat[0].numel()
+    if n % _FLAT_WIDTH and n < _ONE_ROW:
+        return [tuple(f.view(1, -1) for f in flat)]
     main = n - n % _FLAT_WIDTH
     pieces = []
     if main:
