@@ -257,7 +257,7 @@ def _rope_cache_kernel(
                                   SOFT_ROUND, DIV_SCALE), m & writes[:, None, None], 1, svc_cx, 0)
 
 
-@triton.jit(do_not_specialize=["n_rows", "n_cols"])
+@triton.jit(do_not_specialize=["n_rows"])  # n_cols specialized: a row's masks known whole 16-element runs
 def _cache_convert_kernel(
     x_ptr, y_ptr,
     stride_x_r, stride_y_r,       # rows (cache blocks); each row's n_cols elements contiguous
