@@ -106,6 +106,7 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
         fused_fp8_bmm_rope_cat_and_cache_mla,
     )
     from aiter_lite.ops.triton.quant import mx_quant as mxq
+    from aiter_lite.ops.triton import sampling as smp
     from aiter_lite.vllm import ops as vllm_ops
     from op_benchmarks.utils.op_args import TINY, op_args
 
@@ -385,6 +386,18 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
         ("vLLM gelu_new, gelu_fast, gelu_quick",
          lambda: [fn(_meta(8, 4096), _meta(8, 4096)) for fn in (
              vllm_ops.gelu_new, vllm_ops.gelu_fast, vllm_ops.gelu_quick)]),
+        # sampling: each mode and filter set, vocabulary widths, per-row parameters, shared rows
+        ("sampling top_k_top_p from logits, per-row k and p",
+         lambda: smp.top_k_top_p_sampling_from_logits(_meta(4, 128256), _meta(4, dtype=torch.int32),
+                                                      _meta(4, dtype=f32))),
+        ("sampling min_p from probs, indices",
+         lambda: smp.min_p_sampling_from_probs(_meta(4, 151936, dtype=f32), 0.1, indices=_meta(8, dtype=torch.int64))),
+        ("sampling top_k_top_p joint from probs", lambda: smp.top_k_top_p_sampling_from_probs(
+            _meta(4, 1000, dtype=f32), 5, 0.9, filter_apply_order="joint")),
+        ("sampling from probs", lambda: smp.sampling_from_probs(_meta(4, 32000, dtype=f32))),
+        ("sampling top_p_renorm_probs / top_k_renorm_probs",
+         lambda: (smp.top_p_renorm_probs(_meta(2, 262144, dtype=f32), 0.9), smp.top_k_renorm_probs(_meta(2, 100), 5))),
+        ("sampling top_k_mask_logits", lambda: smp.top_k_mask_logits(_meta(2, 201088), 50)),
         ("convert_kv_cache fp8 decoded",
          lambda: op["convert_kv_cache"](_meta(64, 16, 8, 128), _meta(64, 16, 8, 128, dtype=fp8), 0.5)),
         # fused_add_rmsnorm_pad: gpt-oss's 2880 padded to 3072 (a row in registers), a looped row (the width

@@ -1,0 +1,234 @@
+"""Sampling from a batch of distributions without sorting the vocabulary: FlashInfer's
+``flashinfer.sampling`` names, arguments and results.
+
+    samples = top_k_top_p_sampling_from_logits(logits, top_k, top_p, generator=g)   # int32 (batch,)
+    probs = top_p_renorm_probs(probs, 0.9)                                         # fp32, renormalized
+
+* ``top_k`` / ``top_p`` / ``min_p``: a Python number for every row, or a tensor of one per
+  row. ``top_k`` <= 0 or >= the vocabulary keeps every token; ``top_p`` >= 1 keeps every
+  token; ``min_p`` keeps ``p >= min_p * max(p)``.
+* Ties: a threshold keeps or drops whole groups of equal values. Top-k keeps every
+  token equal to the k-th largest; top-p keeps the fewest largest values (whole groups)
+  whose mass reaches ``top_p`` of the row's (of what top-k kept, with
+  ``filter_apply_order="top_k_first"``; of the whole row with ``"joint"``).
+* Draws: one uniform number a row, from ``generator`` (or a generator seeded by
+  ``seed`` / ``offset``; else torch's default generator of the device), the token the
+  inverse CDF of the kept, renormalized distribution gives it. The same generator state
+  gives the same tokens. The draws are torch's uniform numbers, not FlashInfer's Philox
+  stream: the same seed samples differently from FlashInfer.
+* A row holding NaN (or, from probabilities, a negative value), or with no mass left,
+  samples -1 and renormalizes / masks to NaN: visible, never a silently wrong token.
+* ``indices`` (int, (n,)): output i draws from row ``indices[i]`` (requests sharing a row).
+
+Complexity: O(vocab) a pass. A row's max (and softmax sum) take one or two passes; each
+threshold 16 (a 4-way search of the 32-bit value keys; top-p one more for the mass it
+divides); a draw, a renormalized or a masked row one more. No op here records a gradient.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from aiter_lite.ops.triton._triton_kernels.sampling import _sampling_kernel
+from aiter_lite.utils.checks import check_bool, check_choice, check_int, check_real, check_same_device
+from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.launch import next_power_of_2
+
+__all__ = ["sampling_from_probs", "sampling_from_logits", "top_p_sampling_from_probs", "top_k_sampling_from_probs",
+           "min_p_sampling_from_probs", "top_k_top_p_sampling_from_logits", "top_k_top_p_sampling_from_probs",
+           "top_k_renorm_probs", "top_p_renorm_probs", "top_k_mask_logits"]
+
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+_BLOCK_N = 2048  # a row's chunk (elements a program holds at once; 4096 of 4 warps spilled on gfx942 / sm_100)
+# A threshold search weighs _WAYS candidate keys a pass over the row: 16 passes of 4 (2 bits a
+# pass), a compare and an add a candidate per element (bisection: 32 passes; 16 ways: 8 passes
+# of 16 candidates, which spilled where a pass's chunk kept 4096 columns in flight).
+_WAYS = 4
+
+
+def _rows(op: str, name: str, x) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in _FLOATS:
+        raise TypeError(f"{op}: {name} must be float32, float16 or bfloat16, got {x.dtype}")
+    if x.dim() != 2:
+        raise ValueError(f"{op}: {name} must be 2-D (batch, vocab), got shape {tuple(x.shape)}")
+    if x.requires_grad and torch.is_grad_enabled():
+        raise ValueError(f"{op}: {name} requires grad, but sampling records no gradient; pass {name}.detach()")
+    if x.shape[1] and x.stride(1) != 1:
+        x = x.contiguous()
+    return x
+
+
+def _param(op: str, name: str, value, rows: int, ref: torch.Tensor, integer: bool):
+    """A per-row tensor (int32 / fp32, (rows,)) or a Python number: (tensor or None, number)."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() > 1 or value.numel() != rows:
+            raise ValueError(f"{op}: {name} must be a number or a tensor of one value a row ({rows}), got shape "
+                             f"{tuple(value.shape)}")
+        if integer and (value.dtype.is_floating_point or value.dtype == torch.bool):
+            raise TypeError(f"{op}: {name} must be an integer tensor, got {value.dtype}")
+        if not integer and not value.dtype.is_floating_point:
+            raise TypeError(f"{op}: {name} must be a floating-point tensor, got {value.dtype}")
+        check_same_device(op, name, value, "the probabilities", ref)
+        return value.reshape(-1).to(torch.int32 if integer else torch.float32), 0
+    if integer:
+        return None, check_int(op, name, value)
+    v = check_real(op, name, value)
+    if v != v:
+        raise ValueError(f"{op}: {name} must not be NaN")
+    return None, v
+
+
+def _indices(op: str, indices, rows: int, ref: torch.Tensor) -> tuple[torch.Tensor | None, int]:
+    if indices is None:
+        return None, rows
+    if not isinstance(indices, torch.Tensor) or indices.dtype not in (torch.int32, torch.int64) or indices.dim() != 1:
+        raise TypeError(f"{op}: indices must be a 1-D int32 / int64 tensor or None, got "
+                        f"{getattr(indices, 'dtype', type(indices).__name__)}")
+    check_same_device(op, "indices", indices, "the probabilities", ref)
+    return indices.contiguous(), indices.shape[0]
+
+
+def _uniform(op: str, n: int, device, generator, seed, offset) -> torch.Tensor:
+    """One draw in [0, 1) a row: from ``generator``, a generator seeded by (seed, offset), or
+    the device's default."""
+    if seed is not None or offset is not None:
+        if generator is not None:
+            raise ValueError(f"{op}: pass a generator or seed / offset, not both")
+        s = check_int(op, "seed", 0 if seed is None else seed, 0)
+        o = check_int(op, "offset", 0 if offset is None else offset, 0)
+        generator = torch.Generator(device=device).manual_seed((s * 1_000_003 + o) % (1 << 63))
+    elif generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"{op}: generator must be a torch.Generator or None, got {type(generator).__name__}")
+    return torch.rand(n, device=device, dtype=torch.float32, generator=generator)
+
+
+def _run(op: str, x: torch.Tensor, mode: str, *, from_logits: bool, indices=None, top_k=None, top_p=None,
+         min_p=None, joint: bool = False, u: torch.Tensor | None = None, out_dtype=None) -> torch.Tensor:
+    rows, n = x.shape
+    idx, n_out = _indices(op, indices, rows, x)
+    k_t, k_v = _param(op, "top_k", top_k, n_out, x, True) if top_k is not None else (None, 0)
+    p_t, p_v = _param(op, "top_p", top_p, n_out, x, False) if top_p is not None else (None, 1.0)
+    m_t, m_v = _param(op, "min_p", min_p, n_out, x, False) if min_p is not None else (None, 0.0)
+    if mode == "sample":
+        out = torch.empty(n_out, dtype=torch.int32, device=x.device)
+    else:
+        out = torch.empty((n_out, n), dtype=out_dtype, device=x.device)
+    if n_out == 0:
+        return out
+    if n == 0:
+        return out.fill_(-1) if mode == "sample" else out
+    block_n = min(_BLOCK_N, next_power_of_2(n))
+    launch(_sampling_kernel, (n_out,), x, out, idx, u, k_t, p_t, m_t, x.stride(0), 1 if mode == "sample" else n, n,
+           k_v, p_v, m_v, MODE=mode, FROM_LOGITS=from_logits or mode == "mask", TOP_K=top_k is not None,
+           TOP_P=top_p is not None, MIN_P=min_p is not None, JOINT=joint, K_TENSOR=k_t is not None,
+           P_TENSOR=p_t is not None, MINP_TENSOR=m_t is not None, HAS_INDICES=idx is not None, BLOCK_N=block_n,
+           WAYS=_WAYS, STEPS=32 // (_WAYS.bit_length() - 1), BLOCK_S=max(block_n // 2, 1),
+           num_warps=8 if block_n >= 2048 else 4 if block_n >= 512 else 1)
+    return out
+
+
+def _sample(op: str, x, from_logits: bool, indices, generator, check_nan, seed, offset, **filters) -> torch.Tensor:
+    x = _rows(op, "logits" if from_logits else "probs", x)
+    if check_bool(op, "check_nan", check_nan) and bool(torch.isnan(x).any()):
+        raise ValueError(f"{op}: {'logits' if from_logits else 'probs'} hold NaN")
+    n_out = x.shape[0] if indices is None else _indices(op, indices, x.shape[0], x)[1]
+    u = _uniform(op, n_out, x.device, generator, seed, offset)
+    return _run(op, x, "sample", from_logits=from_logits, indices=indices, u=u, **filters)
+
+
+def sampling_from_probs(probs: torch.Tensor, indices: torch.Tensor | None = None, deterministic: bool = True,
+                        generator: torch.Generator | None = None, check_nan: bool = False, seed: int | None = None,
+                        offset: int | None = None) -> torch.Tensor:
+    """A token a row drawn from ``probs`` (batch, vocab), int32 (batch,)."""
+    check_bool("sampling_from_probs", "deterministic", deterministic)
+    return _sample("sampling_from_probs", probs, False, indices, generator, check_nan, seed, offset)
+
+
+def sampling_from_logits(logits: torch.Tensor, indices: torch.Tensor | None = None, deterministic: bool = True,
+                         generator: torch.Generator | None = None, check_nan: bool = False, seed: int | None = None,
+                         offset: int | None = None) -> torch.Tensor:
+    """A token a row drawn from ``softmax(logits)``, int32 (batch,)."""
+    check_bool("sampling_from_logits", "deterministic", deterministic)
+    return _sample("sampling_from_logits", logits, True, indices, generator, check_nan, seed, offset)
+
+
+def top_p_sampling_from_probs(probs: torch.Tensor, top_p, indices: torch.Tensor | None = None,
+                              deterministic: bool = True, generator: torch.Generator | None = None,
+                              check_nan: bool = False, seed: int | None = None,
+                              offset: int | None = None) -> torch.Tensor:
+    """Nucleus sampling: a token drawn from the fewest largest probabilities whose mass
+    reaches ``top_p``, renormalized."""
+    check_bool("top_p_sampling_from_probs", "deterministic", deterministic)
+    return _sample("top_p_sampling_from_probs", probs, False, indices, generator, check_nan, seed, offset,
+                   top_p=top_p)
+
+
+def top_k_sampling_from_probs(probs: torch.Tensor, top_k, indices: torch.Tensor | None = None,
+                              deterministic: bool = True, generator: torch.Generator | None = None,
+                              check_nan: bool = False, seed: int | None = None,
+                              offset: int | None = None) -> torch.Tensor:
+    """A token drawn from the ``top_k`` largest probabilities (ties kept), renormalized."""
+    check_bool("top_k_sampling_from_probs", "deterministic", deterministic)
+    return _sample("top_k_sampling_from_probs", probs, False, indices, generator, check_nan, seed, offset,
+                   top_k=top_k)
+
+
+def min_p_sampling_from_probs(probs: torch.Tensor, min_p, indices: torch.Tensor | None = None,
+                              deterministic: bool = True, generator: torch.Generator | None = None,
+                              check_nan: bool = False, seed: int | None = None,
+                              offset: int | None = None) -> torch.Tensor:
+    """A token drawn from the probabilities of at least ``min_p`` times the row's largest."""
+    check_bool("min_p_sampling_from_probs", "deterministic", deterministic)
+    return _sample("min_p_sampling_from_probs", probs, False, indices, generator, check_nan, seed, offset,
+                   min_p=min_p)
+
+
+def _order(op: str, filter_apply_order) -> bool:
+    return check_choice(op, "filter_apply_order", filter_apply_order, ("top_k_first", "joint")) == "joint"
+
+
+def top_k_top_p_sampling_from_logits(logits: torch.Tensor, top_k, top_p, indices: torch.Tensor | None = None,
+                                     filter_apply_order: str = "top_k_first", deterministic: bool = True,
+                                     generator: torch.Generator | None = None, check_nan: bool = False,
+                                     seed: int | None = None, offset: int | None = None) -> torch.Tensor:
+    """Top-k, then top-p over what it kept (``"joint"``: both over the whole row), of
+    ``softmax(logits)``; a token drawn from the rest, renormalized."""
+    op = "top_k_top_p_sampling_from_logits"
+    check_bool(op, "deterministic", deterministic)
+    return _sample(op, logits, True, indices, generator, check_nan, seed, offset, top_k=top_k, top_p=top_p,
+                   joint=_order(op, filter_apply_order))
+
+
+def top_k_top_p_sampling_from_probs(probs: torch.Tensor, top_k, top_p, indices: torch.Tensor | None = None,
+                                    filter_apply_order: str = "top_k_first", deterministic: bool = True,
+                                    generator: torch.Generator | None = None, check_nan: bool = False,
+                                    seed: int | None = None, offset: int | None = None) -> torch.Tensor:
+    """Top-k, then top-p over what it kept (``"joint"``: both over the whole row); a token
+    drawn from the rest, renormalized."""
+    op = "top_k_top_p_sampling_from_probs"
+    check_bool(op, "deterministic", deterministic)
+    return _sample(op, probs, False, indices, generator, check_nan, seed, offset, top_k=top_k, top_p=top_p,
+                   joint=_order(op, filter_apply_order))
+
+
+def top_k_renorm_probs(probs: torch.Tensor, top_k) -> torch.Tensor:
+    """The ``top_k`` largest probabilities of each row (ties kept) over their sum, 0
+    elsewhere: fp32 (batch, vocab)."""
+    op = "top_k_renorm_probs"
+    return _run(op, _rows(op, "probs", probs), "renorm", from_logits=False, top_k=top_k, out_dtype=torch.float32)
+
+
+def top_p_renorm_probs(probs: torch.Tensor, top_p) -> torch.Tensor:
+    """The fewest largest probabilities (whole tie groups) whose mass reaches ``top_p``,
+    over their sum, 0 elsewhere: fp32 (batch, vocab)."""
+    op = "top_p_renorm_probs"
+    return _run(op, _rows(op, "probs", probs), "renorm", from_logits=False, top_p=top_p, out_dtype=torch.float32)
+
+
+def top_k_mask_logits(logits: torch.Tensor, top_k) -> torch.Tensor:
+    """The logits of each row's ``top_k`` largest (ties kept), -inf elsewhere; logits' dtype."""
+    op = "top_k_mask_logits"
+    x = _rows(op, "logits", logits)
+    return _run(op, x, "mask", from_logits=True, top_k=top_k, out_dtype=x.dtype)

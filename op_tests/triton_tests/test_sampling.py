@@ -1,0 +1,170 @@
+"""aiter_lite.ops.triton.sampling against its sort-based reference (aiter_lite.ops.native.sampling).
+
+* Renormalized and masked rows equal the reference's kept sets exactly (fresh random
+  rows, ties, -inf logits, every edge of k and p), values to fp32 rounding.
+* Draws: the same generator state draws the reference's tokens; repeated draws of one
+  row (``indices``) never leave the kept set and follow the renormalized distribution
+  (a chi-square test); a bad row (NaN, negative, no mass) samples -1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from aiter_lite.ops.native import sampling as ref
+from aiter_lite.ops.triton import sampling as smp
+from op_tests.utils import DEVICE, assert_close, by_device
+
+VOCABS = by_device([1, 7, 100, 5000], [1, 7, 1000, 128256, 151936])
+
+
+def _probs(rows: int, n: int, scale: float = 3.0, dtype=torch.float32) -> torch.Tensor:
+    return torch.softmax(torch.randn(rows, n, device=DEVICE) * scale, -1).to(dtype)
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator(device=DEVICE).manual_seed(seed)
+
+
+@pytest.mark.parametrize("n", VOCABS)
+@pytest.mark.parametrize("top_k", [0, 1, 5, "rows", 10**6])
+def test_top_k_renorm_probs(n, top_k):
+    p = _probs(4, n)
+    k = torch.tensor([1, 3, n, 50], device=DEVICE) if top_k == "rows" else top_k
+    got = smp.top_k_renorm_probs(p, k)
+    want = ref.top_k_renorm_probs(p, k)
+    assert torch.equal(got > 0, want > 0), "kept sets differ"
+    assert_close(got, want, atol=1e-7, rtol=1e-5, name="renormalized")
+
+
+@pytest.mark.parametrize("n", VOCABS)
+@pytest.mark.parametrize("top_p", [1e-6, 0.5, 0.9, "rows", 1.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_top_p_renorm_probs(n, top_p, dtype):
+    p = _probs(4, n, dtype=dtype)
+    tp = torch.tensor([0.1, 0.5, 0.95, 1.0], device=DEVICE) if top_p == "rows" else top_p
+    got = smp.top_p_renorm_probs(p, tp)
+    want = ref.top_p_renorm_probs(p, tp)
+    assert got.dtype == torch.float32
+    assert torch.equal(got > 0, want > 0), "kept sets differ"
+    assert_close(got, want, atol=1e-7, rtol=1e-5, name="renormalized")
+
+
+def test_ties_are_kept_or_dropped_whole():
+    p = torch.tensor([[0.1, 0.2, 0.2, 0.2, 0.3], [0.25, 0.25, 0.25, 0.25, 0.0]], device=DEVICE)
+    # top-2 of [.1 .2 .2 .2 .3]: .3 and every .2 (tied with the 2nd largest)
+    assert torch.equal(smp.top_k_renorm_probs(p, 2) > 0, torch.tensor([[0, 1, 1, 1, 1], [1, 1, 1, 1, 0]],
+                                                                       device=DEVICE, dtype=torch.bool))
+    # top-p 0.4: .3 alone is short of it; the .2 group joins whole
+    assert torch.equal(smp.top_p_renorm_probs(p, 0.4)[0] > 0, torch.tensor([0, 1, 1, 1, 1], device=DEVICE).bool())
+
+
+@pytest.mark.parametrize("n", VOCABS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_top_k_mask_logits(n, dtype):
+    x = (torch.randn(5, n, device=DEVICE) * 4).to(dtype)
+    x[1] = torch.randint(-3, 3, (n,), device=DEVICE).to(dtype)  # many ties
+    x[2, ::3] = float("-inf")
+    k = torch.tensor([1, 2, 3, n, 0], device=DEVICE)
+    got = smp.top_k_mask_logits(x, k)
+    assert got.dtype == dtype
+    assert torch.equal(got, ref.top_k_mask_logits(x, k))
+
+
+def test_bad_rows_are_visible():
+    p = _probs(4, 64)
+    p[0, 3] = float("nan")
+    p[1, 5] = -0.5
+    p[2] = 0.0
+    s = smp.sampling_from_probs(p, generator=_gen(1))
+    assert s[:3].tolist() == [-1, -1, -1] and 0 <= int(s[3]) < 64
+    r = smp.top_k_renorm_probs(p, 4)
+    assert r[0].isnan().all() and r[1].isnan().all() and r[3].isfinite().all()
+    logits = torch.randn(2, 64, device=DEVICE)
+    logits[0, 7] = float("nan")
+    logits[1] = float("-inf")
+    assert smp.sampling_from_logits(logits, generator=_gen(2)).tolist() == [-1, -1]
+    assert smp.top_k_mask_logits(logits, 3)[0].isnan().all()
+
+
+FILTERS = [
+    ("sampling_from_probs", {}, False),
+    ("top_k_sampling_from_probs", {"top_k": 7}, False),
+    ("top_p_sampling_from_probs", {"top_p": 0.6}, False),
+    ("min_p_sampling_from_probs", {"min_p": 0.05}, False),
+    ("top_k_top_p_sampling_from_probs", {"top_k": 9, "top_p": 0.7}, False),
+    ("top_k_top_p_sampling_from_logits", {"top_k": 9, "top_p": 0.7}, True),
+    ("sampling_from_logits", {}, True),
+]
+
+
+@pytest.mark.parametrize("name, filters, logits", FILTERS, ids=[f[0] for f in FILTERS])
+def test_draws_match_the_reference(name, filters, logits):
+    rows, n = by_device((6, 300), (64, 32000))
+    x = torch.randn(rows, n, device=DEVICE) * 3 if logits else _probs(rows, n)
+    got = getattr(smp, name)(x, *filters.values(), generator=_gen(7))
+    u = torch.rand(rows, device=DEVICE, generator=_gen(7))
+    want = ref.sample(x, u, from_logits=logits, **filters)
+    assert got.dtype == torch.int32 and torch.equal(got, want)
+    again = getattr(smp, name)(x, *filters.values(), generator=_gen(7))
+    assert torch.equal(got, again), "the same generator state drew different tokens"
+
+
+@pytest.mark.parametrize("name, filters, logits", FILTERS[:5], ids=[f[0] for f in FILTERS[:5]])
+def test_draws_stay_in_the_kept_set_and_follow_it(name, filters, logits):
+    n = 40
+    draws = by_device(600 if not filters else 300, 200000)
+    p = _probs(1, n, scale=1.5)
+    idx = torch.zeros(draws, dtype=torch.int64, device=DEVICE)  # every draw from row 0
+    s = getattr(smp, name)(p, *filters.values(), indices=idx, generator=_gen(11)).long()
+    want = ref.renorm(p, **filters)[0]
+    assert (s >= 0).all() and (want[s] > 0).all(), "a token outside the kept set was drawn"
+    counts = torch.bincount(s, minlength=n).double()
+    expected = want.double() * draws
+    big = expected >= 5  # tokens expected fewer than 5 times pooled into one bin (the test's approximation)
+    counts = torch.cat([counts[big], counts[~big].sum().reshape(1)])
+    expected = torch.cat([expected[big], expected[~big].sum().reshape(1)])
+    live = expected > 0
+    chi2 = float((((counts - expected) ** 2)[live] / expected[live]).sum())
+    dof = int(live.sum()) - 1
+    # the chi-square statistic's 0.9999 quantile is below dof + 4.5 sqrt(2 dof) + 12 for these dof
+    assert chi2 < dof + 4.5 * math.sqrt(2 * max(dof, 1)) + 12, f"chi2 {chi2:.1f} with {dof} degrees of freedom"
+
+
+def test_seed_and_edge_parameters():
+    p = _probs(3, 50)
+    a = smp.top_k_sampling_from_probs(p, 50, seed=3, offset=5)
+    b = smp.top_k_sampling_from_probs(p, 10**6, seed=3, offset=5)
+    assert torch.equal(a, b), "k >= vocab filters nothing"
+    c = smp.top_p_sampling_from_probs(p, 1.0, seed=3, offset=5)
+    assert torch.equal(a, c), "p = 1 filters nothing"
+    one = smp.top_k_sampling_from_probs(p, 1, seed=4)
+    assert torch.equal(one.long(), p.argmax(-1)), "k = 1 draws the largest"
+
+
+def test_bad_arguments():
+    p = _probs(2, 10)
+    with pytest.raises(ValueError, match="top_k_renorm_probs: probs must be 2-D"):
+        smp.top_k_renorm_probs(p[0], 2)
+    with pytest.raises(TypeError, match="top_p_renorm_probs: probs must be float32"):
+        smp.top_p_renorm_probs(p.double(), 0.5)
+    with pytest.raises(ValueError, match="top_k_sampling_from_probs: top_k must be a number or a tensor"):
+        smp.top_k_sampling_from_probs(p, torch.tensor([1, 2, 3], device=DEVICE))
+    with pytest.raises(TypeError, match="top_k must be an integer tensor"):
+        smp.top_k_sampling_from_probs(p, torch.tensor([1.0, 2.0], device=DEVICE))
+    with pytest.raises(ValueError, match="filter_apply_order"):
+        smp.top_k_top_p_sampling_from_probs(p, 2, 0.5, filter_apply_order="p_first")
+    with pytest.raises(ValueError, match="sampling_from_probs: probs hold NaN"):
+        q = p.clone()
+        q[0, 0] = float("nan")
+        smp.sampling_from_probs(q, check_nan=True)
+    with pytest.raises(ValueError, match="requires grad"):
+        smp.sampling_from_logits(torch.randn(2, 5, device=DEVICE, requires_grad=True))
+
+
+def test_empty():
+    assert smp.sampling_from_probs(torch.empty(0, 5, device=DEVICE)).shape == (0,)
+    assert smp.top_k_renorm_probs(torch.empty(0, 5, device=DEVICE), 2).shape == (0, 5)
