@@ -116,7 +116,7 @@ def test_draws_match_the_reference(name, filters, logits):
 @pytest.mark.parametrize("name, filters, logits", FILTERS[:5], ids=[f[0] for f in FILTERS[:5]])
 def test_draws_stay_in_the_kept_set_and_follow_it(name, filters, logits):
     n = 40
-    draws = by_device(600 if not filters else 300, 200000)
+    draws = by_device(600 if not filters else 120, 200000)  # the interpreter runs a program a draw
     p = _probs(1, n, scale=1.5)
     idx = torch.zeros(draws, dtype=torch.int64, device=DEVICE)  # every draw from row 0
     s = getattr(smp, name)(p, *filters.values(), indices=idx, generator=_gen(11)).long()
@@ -132,6 +132,20 @@ def test_draws_stay_in_the_kept_set_and_follow_it(name, filters, logits):
     dof = int(live.sum()) - 1
     # the chi-square statistic's 0.9999 quantile is below dof + 4.5 sqrt(2 dof) + 12 for these dof
     assert chi2 < dof + 4.5 * math.sqrt(2 * max(dof, 1)) + 12, f"chi2 {chi2:.1f} with {dof} degrees of freedom"
+
+
+@pytest.mark.parametrize("name", ["sampling_from_logits", "top_k_top_p_sampling_from_logits"])
+@pytest.mark.parametrize("temperature", [0.7, "rows"])
+def test_temperature(name, temperature):
+    rows, n = 5, by_device(300, 32000)
+    x = torch.randn(rows, n, device=DEVICE) * 3
+    t = torch.tensor([0.5, 1.0, 2.0, 0.0, 1e-6], device=DEVICE) if temperature == "rows" else temperature
+    filters = {"top_k": 20, "top_p": 0.8} if name.startswith("top_k") else {}
+    got = getattr(smp, name)(x, *filters.values(), generator=_gen(5), temperature=t)
+    u = torch.rand(rows, device=DEVICE, generator=_gen(5))
+    assert torch.equal(got, ref.sample(x, u, from_logits=True, temperature=t, **filters))
+    if temperature == "rows":  # below 1e-5: the greedy token
+        assert got[3:].tolist() == x[3:].argmax(-1).tolist()
 
 
 def test_seed_and_edge_parameters():
@@ -161,6 +175,8 @@ def test_bad_arguments():
         q = p.clone()
         q[0, 0] = float("nan")
         smp.sampling_from_probs(q, check_nan=True)
+    with pytest.raises(ValueError, match="sampling_from_logits: temperature must be >= 0"):
+        smp.sampling_from_logits(torch.randn(2, 5, device=DEVICE), temperature=-1.0)
     with pytest.raises(ValueError, match="requires grad"):
         smp.sampling_from_logits(torch.randn(2, 5, device=DEVICE, requires_grad=True))
 

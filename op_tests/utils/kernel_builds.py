@@ -387,9 +387,10 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
          lambda: [fn(_meta(8, 4096), _meta(8, 4096)) for fn in (
              vllm_ops.gelu_new, vllm_ops.gelu_fast, vllm_ops.gelu_quick)]),
         # sampling: each mode and filter set, vocabulary widths, per-row parameters, shared rows
-        ("sampling top_k_top_p from logits, per-row k and p",
+        ("sampling top_k_top_p from logits, per-row k, p and temperature",
          lambda: smp.top_k_top_p_sampling_from_logits(_meta(4, 128256), _meta(4, dtype=torch.int32),
-                                                      _meta(4, dtype=f32))),
+                                                      _meta(4, dtype=f32), temperature=_meta(4, dtype=f32))),
+        ("sampling from logits, a temperature", lambda: smp.sampling_from_logits(_meta(4, 151936), temperature=0.7)),
         ("sampling min_p from probs, indices",
          lambda: smp.min_p_sampling_from_probs(_meta(4, 151936, dtype=f32), 0.1, indices=_meta(8, dtype=torch.int64))),
         ("sampling top_k_top_p joint from probs", lambda: smp.top_k_top_p_sampling_from_probs(

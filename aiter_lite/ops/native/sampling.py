@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+GREEDY_T = 1e-5  # a temperature below it samples greedily (vLLM's)
+
 
 def _per_row(value, rows: int, device, dtype) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
@@ -26,8 +28,11 @@ def _bad(x: torch.Tensor, from_logits: bool) -> torch.Tensor:
     return bad
 
 
-def _probs(x: torch.Tensor, from_logits: bool) -> torch.Tensor:
+def _probs(x: torch.Tensor, from_logits: bool, temperature=None) -> torch.Tensor:
     x = x.float()
+    if temperature is not None:
+        t = _per_row(temperature, x.shape[0], x.device, torch.float32)
+        x = x / torch.where(t < GREEDY_T, 1.0, t)[:, None]
     return torch.softmax(x, -1) if from_logits else x
 
 
@@ -64,14 +69,18 @@ def renorm(x: torch.Tensor, from_logits: bool = False, **filters) -> torch.Tenso
     return torch.where(_bad(x, from_logits)[:, None], torch.full_like(y, float("nan")), y)
 
 
-def sample(x: torch.Tensor, u: torch.Tensor, from_logits: bool = False, **filters) -> torch.Tensor:
-    """int32 tokens, -1 for a bad row or one with no mass kept."""
-    p = _probs(x, from_logits)
+def sample(x: torch.Tensor, u: torch.Tensor, from_logits: bool = False, temperature=None, **filters) -> torch.Tensor:
+    """int32 tokens, -1 for a bad row or one with no mass kept; rows of ``temperature`` below
+    GREEDY_T: their first largest logit."""
+    p = _probs(x, from_logits, temperature)
     y = torch.where(kept(p, **filters) & (p > 0), p, torch.zeros_like(p))
     mass = y.sum(-1)
     run = y.cumsum(-1)
     hit = (run > (u * mass)[:, None]) & (y > 0)
     idx = torch.where(hit.any(-1), hit.float().argmax(-1), (y > 0).cumsum(-1).argmax(-1))
+    if temperature is not None:
+        greedy = _per_row(temperature, x.shape[0], x.device, torch.float32) < GREEDY_T
+        idx = torch.where(greedy, x.float().nan_to_num(float("-inf")).argmax(-1), idx)
     bad = _bad(x, from_logits) | (mass <= 0)
     return torch.where(bad, torch.full_like(idx, -1), idx).to(torch.int32)
 

@@ -19,6 +19,9 @@
 * A row holding NaN (or, from probabilities, a negative value), or with no mass left,
   samples -1 and renormalizes / masks to NaN: visible, never a silently wrong token.
 * ``indices`` (int, (n,)): output i draws from row ``indices[i]`` (requests sharing a row).
+* ``temperature`` (the logits forms; this project's keyword): ``softmax(logits / t)``, a
+  number or one a row; below 1e-5 the row's greedy token (its first largest logit), as
+  vLLM's sampler.
 
 Complexity: O(vocab) a pass. A row's max (and softmax sum) take one or two passes; each
 threshold 16 (a 4-way search of the 32-bit value keys; top-p one more for the mass it
@@ -105,12 +108,16 @@ def _uniform(op: str, n: int, device, generator, seed, offset) -> torch.Tensor:
 
 
 def _run(op: str, x: torch.Tensor, mode: str, *, from_logits: bool, indices=None, top_k=None, top_p=None,
-         min_p=None, joint: bool = False, u: torch.Tensor | None = None, out_dtype=None) -> torch.Tensor:
+         min_p=None, temperature=None, joint: bool = False, u: torch.Tensor | None = None,
+         out_dtype=None) -> torch.Tensor:
     rows, n = x.shape
     idx, n_out = _indices(op, indices, rows, x)
     k_t, k_v = _param(op, "top_k", top_k, n_out, x, True) if top_k is not None else (None, 0)
     p_t, p_v = _param(op, "top_p", top_p, n_out, x, False) if top_p is not None else (None, 1.0)
     m_t, m_v = _param(op, "min_p", min_p, n_out, x, False) if min_p is not None else (None, 0.0)
+    t_t, t_v = _param(op, "temperature", temperature, n_out, x, False) if temperature is not None else (None, 1.0)
+    if t_t is None and t_v < 0:
+        raise ValueError(f"{op}: temperature must be >= 0 (below 1e-5: the row's argmax), got {temperature}")
     if mode == "sample":
         out = torch.empty(n_out, dtype=torch.int32, device=x.device)
     else:
@@ -120,11 +127,12 @@ def _run(op: str, x: torch.Tensor, mode: str, *, from_logits: bool, indices=None
     if n == 0:
         return out.fill_(-1) if mode == "sample" else out
     block_n = min(_BLOCK_N, next_power_of_2(n))
-    launch(_sampling_kernel, (n_out,), x, out, idx, u, k_t, p_t, m_t, x.stride(0), 1 if mode == "sample" else n, n,
-           k_v, p_v, m_v, MODE=mode, FROM_LOGITS=from_logits or mode == "mask", TOP_K=top_k is not None,
+    launch(_sampling_kernel, (n_out,), x, out, idx, u, k_t, p_t, m_t, t_t, x.stride(0), 1 if mode == "sample" else n,
+           n, k_v, p_v, m_v, t_v, MODE=mode, FROM_LOGITS=from_logits or mode == "mask", TOP_K=top_k is not None,
            TOP_P=top_p is not None, MIN_P=min_p is not None, JOINT=joint, K_TENSOR=k_t is not None,
-           P_TENSOR=p_t is not None, MINP_TENSOR=m_t is not None, HAS_INDICES=idx is not None, BLOCK_N=block_n,
-           WAYS=_WAYS, STEPS=32 // (_WAYS.bit_length() - 1), BLOCK_S=max(block_n // 2, 1),
+           P_TENSOR=p_t is not None, MINP_TENSOR=m_t is not None, HAS_TEMP=temperature is not None,
+           T_TENSOR=t_t is not None, HAS_INDICES=idx is not None, BLOCK_N=block_n,
+           WAYS=_WAYS, STEPS=32 // (_WAYS.bit_length() - 1), BLOCK_S=max(block_n // 4, 1),
            num_warps=8 if block_n >= 2048 else 4 if block_n >= 512 else 1)
     return out
 
@@ -148,10 +156,13 @@ def sampling_from_probs(probs: torch.Tensor, indices: torch.Tensor | None = None
 
 def sampling_from_logits(logits: torch.Tensor, indices: torch.Tensor | None = None, deterministic: bool = True,
                          generator: torch.Generator | None = None, check_nan: bool = False, seed: int | None = None,
-                         offset: int | None = None) -> torch.Tensor:
-    """A token a row drawn from ``softmax(logits)``, int32 (batch,)."""
+                         offset: int | None = None, *, temperature=None) -> torch.Tensor:
+    """A token a row drawn from ``softmax(logits / temperature)``, int32 (batch,);
+    ``temperature`` (this project's keyword: a number or one a row; below 1e-5 the row's
+    argmax, as vLLM's sampler)."""
     check_bool("sampling_from_logits", "deterministic", deterministic)
-    return _sample("sampling_from_logits", logits, True, indices, generator, check_nan, seed, offset)
+    return _sample("sampling_from_logits", logits, True, indices, generator, check_nan, seed, offset,
+                   temperature=temperature)
 
 
 def top_p_sampling_from_probs(probs: torch.Tensor, top_p, indices: torch.Tensor | None = None,
@@ -192,13 +203,15 @@ def _order(op: str, filter_apply_order) -> bool:
 def top_k_top_p_sampling_from_logits(logits: torch.Tensor, top_k, top_p, indices: torch.Tensor | None = None,
                                      filter_apply_order: str = "top_k_first", deterministic: bool = True,
                                      generator: torch.Generator | None = None, check_nan: bool = False,
-                                     seed: int | None = None, offset: int | None = None) -> torch.Tensor:
+                                     seed: int | None = None, offset: int | None = None, *,
+                                     temperature=None) -> torch.Tensor:
     """Top-k, then top-p over what it kept (``"joint"``: both over the whole row), of
-    ``softmax(logits)``; a token drawn from the rest, renormalized."""
+    ``softmax(logits / temperature)`` (``temperature`` as in :func:`sampling_from_logits`);
+    a token drawn from the rest, renormalized."""
     op = "top_k_top_p_sampling_from_logits"
     check_bool(op, "deterministic", deterministic)
     return _sample(op, logits, True, indices, generator, check_nan, seed, offset, top_k=top_k, top_p=top_p,
-                   joint=_order(op, filter_apply_order))
+                   temperature=temperature, joint=_order(op, filter_apply_order))
 
 
 def top_k_top_p_sampling_from_probs(probs: torch.Tensor, top_k, top_p, indices: torch.Tensor | None = None,

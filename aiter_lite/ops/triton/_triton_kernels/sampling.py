@@ -26,6 +26,8 @@ for logits the bits with the negative ones' magnitude bits flipped (sign-ordered
 import triton
 import triton.language as tl
 
+GREEDY_T: tl.constexpr = tl.constexpr(1e-5)  # vLLM's: a temperature below it samples greedily
+
 
 @triton.jit
 def _key(v, SIGNED: tl.constexpr):
@@ -41,15 +43,15 @@ def _key(v, SIGNED: tl.constexpr):
 
 
 @triton.jit
-def _values(x_row, start, cols, n_cols, mx, se, FROM_LOGITS: tl.constexpr, AS_PROBS: tl.constexpr):
-    """(a chunk's values as loaded (fp32), as probabilities (the softmax where FROM_LOGITS),
-    its mask)."""
+def _values(x_row, start, cols, n_cols, mx, se, inv_t, FROM_LOGITS: tl.constexpr, AS_PROBS: tl.constexpr):
+    """(a chunk's values as loaded (fp32), as probabilities (the softmax of ``v * inv_t``
+    where FROM_LOGITS: ``mx`` the row's max, ``se`` its sum), its mask)."""
     c = start + cols
     mask = c < n_cols
     fill = float("-inf") if FROM_LOGITS else 0.0
     v = tl.load(x_row + c, mask=mask, other=fill).to(tl.float32)
     if FROM_LOGITS and AS_PROBS:
-        p = tl.exp(v - mx) / se  # a row of -inf: NaN
+        p = tl.exp((v - mx) * inv_t) / se  # a row of -inf: NaN
     elif AS_PROBS:
         p = tl.where(v < 0, float("nan"), v)  # a negative probability: as NaN
     else:
@@ -58,14 +60,14 @@ def _values(x_row, start, cols, n_cols, mx, se, FROM_LOGITS: tl.constexpr, AS_PR
 
 
 @triton.jit
-def _count_or_mass(x_row, n_cols, mx, se, mid, t_floor, COUNT: tl.constexpr, FROM_LOGITS: tl.constexpr,
+def _count_or_mass(x_row, n_cols, mx, se, inv_t, mid, t_floor, COUNT: tl.constexpr, FROM_LOGITS: tl.constexpr,
                    SIGNED: tl.constexpr, AS_PROBS: tl.constexpr, BLOCK_N: tl.constexpr):
     """Over the row: how many keys are >= ``mid`` (COUNT), or the mass of the probabilities
     whose key is >= max(mid, t_floor)."""
     cols = tl.arange(0, BLOCK_N)
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     for start in range(0, n_cols, BLOCK_N):
-        v, p, mask = _values(x_row, start, cols, n_cols, mx, se, FROM_LOGITS, AS_PROBS)
+        v, p, mask = _values(x_row, start, cols, n_cols, mx, se, inv_t, FROM_LOGITS, AS_PROBS)
         k = _key(p if AS_PROBS else v, SIGNED)
         if COUNT:
             acc += tl.where(mask & (k >= mid), 1.0, 0.0)
@@ -75,7 +77,8 @@ def _count_or_mass(x_row, n_cols, mx, se, mid, t_floor, COUNT: tl.constexpr, FRO
 
 
 @triton.jit
-def _bisect(x_row, n_cols, mx, se, goal, lo_key, hi_key, t_floor, COUNT: tl.constexpr, FROM_LOGITS: tl.constexpr,
+def _bisect(x_row, n_cols, mx, se, inv_t, goal, lo_key, hi_key, t_floor, COUNT: tl.constexpr,
+            FROM_LOGITS: tl.constexpr,
             SIGNED: tl.constexpr, AS_PROBS: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr,
             BLOCK_S: tl.constexpr):
     """The largest key t in [lo_key, hi_key) (int64 bounds) with count (COUNT) or kept mass
@@ -93,7 +96,7 @@ def _bisect(x_row, n_cols, mx, se, goal, lo_key, hi_key, t_floor, COUNT: tl.cons
         mids = tl.minimum(lo + j * step, 2147483647).to(tl.int32)
         acc = tl.zeros([WAYS, BLOCK_S], dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_S):
-            v, p, mask = _values(x_row, start, cols, n_cols, mx, se, FROM_LOGITS, AS_PROBS)
+            v, p, mask = _values(x_row, start, cols, n_cols, mx, se, inv_t, FROM_LOGITS, AS_PROBS)
             k = _key(p if AS_PROBS else v, SIGNED)
             ge = (k[None, :] >= mids[:, None]) & (mask & (k >= t_floor))[None, :]
             if COUNT:
@@ -114,9 +117,10 @@ def _sampling_kernel(
     idx_ptr,                      # int (n_out,): the row each output reads (HAS_INDICES)
     u_ptr,                        # fp32 (n_out,): uniform draws in [0, 1) ("sample")
     k_ptr, p_ptr, minp_ptr,       # per-row top_k (int), top_p, min_p (fp32) where *_TENSOR
+    t_ptr,                        # per-row temperature (fp32) where T_TENSOR
     stride_x, stride_out,
     n_cols,
-    k_val, p_val, minp_val,       # the scalar forms (runtime)
+    k_val, p_val, minp_val, t_val,  # the scalar forms (runtime)
     MODE: tl.constexpr,           # "sample", "renorm" or "mask"
     FROM_LOGITS: tl.constexpr,    # x is logits: their softmax is the distribution
     TOP_K: tl.constexpr,
@@ -126,6 +130,8 @@ def _sampling_kernel(
     K_TENSOR: tl.constexpr,
     P_TENSOR: tl.constexpr,
     MINP_TENSOR: tl.constexpr,
+    HAS_TEMP: tl.constexpr,       # FROM_LOGITS: softmax(x / temperature); below GREEDY_T the row's argmax
+    T_TENSOR: tl.constexpr,
     HAS_INDICES: tl.constexpr,
     BLOCK_N: tl.constexpr,        # a pass's chunk
     WAYS: tl.constexpr,           # a threshold search's candidates a pass (a power of 2)
@@ -134,7 +140,12 @@ def _sampling_kernel(
 ):
     p_val = tl.cast(p_val, tl.float32)
     minp_val = tl.cast(minp_val, tl.float32)
+    t_val = tl.cast(t_val, tl.float32)
     pid = tl.program_id(0).to(tl.int64)
+    inv_t = tl.full([], 1.0, tl.float32)
+    if HAS_TEMP:
+        temp = tl.load(t_ptr + pid).to(tl.float32) if T_TENSOR else t_val
+        inv_t = tl.where(temp < GREEDY_T, 1.0, 1.0 / tl.maximum(temp, GREEDY_T))
     row = tl.load(idx_ptr + pid).to(tl.int64) if HAS_INDICES else pid
     x_row = x_ptr + row * stride_x
     cols = tl.arange(0, BLOCK_N)
@@ -147,15 +158,15 @@ def _sampling_kernel(
     if FROM_LOGITS or MIN_P:
         mx_acc = tl.full([BLOCK_N], float("-inf"), tl.float32)
         for start in range(0, n_cols, BLOCK_N):
-            v, _p, mask = _values(x_row, start, cols, n_cols, 0.0, 1.0, FROM_LOGITS, False)
+            v, _p, mask = _values(x_row, start, cols, n_cols, 0.0, 1.0, 1.0, FROM_LOGITS, False)
             mx_acc = tl.maximum(mx_acc, tl.where(mask & (v == v), v, float("-inf")))
         mx = tl.max(mx_acc, 0)
     se = tl.full([], 1.0, tl.float32)
     if FROM_LOGITS and AS_PROBS:
         se_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_N):
-            v, _p, mask = _values(x_row, start, cols, n_cols, 0.0, 1.0, FROM_LOGITS, False)
-            se_acc += tl.where(mask & (v > float("-inf")), tl.exp(v - mx), 0.0)  # NaN kept
+            v, _p, mask = _values(x_row, start, cols, n_cols, 0.0, 1.0, 1.0, FROM_LOGITS, False)
+            se_acc += tl.where(mask & (v > float("-inf")), tl.exp((v - mx) * inv_t), 0.0)  # NaN kept
         se = tl.sum(se_acc, 0)
     lo_key = tl.full([], -2147483648, tl.int64) if SIGNED else tl.full([], 0, tl.int64)
     hi_key = tl.full([], 2147483648, tl.int64)
@@ -165,15 +176,15 @@ def _sampling_kernel(
     if TOP_K:
         k = tl.load(k_ptr + pid).to(tl.int64) if K_TENSOR else tl.cast(k_val, tl.int64)
         if (k > 0) & (k < n_cols):
-            t_k = _bisect(x_row, n_cols, mx, se, k.to(tl.float32), lo_key, hi_key, lo32, True, FROM_LOGITS, SIGNED,
+            t_k = _bisect(x_row, n_cols, mx, se, inv_t, k.to(tl.float32), lo_key, hi_key, lo32, True, FROM_LOGITS, SIGNED,
                           AS_PROBS, WAYS, STEPS, BLOCK_S).to(tl.int32)
         thr = tl.maximum(thr, t_k)
     if TOP_P:
         top_p = tl.load(p_ptr + pid).to(tl.float32) if P_TENSOR else p_val
         floor = lo32 if JOINT else t_k
         if top_p < 1.0:
-            mass = _count_or_mass(x_row, n_cols, mx, se, lo32, floor, False, FROM_LOGITS, SIGNED, AS_PROBS, BLOCK_N)
-            t_p = _bisect(x_row, n_cols, mx, se, top_p * mass, lo_key, hi_key, floor, False, FROM_LOGITS, SIGNED,
+            mass = _count_or_mass(x_row, n_cols, mx, se, inv_t, lo32, floor, False, FROM_LOGITS, SIGNED, AS_PROBS, BLOCK_N)
+            t_p = _bisect(x_row, n_cols, mx, se, inv_t, top_p * mass, lo_key, hi_key, floor, False, FROM_LOGITS, SIGNED,
                           AS_PROBS, WAYS, STEPS, BLOCK_S).to(tl.int32)
             thr = tl.maximum(thr, t_p)
     if MIN_P:
@@ -182,7 +193,7 @@ def _sampling_kernel(
         thr = tl.maximum(thr, _key(min_p * pmax, False))
     out_row = out_ptr + pid * stride_out
     if MODE == "sample":
-        kept_mass = _count_or_mass(x_row, n_cols, mx, se, thr, lo32, False, FROM_LOGITS, SIGNED, AS_PROBS, BLOCK_N)
+        kept_mass = _count_or_mass(x_row, n_cols, mx, se, inv_t, thr, lo32, False, FROM_LOGITS, SIGNED, AS_PROBS, BLOCK_N)
         target = tl.load(u_ptr + pid) * kept_mass
         running = tl.full([], 0.0, tl.float32)
         # the scan in BLOCK_S chunks: a running sum over BLOCK_N spilled (ptxas, 8 warps)
@@ -190,7 +201,7 @@ def _sampling_kernel(
         found = tl.full([BLOCK_S], 2147483647, tl.int32)  # per lane, reduced once after the row
         last = tl.full([BLOCK_S], -1, tl.int32)
         for start in range(0, n_cols, BLOCK_S):
-            v, p, mask = _values(x_row, start, cols_s, n_cols, mx, se, FROM_LOGITS, True)
+            v, p, mask = _values(x_row, start, cols_s, n_cols, mx, se, inv_t, FROM_LOGITS, True)
             kept = mask & (_key(p, False) >= thr) & (p > 0)  # NaN: not here, but in kept_mass
             pk = tl.where(kept, p, 0.0)
             cs = running + tl.cumsum(pk, 0)
@@ -201,22 +212,30 @@ def _sampling_kernel(
         first = tl.min(found, 0)
         pick = tl.where(first < 2147483647, first, tl.max(last, 0))
         pick = tl.where(kept_mass > 0, pick, -1)  # no mass kept, or NaN
+        if HAS_TEMP:  # a greedy row (temperature below GREEDY_T): the first index of its largest logit
+            temp = tl.load(t_ptr + pid).to(tl.float32) if T_TENSOR else t_val  # read again: nothing kept live
+            if temp < GREEDY_T:
+                best = tl.full([BLOCK_N], 2147483647, tl.int32)
+                for start in range(0, n_cols, BLOCK_N):
+                    v, p, mask = _values(x_row, start, cols, n_cols, mx, se, inv_t, FROM_LOGITS, False)
+                    best = tl.minimum(best, tl.where(mask & (v == mx), start + cols, 2147483647))
+                pick = tl.where(kept_mass > 0, tl.min(best, 0), -1)
         tl.store(out_row, pick.to(tl.int32))
     elif MODE == "renorm":
-        kept_mass = _count_or_mass(x_row, n_cols, mx, se, thr, lo32, False, FROM_LOGITS, SIGNED, AS_PROBS, BLOCK_N)
+        kept_mass = _count_or_mass(x_row, n_cols, mx, se, inv_t, thr, lo32, False, FROM_LOGITS, SIGNED, AS_PROBS, BLOCK_N)
         for start in range(0, n_cols, BLOCK_N):
-            v, p, mask = _values(x_row, start, cols, n_cols, mx, se, FROM_LOGITS, True)
+            v, p, mask = _values(x_row, start, cols, n_cols, mx, se, inv_t, FROM_LOGITS, True)
             y = tl.where(_key(p, False) >= thr, p / kept_mass, 0.0 / kept_mass)  # no mass kept: 0 / 0; NaN mass
             tl.store(out_row + start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
     else:
         tl.static_assert(MODE == "mask")
         nan_acc = tl.zeros([BLOCK_N], dtype=tl.int32)  # a row holding NaN: NaN throughout
         for start in range(0, n_cols, BLOCK_N):
-            v, p, mask = _values(x_row, start, cols, n_cols, mx, se, FROM_LOGITS, False)
+            v, p, mask = _values(x_row, start, cols, n_cols, mx, se, inv_t, FROM_LOGITS, False)
             nan_acc = tl.maximum(nan_acc, tl.where(mask & (v != v), 1, 0))
         drop = tl.where(tl.max(nan_acc, 0) > 0, float("nan"), float("-inf"))
         for start in range(0, n_cols, BLOCK_N):
-            v, p, mask = _values(x_row, start, cols, n_cols, mx, se, FROM_LOGITS, False)
+            v, p, mask = _values(x_row, start, cols, n_cols, mx, se, inv_t, FROM_LOGITS, False)
             y = tl.where(_key(v, True) >= thr, v, drop)
             y = tl.where(drop != drop, float("nan"), y)
             tl.store(out_row + start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
