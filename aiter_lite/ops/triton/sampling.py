@@ -108,8 +108,10 @@ def _uniform(op: str, n: int, device, generator, seed, offset) -> torch.Tensor:
 
 
 def _run(op: str, x: torch.Tensor, mode: str, *, from_logits: bool, indices=None, top_k=None, top_p=None,
-         min_p=None, temperature=None, joint: bool = False, u: torch.Tensor | None = None,
+         min_p=None, temperature=None, joint: bool = False, draw: tuple | None = None,
          out_dtype=None) -> torch.Tensor:
+    """``x``'s rows thresholded and sampled ("sample": one uniform number an output row from
+    ``draw`` = (generator, seed, offset)), renormalized or masked."""
     rows, n = x.shape
     idx, n_out = _indices(op, indices, rows, x)
     k_t, k_v = _param(op, "top_k", top_k, n_out, x, True) if top_k is not None else (None, 0)
@@ -118,6 +120,7 @@ def _run(op: str, x: torch.Tensor, mode: str, *, from_logits: bool, indices=None
     t_t, t_v = _param(op, "temperature", temperature, n_out, x, False) if temperature is not None else (None, 1.0)
     if t_t is None and t_v < 0:
         raise ValueError(f"{op}: temperature must be >= 0 (below 1e-5: the row's argmax), got {temperature}")
+    u = _uniform(op, n_out, x.device, *draw) if mode == "sample" else None
     if mode == "sample":
         out = torch.empty(n_out, dtype=torch.int32, device=x.device)
     else:
@@ -137,21 +140,22 @@ def _run(op: str, x: torch.Tensor, mode: str, *, from_logits: bool, indices=None
     return out
 
 
-def _sample(op: str, x, from_logits: bool, indices, generator, check_nan, seed, offset, **filters) -> torch.Tensor:
+def _sample(op: str, x, from_logits: bool, indices, deterministic, generator, check_nan,
+                   seed, offset,
+            **filters) -> torch.Tensor:
+    check_bool(op, "deterministic", deterministic)  # accepted: every draw here is deterministic
     x = _rows(op, "logits" if from_logits else "probs", x)
     if check_bool(op, "check_nan", check_nan) and bool(torch.isnan(x).any()):
         raise ValueError(f"{op}: {'logits' if from_logits else 'probs'} hold NaN")
-    n_out = x.shape[0] if indices is None else _indices(op, indices, x.shape[0], x)[1]
-    u = _uniform(op, n_out, x.device, generator, seed, offset)
-    return _run(op, x, "sample", from_logits=from_logits, indices=indices, u=u, **filters)
+    return _run(op, x, "sample", from_logits=from_logits, indices=indices, draw=(generator, seed, offset), **filters)
 
 
 def sampling_from_probs(probs: torch.Tensor, indices: torch.Tensor | None = None, deterministic: bool = True,
                         generator: torch.Generator | None = None, check_nan: bool = False, seed: int | None = None,
                         offset: int | None = None) -> torch.Tensor:
     """A token a row drawn from ``probs`` (batch, vocab), int32 (batch,)."""
-    check_bool("sampling_from_probs", "deterministic", deterministic)
-    return _sample("sampling_from_probs", probs, False, indices, generator, check_nan, seed, offset)
+    return _sample("sampling_from_probs", probs, False, indices, deterministic, generator, check_nan,
+                   seed, offset)
 
 
 def sampling_from_logits(logits: torch.Tensor, indices: torch.Tensor | None = None, deterministic: bool = True,
@@ -160,9 +164,8 @@ def sampling_from_logits(logits: torch.Tensor, indices: torch.Tensor | None = No
     """A token a row drawn from ``softmax(logits / temperature)``, int32 (batch,);
     ``temperature`` (this project's keyword: a number or one a row; below 1e-5 the row's
     argmax, as vLLM's sampler)."""
-    check_bool("sampling_from_logits", "deterministic", deterministic)
-    return _sample("sampling_from_logits", logits, True, indices, generator, check_nan, seed, offset,
-                   temperature=temperature)
+    return _sample("sampling_from_logits", logits, True, indices, deterministic, generator, check_nan,
+                   seed, offset, temperature=temperature)
 
 
 def top_p_sampling_from_probs(probs: torch.Tensor, top_p, indices: torch.Tensor | None = None,
@@ -171,9 +174,8 @@ def top_p_sampling_from_probs(probs: torch.Tensor, top_p, indices: torch.Tensor 
                               offset: int | None = None) -> torch.Tensor:
     """Nucleus sampling: a token drawn from the fewest largest probabilities whose mass
     reaches ``top_p``, renormalized."""
-    check_bool("top_p_sampling_from_probs", "deterministic", deterministic)
-    return _sample("top_p_sampling_from_probs", probs, False, indices, generator, check_nan, seed, offset,
-                   top_p=top_p)
+    return _sample("top_p_sampling_from_probs", probs, False, indices, deterministic, generator, check_nan,
+                   seed, offset, top_p=top_p)
 
 
 def top_k_sampling_from_probs(probs: torch.Tensor, top_k, indices: torch.Tensor | None = None,
@@ -181,9 +183,8 @@ def top_k_sampling_from_probs(probs: torch.Tensor, top_k, indices: torch.Tensor 
                               check_nan: bool = False, seed: int | None = None,
                               offset: int | None = None) -> torch.Tensor:
     """A token drawn from the ``top_k`` largest probabilities (ties kept), renormalized."""
-    check_bool("top_k_sampling_from_probs", "deterministic", deterministic)
-    return _sample("top_k_sampling_from_probs", probs, False, indices, generator, check_nan, seed, offset,
-                   top_k=top_k)
+    return _sample("top_k_sampling_from_probs", probs, False, indices, deterministic, generator, check_nan,
+                   seed, offset, top_k=top_k)
 
 
 def min_p_sampling_from_probs(probs: torch.Tensor, min_p, indices: torch.Tensor | None = None,
@@ -191,9 +192,8 @@ def min_p_sampling_from_probs(probs: torch.Tensor, min_p, indices: torch.Tensor 
                               check_nan: bool = False, seed: int | None = None,
                               offset: int | None = None) -> torch.Tensor:
     """A token drawn from the probabilities of at least ``min_p`` times the row's largest."""
-    check_bool("min_p_sampling_from_probs", "deterministic", deterministic)
-    return _sample("min_p_sampling_from_probs", probs, False, indices, generator, check_nan, seed, offset,
-                   min_p=min_p)
+    return _sample("min_p_sampling_from_probs", probs, False, indices, deterministic, generator, check_nan,
+                   seed, offset, min_p=min_p)
 
 
 def _order(op: str, filter_apply_order) -> bool:
@@ -209,8 +209,8 @@ def top_k_top_p_sampling_from_logits(logits: torch.Tensor, top_k, top_p, indices
     ``softmax(logits / temperature)`` (``temperature`` as in :func:`sampling_from_logits`);
     a token drawn from the rest, renormalized."""
     op = "top_k_top_p_sampling_from_logits"
-    check_bool(op, "deterministic", deterministic)
-    return _sample(op, logits, True, indices, generator, check_nan, seed, offset, top_k=top_k, top_p=top_p,
+    return _sample(op, logits, True, indices, deterministic, generator, check_nan,
+                   seed, offset, top_k=top_k, top_p=top_p,
                    temperature=temperature, joint=_order(op, filter_apply_order))
 
 
@@ -221,8 +221,8 @@ def top_k_top_p_sampling_from_probs(probs: torch.Tensor, top_k, top_p, indices: 
     """Top-k, then top-p over what it kept (``"joint"``: both over the whole row); a token
     drawn from the rest, renormalized."""
     op = "top_k_top_p_sampling_from_probs"
-    check_bool(op, "deterministic", deterministic)
-    return _sample(op, probs, False, indices, generator, check_nan, seed, offset, top_k=top_k, top_p=top_p,
+    return _sample(op, probs, False, indices, deterministic, generator, check_nan,
+                   seed, offset, top_k=top_k, top_p=top_p,
                    joint=_order(op, filter_apply_order))
 
 
