@@ -68,7 +68,7 @@ def _case(op, m, n):
     dev = harness.DEVICE
     logits = op == "top_k_top_p"
     dtype = torch.bfloat16 if logits else torch.float32
-    kept = {}
+    kept, inputs_x = {}, {}
 
     def make_inputs():
         x = torch.randn(m, n, device=dev) * 3
@@ -77,13 +77,16 @@ def _case(op, m, n):
         p = torch.full((m,), TOP_P, device=dev)
         pr = torch.softmax(x.float(), -1) if logits else x
         kept["mask"] = ref.kept(pr, top_k=TOP_K if logits else None, top_p=TOP_P) & (pr > 0)
+        inputs_x["x"] = x
         return x, k, p
 
     def agrees(result, reference):
         if isinstance(result, tuple):  # the softmax provider
             return True
-        if op == "top_p_renorm":
-            return bool(torch.allclose(result, reference, atol=1e-6, rtol=1e-4))
+        if op == "top_p_renorm":  # kept sets equal but for a boundary group; equal rows to fp32 rounding
+            same = (result > 0).eq(reference > 0).all(-1)
+            return (ref.kept_sets_differ(result > 0, reference > 0, inputs_x["x"], TOP_P) is None
+                    and bool(torch.allclose(result[same], reference[same], atol=1e-6, rtol=1e-4)))
         r = result.long().reshape(-1, 1)
         return bool(((r >= 0).all() and kept["mask"].gather(1, r.clamp(min=0)).all()))
 
@@ -114,6 +117,15 @@ def _compile(case, inputs):
     if case.op not in _compiled:
         _compiled[case.op] = harness.compile_static(_native_fn(case.op))
     f = _compiled[case.op]
+    try:
+        f(*inputs)
+    except Exception as e:  # noqa: BLE001  (Inductor's own failure, reported and worked around)
+        # Inductor 2.11 fails to generate the split cumsum of a few vocabulary-wide rows
+        # (SplitScan codegen: "list indices must be integers or slices"). The same graph
+        # compiled without split reductions (what Inductor does past a handful of rows).
+        print(f"compile {case.op} {case.dims}: {type(e).__name__}; compiled again without split reductions")
+        with torch._inductor.config.patch(split_reductions=False):
+            f(*inputs)
     return lambda: f(*inputs)
 
 

@@ -4,11 +4,11 @@ An op's wrapper checks its arguments, picks a launch config, makes 2-D views and
 launches through Triton's ``kernel[grid](...)``, which binds and specializes every
 argument and formats a cache key on each call: 40-60 us on a slow host for a kernel
 of 2-5 us at decode sizes. A serving loop calls each op with the same shapes step
-after step, so :func:`planned` keeps, per op, the launch a call made, under a key of
+after step, so :func:`planned` keeps, per op, the launches a call made, under a key of
 what all that host work depends on (each tensor's shape, strides, dtype, device and
 16-byte alignment, which inputs share an allocation and at what offsets; every other
-argument's value; the current device and stream): the compiled kernel, its grid and every argument but the
-call's tensors. A later call with the same key launches it directly, as
+argument's value; the current device and stream): each compiled kernel, its grid and every argument but
+the call's tensors. A later call with the same key launches them directly, in order, as
 torch.compile's generated code does, allocating the outputs an allocating op returns.
 
     @planned
@@ -17,15 +17,16 @@ torch.compile's generated code does, allocating the outputs an allocating op ret
 
 Why a plan gives the checked path's answer, checked rather than assumed:
 
-* a plan repeats exactly what it can see: allocations and one launch. The recorded
+* a plan repeats exactly what it can see: allocations and launches. The recorded
   call runs under a dispatch mode (:class:`_Watch`) that sees every aten op the checked
   path runs; any op besides an allocation or a view (a copy, a fill, a computation, a
   read of a tensor's value on the host: ``.item()``, ``int(t)``, ``bool(t)``, a copy to
   the CPU; an op whose output shape depends on values) makes the key unplannable, for
   good. A tensor argument on the CPU (values a GPU kernel cannot read, so the wrapper
   reads them: ``.tolist()`` of a CPU tensor reaches no dispatcher) has no key;
-* every launch argument that is a tensor must be one of the call's tensors, a tensor
-  it returns, or a buffer declared persistent (:func:`keep`, ``utils.launch.stream_buffer``);
+* every launch argument that is a tensor must be one of the call's tensors (or a view
+  inside one), a tensor it returns, a work buffer it allocated (each replay allocates its
+  own), or a buffer declared persistent (:func:`keep`, ``utils.launch.stream_buffer``);
 * a signature is recorded the third time it is seen: a call whose first tensor's shape
   (with its argument count and keywords) is new costs the checked path and a set lookup
   (serving sees a new prefill length on most prefills: that is the common new signature);
@@ -198,18 +199,20 @@ def _key(args: tuple, names: tuple = ()) -> tuple | None:
     return tuple(key)
 
 
-def _replay(compiled, grid: tuple, template: list, subs: tuple, allocs: tuple, result):
-    """A recorded launch as a function of (the call's inputs, the stream): it allocates the
-    new outputs, launches ``compiled`` directly with every argument but the call's tensors
-    fixed, and returns what the call returned. Generated straight-line code, as
-    torch.compile's wrappers are: at decode sizes the replay's own host time is the op's.
+def _replay(launches: list, allocs: tuple, scratch: tuple, result):
+    """A recorded call as a function of (the call's inputs, the stream): it allocates the
+    new outputs and the call's work buffers, launches each recorded ``compiled`` kernel
+    directly, in order, with every argument but the call's tensors fixed, and returns what
+    the call returned. Generated straight-line code, as torch.compile's wrappers are: at
+    decode sizes the replay's own host time is the op's.
 
-    ``subs``: (argument position, source, index) with source 0 for the call's inputs, 1 for
-    its new outputs, allocated as ``allocs`` (size, stride, dtype, device) describe them, 2
-    for a pointer into an input (index: the input and the byte offset, an int launch argument);
-    ``result``: what the call returns, in the same terms (see ``_Recording._result_spec``)."""
-    ns = {"run": compiled.run, "function": compiled.function, "packed": compiled.packed_metadata,
-          "empty_strided": torch.empty_strided}
+    ``launches``: (compiled, grid, template, subs), ``subs`` (argument position, source,
+    index) with source 0 for the call's inputs, 1 for its new outputs, allocated as
+    ``allocs`` (size, stride, dtype, device) describe them, 2 for a pointer into an input
+    (index: the input and the byte offset, an int launch argument), 3 for a pointer into a
+    work buffer (index: the buffer in ``scratch`` and the byte offset); ``result``: what
+    the call returns, in the same terms (see ``_Recording._result_spec``)."""
+    ns = {"empty_strided": torch.empty_strided}
 
     def bind(prefix: str, value) -> str:
         name = f"{prefix}{len(ns)}"
@@ -220,12 +223,19 @@ def _replay(compiled, grid: tuple, template: list, subs: tuple, allocs: tuple, r
     for k, (size, stride, dtype, device) in enumerate(allocs):
         lines.append(f"    out{k} = empty_strided({bind('size', size)}, {bind('stride', stride)}, "
                      f"dtype={bind('dtype', dtype)}, device={bind('device', device)})")
-    call_tensors = {pos: f"out{i}" if source == 1 else f"inputs[{i}]" if source == 0 else
-                    f"inputs[{i[0]}].data_ptr() + {int(i[1])}" for pos, source, i in subs}
-    names = [call_tensors[pos] if pos in call_tensors else bind("arg", a) for pos, a in enumerate(template)]
-    g0, g1, g2 = (*grid, 1, 1)[:3]
-    lines.append(f"    run({int(g0)}, {int(g1)}, {int(g2)}, stream, function, packed, None, None, None, "
-                 f"{', '.join(names)})")
+    for k, (size, stride, dtype, device) in enumerate(scratch):
+        lines.append(f"    buf{k} = empty_strided({bind('size', size)}, {bind('stride', stride)}, "
+                     f"dtype={bind('dtype', dtype)}, device={bind('device', device)})")
+        lines.append(f"    scr{k} = buf{k}.data_ptr()")  # buf{k} held until the launches are queued
+    for compiled, grid, template, subs in launches:
+        call_tensors = {pos: f"out{i}" if source == 1 else f"inputs[{i}]" if source == 0 else
+                        f"inputs[{i[0]}].data_ptr() + {int(i[1])}" if source == 2 else f"scr{i[0]} + {int(i[1])}"
+                        for pos, source, i in subs}
+        names = [call_tensors[pos] if pos in call_tensors else bind("arg", a) for pos, a in enumerate(template)]
+        g0, g1, g2 = (*grid, 1, 1)[:3]
+        lines.append(f"    {bind('run', compiled.run)}({int(g0)}, {int(g1)}, {int(g2)}, stream, "
+                     f"{bind('function', compiled.function)}, {bind('packed', compiled.packed_metadata)}, None, None, "
+                     f"None, {', '.join(names)})")
 
     def expr(spec) -> str:
         kind, value = spec
@@ -308,7 +318,11 @@ class _Watch(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if not (func in _ALLOCATIONS or func.is_view or getattr(_state, "unwatched", 0)):
             self.rec.refused = self.rec.refused or str(func)
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if func in _ALLOCATIONS and isinstance(out, torch.Tensor) and out.numel():
+            self.rec.scratch.append((out.data_ptr(), _extent(out), tuple(out.shape), out.stride(), out.dtype,
+                                     out.device))
+        return out
 
 
 def unwatched():
@@ -318,13 +332,14 @@ def unwatched():
 
 
 class _Recording:
-    __slots__ = ("launches", "persistent", "result", "refused")
+    __slots__ = ("launches", "persistent", "result", "refused", "scratch")
 
     def __init__(self):
         self.launches = []
         self.persistent = set()
         self.result = None
         self.refused = ""  # what made the key unplannable: an aten op's name
+        self.scratch = []  # the call's allocations: (pointer, bytes, size, stride, dtype, device)
 
     def plan(self, inputs: tuple) -> Callable | None:
         """The plan of the recorded call; None where calls with its key never have one."""
@@ -334,11 +349,7 @@ class _Recording:
             return None
 
     def _plan(self, inputs: tuple) -> Callable:
-        if len(self.launches) != 1 or self.refused:
-            raise _Lasting
-        compiled, kernel, grid, args, meta = self.launches[0]
-        tail = _constexpr_values(kernel, len(args), meta)
-        if compiled is None or tail is None or not all(isinstance(g, int) for g in grid):
+        if not self.launches or self.refused:
             raise _Lasting
         # Inputs on one pointer (aliased, as the key records) stand for each other: any of them
         # gives the kernel the same address. A returned input is matched by identity first.
@@ -350,22 +361,46 @@ class _Recording:
                     by_ptr.setdefault(t.data_ptr(), i)
         allocs, out_ptr = [], {}
         result = self._result_spec(self.result, inputs, by_id, by_ptr, allocs, out_ptr)
-        template, subs = list(args) + tail, []
-        for pos, a in enumerate(args):
-            if isinstance(a, TensorDescriptor):
-                raise _Lasting  # it holds the recorded call's tensor: a replay would read and write that one
-            if isinstance(a, torch.Tensor):
-                ptr = a.data_ptr()
-                if ptr in by_ptr:
-                    subs.append((pos, 0, by_ptr[ptr]))
-                elif ptr in out_ptr:
-                    subs.append((pos, 1, out_ptr[ptr]))
-                elif ptr in self.persistent:
-                    continue
-                else:  # a view inside an input (its second half, a column offset): that input's pointer + bytes
-                    subs.append((pos, 2, _inside(a, inputs)))
-                template[pos] = None
-        return _replay(compiled, grid, template, tuple(subs), tuple(allocs), result)
+        scratch, launches = [], []
+        for compiled, kernel, grid, args, meta in self.launches:
+            tail = _constexpr_values(kernel, len(args), meta)
+            if compiled is None or tail is None or not all(isinstance(g, int) for g in grid):
+                raise _Lasting
+            template, subs = list(args) + tail, []
+            for pos, a in enumerate(args):
+                if isinstance(a, TensorDescriptor):
+                    raise _Lasting  # it holds the recorded call's tensor: a replay would read and write that one
+                if isinstance(a, torch.Tensor):
+                    ptr = a.data_ptr()
+                    if ptr in by_ptr:
+                        subs.append((pos, 0, by_ptr[ptr]))
+                    elif ptr in out_ptr:
+                        subs.append((pos, 1, out_ptr[ptr]))
+                    elif ptr in self.persistent:
+                        continue
+                    elif (own := self._own(a, scratch, out_ptr)) is not None:  # the call's work buffer
+                        subs.append((pos, 3, own))
+                    else:  # a view inside an input (its second half, a column offset): that input's pointer + bytes
+                        subs.append((pos, 2, _inside(a, inputs)))
+                    template[pos] = None
+            launches.append((compiled, grid, template, tuple(subs)))
+        return _replay(launches, tuple(allocs), tuple(spec for _, spec in scratch), result)
+
+    def _own(self, a: torch.Tensor, scratch: list, out_ptr: dict) -> tuple[int, int] | None:
+        """(k, byte offset): ``a`` lies inside an allocation the call made and does not return
+        (its k-th work buffer, allocated anew by each replay, as the checked path does); else
+        None. Inside a returned one (a part of an output): no plan."""
+        ptr, end = a.data_ptr(), a.data_ptr() + (_extent(a) if a.numel() else 0)
+        for base, nbytes, *spec in self.scratch:
+            if base <= ptr and end <= base + nbytes:
+                if base in out_ptr:
+                    raise _Lasting
+                bases = [b for b, _ in scratch]
+                if base not in bases:
+                    scratch.append((base, tuple(spec)))
+                    bases.append(base)
+                return bases.index(base), ptr - base
+        return None
 
     @staticmethod
     def _result_spec(value, inputs: tuple, by_id: dict, by_ptr: dict, allocs: list, out_ptr: dict):
@@ -457,8 +492,9 @@ def planned(fn=None, *, unless: Callable[[], bool] | None = None):
     an earlier recorded one's key launches that call's kernel directly and returns the same
     kind of result (its own tensors, or new ones of the recorded shapes). The function's
     effects on tensors must be its launches through :func:`launch`; where a recorded call
-    did more (a torch op on a tensor, a host read of a value, a buffer of its own passed to
-    a kernel, two launches) no plan is kept. ``unless``: asked on each call; True runs the
+    did more (a torch op on a tensor, a host read of a value, a buffer made before the call
+    and kept past it passed to a kernel) no plan is kept; several launches replay in order, and
+    a work buffer the call allocates is allocated anew by each replay. ``unless``: asked on each call; True runs the
     checked path (a switch that asks the op to check tensor values on the host)."""
     if fn is None:
         return functools.partial(planned, unless=unless)

@@ -29,11 +29,10 @@ _SLOTS = {"slot_mapping"}
 _IMAGE_SIZES = [(3, 2), (2, 3), (6, 1), (1, 6)]
 # At these sizes a call makes more than one launch, or a copy, so it has no plan.
 _UNPLANNED = {"tiny": {"log_softmax"}}  # over dim 0: a gathered copy first
-# At every size: the losses reduce their rows with torch (and the fused one multiplies); the
-# bf16 / fp8 MLA matmul + RoPE + cache ops write decode_q_pe_out's zeros companion into a
-# buffer of their own they do not return (the fp4 form returns it: planned).
-_NEVER_PLANNED = {"cross_entropy", "fused_linear_cross_entropy", "fused_fp8_bmm_rope_cat_and_cache_mla",
-                  "fused_bf16_bmm_rope_cat_and_cache_mla"}
+# At every size: the fused linear + cross-entropy multiplies with torch. Work buffers a call
+# allocates and does not return (the losses' per-row results, the MLA matmul + RoPE + cache ops'
+# zeros companion of decode_q_pe_out) are allocated anew by each replay: those ops are planned.
+_NEVER_PLANNED = {"fused_linear_cross_entropy"}
 
 
 def _params(name: str) -> list[str]:

@@ -99,3 +99,21 @@ def top_k_mask_logits(logits: torch.Tensor, top_k) -> torch.Tensor:
     y = torch.where(keep, x, torch.full_like(x, float("-inf")))
     y = torch.where(logits.isnan().any(-1)[:, None], torch.full_like(y, float("nan")), y)
     return y.to(logits.dtype)
+
+
+def kept_sets_differ(got: torch.Tensor, want: torch.Tensor, probs: torch.Tensor, top_p) -> str | None:
+    """Where two top-p kept sets (bool, (rows, n)) of ``probs`` differ beyond the summation
+    order: None where they are equal but for one boundary group a row whose mass above it is
+    ``top_p`` of the row's to within 1e-5 of it (two fp32 sums of a row in different orders
+    may keep or drop that group); else what differs."""
+    p64 = probs.double()
+    tp = torch.as_tensor(top_p, dtype=torch.float64, device=probs.device).expand(p64.shape[0])
+    for r in (got != want).any(-1).nonzero().flatten().tolist():
+        flipped = p64[r][got[r] != want[r]].unique()
+        if flipped.numel() != 1:
+            return f"row {r}: kept sets differ in {flipped.numel()} value groups"
+        above = p64[r][p64[r] > flipped].sum()
+        target = tp[r] * p64[r].sum()
+        if abs(above - target) > 1e-5 * p64[r].sum():
+            return f"row {r}: kept sets differ away from the boundary ({above.item()} above vs {target.item()})"
+    return None

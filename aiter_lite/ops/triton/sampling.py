@@ -23,18 +23,23 @@
   number or one a row; below 1e-5 the row's greedy token (its first largest logit), as
   vLLM's sampler.
 
-Complexity: O(vocab) a pass. A row's max (and softmax sum) take one or two passes; each
-threshold 16 (a 4-way search of the 32-bit value keys; top-p one more for the mass it
-divides); a draw, a renormalized or a masked row one more. No op here records a gradient.
+Complexity: O(vocab) a pass, no sort. A row is cut into slices spread over the GPU (a
+batch of one fills every SM). A threshold takes 8 launches (a 16-way search of the 32-bit
+value keys); the logits forms (and min-p) one more for the row's max and softmax sum; the
+kept mass and the draw / the written row one each: top-k + top-p from logits is 19 launches,
+top-p from probabilities 10. A repeated call (a serving loop's) replays its launches from a
+launch plan. No op here records a gradient.
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from aiter_lite.ops.triton._triton_kernels.sampling import _sampling_kernel
+from aiter_lite.ops.triton._triton_kernels.sampling import _finish_kernel, _mass_kernel, _search_kernel, _stats_kernel
 from aiter_lite.utils.checks import check_bool, check_choice, check_int, check_real, check_same_device
-from aiter_lite.utils.fast_launch import launch
+from aiter_lite.utils.fast_launch import launch, planned
 from aiter_lite.utils.launch import next_power_of_2
 
 __all__ = ["sampling_from_probs", "sampling_from_logits", "top_p_sampling_from_probs", "top_k_sampling_from_probs",
@@ -42,11 +47,68 @@ __all__ = ["sampling_from_probs", "sampling_from_logits", "top_p_sampling_from_p
            "top_k_renorm_probs", "top_p_renorm_probs", "top_k_mask_logits"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
-_BLOCK_N = 2048  # a row's chunk (elements a program holds at once; 4096 of 4 warps spilled on gfx942 / sm_100)
-# A threshold search weighs _WAYS candidate keys a pass over the row: 16 passes of 4 (2 bits a
-# pass), a compare and an add a candidate per element (bisection: 32 passes; 16 ways: 8 passes
-# of 16 candidates, which spilled where a pass's chunk kept 4096 columns in flight).
-_WAYS = 4
+_BLOCK = 1024  # a chunk of the one-value-a-column passes (stats, mass, writes); a slice is a multiple of it
+_BLOCK_TEST = 512  # a search's chunk, its keys tested against the interval at once
+_BLOCK_SEARCH = 128  # the part of a chunk a search weighs at once: x _WAYS candidates' sums in registers
+_BLOCK_SCAN = 512  # the draw's running-sum chunk
+# A threshold search weighs _WAYS candidate keys a launch: 8 launches of 16 (4 bits each).
+_WAYS = 16
+_STEPS = 8
+_MAX_PARTS = 256  # slices a row at most
+_PROGRAMS_PER_SM = 4  # rows x slices aimed at
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 8  # the interpreter (and meta builds): a few slices a row, so the tests cross slices
+
+
+@planned
+def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, from_logits, top_k, top_p, min_p,
+                joint, temp):
+    """The launches of one call: stats, the searches, the kept mass, the finish (see the kernels' module),
+    over work buffers of its own. Planned: a serving loop's repeated call replays them directly."""
+    n_out = out.shape[0]
+    n = x.shape[1]
+    block = min(_BLOCK, next_power_of_2(n))
+    parts = max(1, min(-(-_PROGRAMS_PER_SM * _sm_count(x.device) // n_out), -(-n // block), _MAX_PARTS))
+    slice_len = -(-n // parts)
+    slice_len = -(-slice_len // block) * block
+    parts = -(-n // slice_len)
+    pb = next_power_of_2(parts)
+    signed = mode == "mask"
+    logits = from_logits and not signed
+    f32 = torch.empty(parts * n_out * (4 + 2 * _STEPS * _WAYS + 1), dtype=torch.float32, device=x.device)
+    bounds = torch.empty(2 * _STEPS * n_out * 2, dtype=torch.int64, device=x.device)
+    stats, kpart, ppart, mass = f32.split([parts * n_out * 4, _STEPS * n_out * parts * _WAYS,
+                                           _STEPS * n_out * parts * _WAYS, n_out * parts])
+    kbounds, pbounds = bounds.split(_STEPS * n_out * 2)
+    grid = (n_out, parts)
+    flags = dict(HAS_TEMP=temp, T_TENSOR=t_t is not None, HAS_INDICES=idx is not None)
+    if logits or min_p or signed:
+        launch(_stats_kernel, grid, x, stats, idx, t_t, x.stride(0), n, slice_len, parts, t_v, SUMS=logits,
+               **flags, BLOCK=block, num_warps=4)
+    for count, on, goal, goal_t in ((True, top_k, k_v, k_t), (False, top_p, p_v, p_t)):
+        if not on:
+            continue
+        part, bnd = (kpart, kbounds) if count else (ppart, pbounds)
+        for step in range(_STEPS):
+            launch(_search_kernel, grid, x, stats, part, bnd, kpart, kbounds, idx, t_t, goal_t, k_t, x.stride(0), n,
+                   slice_len, parts, step, goal, k_v, t_v, COUNT=count, FLOOR=not count and top_k and not joint,
+                   FROM_LOGITS=logits, SIGNED=signed, GOAL_TENSOR=goal_t is not None, FGOAL_TENSOR=k_t is not None,
+                   **flags, WAYS=_WAYS, STEPS=_STEPS, PB=pb, BLOCK=min(_BLOCK_TEST, block),
+                   SB=min(_BLOCK_SEARCH, block), num_warps=4)
+    common = dict(FROM_LOGITS=logits, TOP_K=top_k, TOP_P=top_p, MIN_P=min_p, K_TENSOR=k_t is not None,
+                  P_TENSOR=p_t is not None, MINP_TENSOR=m_t is not None, **flags, WAYS=_WAYS, STEPS=_STEPS, PB=pb,
+                  BLOCK=block)
+    if not signed:
+        launch(_mass_kernel, grid, x, stats, kpart, kbounds, ppart, pbounds, mass, idx, k_t, p_t, m_t, t_t,
+               x.stride(0), n, slice_len, parts, k_v, p_v, m_v, t_v, **common, num_warps=4)
+    launch(_finish_kernel, grid, x, out, stats, kpart, kbounds, ppart, pbounds, mass, idx, u, k_t, p_t, m_t, t_t,
+           x.stride(0), 1 if mode == "sample" else n, n, slice_len, parts, k_v, p_v, m_v, t_v, MODE=mode,
+           **common, BLOCK_S=min(_BLOCK_SCAN, block), num_warps=4)
 
 
 def _rows(op: str, name: str, x) -> torch.Tensor:
@@ -129,14 +191,8 @@ def _run(op: str, x: torch.Tensor, mode: str, *, from_logits: bool, indices=None
         return out
     if n == 0:
         return out.fill_(-1) if mode == "sample" else out
-    block_n = min(_BLOCK_N, next_power_of_2(n))
-    launch(_sampling_kernel, (n_out,), x, out, idx, u, k_t, p_t, m_t, t_t, x.stride(0), 1 if mode == "sample" else n,
-           n, k_v, p_v, m_v, t_v, MODE=mode, FROM_LOGITS=from_logits or mode == "mask", TOP_K=top_k is not None,
-           TOP_P=top_p is not None, MIN_P=min_p is not None, JOINT=joint, K_TENSOR=k_t is not None,
-           P_TENSOR=p_t is not None, MINP_TENSOR=m_t is not None, HAS_TEMP=temperature is not None,
-           T_TENSOR=t_t is not None, HAS_INDICES=idx is not None, BLOCK_N=block_n,
-           WAYS=_WAYS, STEPS=32 // (_WAYS.bit_length() - 1), BLOCK_S=max(block_n // 4, 1),
-           num_warps=8 if block_n >= 2048 else 4 if block_n >= 512 else 1)
+    _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, from_logits, top_k is not None,
+                top_p is not None, min_p is not None, joint, temperature is not None)
     return out
 
 

@@ -1,32 +1,38 @@
-"""Sampling over a row of probabilities or logits without sorting it: top-k, top-p and
-min-p thresholds found by bisection over the values' bit patterns, then a renormalized
+"""Sampling over rows of probabilities or logits without sorting them: top-k, top-p and
+min-p thresholds found by a search over the values' bit patterns, then a renormalized
 row, a masked row, or one token drawn by the inverse CDF.
 
-One program a row, the row in BLOCK_N chunks:
+A row is split into ``n_parts`` slices (a multiple of the chunk each), one program a
+(row, slice): a few rows spread over the whole GPU, many rows a slice or two each. The
+programs of a row meet only through small buffers that one launch writes and the next
+reads (no atomics: every sum is taken in a fixed order, so a draw is deterministic):
 
-* the first pass: the row's max (and, FROM_LOGITS, the sum of ``exp(x - max)``: the
-  row's softmax computed on the fly by every later pass); a NaN (or, from
-  probabilities, a negative value) marks the row bad: its outputs NaN / -1;
-* TOP_K: the largest key ``t`` with ``count(key >= t) >= k`` (a WAYS-way search of the
-  32-bit key range: 32 / log2(WAYS) passes, each weighing WAYS candidate keys): every
-  value tied with the k-th largest is kept;
-* TOP_P: the largest key ``t`` whose kept mass ``sum(p, key >= max(t, t_k))`` is at least
-  ``top_p`` times the mass top-k kept (``JOINT``: of the whole row, top-k not applied
-  first): whole groups of tied values are kept or dropped together;
-* MIN_P: ``p >= min_p * max(p)``;
-* then (MODE) "renorm": the kept probabilities over their sum, 0 elsewhere; "mask": the
-  kept logits, -inf elsewhere (keys of the logits themselves, sign-ordered); "sample":
-  the first index whose running kept mass passes ``u * mass`` (u the row's uniform draw),
-  the last kept index where rounding leaves none; -1 where nothing can be drawn.
+* ``_stats_kernel``: each slice's max, ``sum(exp((x - max) / t))`` (FROM_LOGITS: the
+  row's softmax, combined by every later launch), the first index of its max, a NaN flag;
+* ``_search_kernel``, STEPS launches a threshold: the largest key ``t`` whose count
+  (top-k: ``count(key >= t) >= k``) or mass (top-p: ``sum(p, key >= max(t, floor)) >=
+  top_p * mass``) reaches the goal. Each launch weighs WAYS candidate keys of the interval
+  left by the last: it narrows the interval from the last launch's per-slice sums
+  (``part``, summed over the slices in order), its slice 0 records the interval
+  (``bounds``), and it writes its own slice's sums for the WAYS candidates. WAYS^STEPS
+  >= 2^32: the last interval is one key. Every value tied with the threshold is kept;
+* ``_mass_kernel``: each slice's kept mass (the draw's CDF across slices, the
+  renormalization's divisor);
+* ``_finish_kernel`` (MODE) "sample": the slice holding ``u * mass`` (u the row's uniform
+  draw) finds the first index whose running kept mass passes it (the last kept index
+  where rounding leaves none; -1 where nothing can be drawn); "renorm": the kept
+  probabilities over their sum, 0 elsewhere; "mask": the kept logits, -inf elsewhere.
 
-Keys: the fp32 bits of a probability (non-negative: integer order is value order), or
-for logits the bits with the negative ones' magnitude bits flipped (sign-ordered).
+Keys: the fp32 bits of a probability (non-negative: integer order is value order), or for
+logits ("mask") the bits with the negative ones' magnitude bits flipped (sign-ordered);
+NaN the largest key, so a bad row's NaN reaches its kept mass (and so its draw: -1).
 """
 
 import triton
 import triton.language as tl
 
 GREEDY_T: tl.constexpr = tl.constexpr(1e-5)  # vLLM's: a temperature below it samples greedily
+STAT_W: tl.constexpr = tl.constexpr(4)  # a slice's stats: max, exp sum, first index of the max (bits), NaN flag
 
 
 @triton.jit
@@ -43,10 +49,22 @@ def _key(v, SIGNED: tl.constexpr):
 
 
 @triton.jit
-def _values(x_row, start, cols, n_cols, mx, se, inv_t, FROM_LOGITS: tl.constexpr, AS_PROBS: tl.constexpr):
-    """(a chunk's values as loaded (fp32), as probabilities (the softmax of ``v * inv_t``
-    where FROM_LOGITS: ``mx`` the row's max, ``se`` its sum), its mask)."""
-    c = start + cols
+def _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES: tl.constexpr, HAS_TEMP: tl.constexpr, T_TENSOR: tl.constexpr):
+    """(this program's output row, its input row, 1 / temperature (1 where greedy or none), its slice)."""
+    pid = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    inv_t = tl.full([], 1.0, tl.float32)
+    if HAS_TEMP:
+        temp = tl.load(t_ptr + pid).to(tl.float32) if T_TENSOR else tl.cast(t_val, tl.float32)
+        inv_t = tl.where(temp < GREEDY_T, 1.0, 1.0 / tl.maximum(temp, GREEDY_T))
+    row = tl.load(idx_ptr + pid).to(tl.int64) if HAS_INDICES else pid
+    return pid, row, inv_t, part
+
+
+@triton.jit
+def _values(x_row, c, n_cols, mx, se, inv_t, FROM_LOGITS: tl.constexpr, AS_PROBS: tl.constexpr):
+    """(the values at columns ``c`` as loaded (fp32), as probabilities (the softmax of
+    ``v * inv_t`` where FROM_LOGITS: ``mx`` the row's max, ``se`` its sum), the mask)."""
     mask = c < n_cols
     fill = float("-inf") if FROM_LOGITS else 0.0
     v = tl.load(x_row + c, mask=mask, other=fill).to(tl.float32)
@@ -60,182 +78,327 @@ def _values(x_row, start, cols, n_cols, mx, se, inv_t, FROM_LOGITS: tl.constexpr
 
 
 @triton.jit
-def _count_or_mass(x_row, n_cols, mx, se, inv_t, mid, t_floor, COUNT: tl.constexpr, FROM_LOGITS: tl.constexpr,
-                   SIGNED: tl.constexpr, AS_PROBS: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Over the row: how many keys are >= ``mid`` (COUNT), or the mass of the probabilities
-    whose key is >= max(mid, t_floor)."""
-    cols = tl.arange(0, BLOCK_N)
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, n_cols, BLOCK_N):
-        v, p, mask = _values(x_row, start, cols, n_cols, mx, se, inv_t, FROM_LOGITS, AS_PROBS)
-        k = _key(p if AS_PROBS else v, SIGNED)
-        if COUNT:
-            acc += tl.where(mask & (k >= mid), 1.0, 0.0)
-        else:
-            acc += tl.where(mask & (k >= mid) & (k >= t_floor), p, 0.0)
-    return tl.sum(acc, 0)
+def _row_stats(stats_ptr, pid, n_parts, inv_t, PB: tl.constexpr):
+    """The row's (max, softmax sum, first index of the max, NaN seen) from its slices' stats."""
+    j = tl.arange(0, PB)
+    base = stats_ptr + (pid * n_parts + j) * STAT_W
+    jm = j < n_parts
+    m = tl.load(base, mask=jm, other=float("-inf"))
+    s = tl.load(base + 1, mask=jm, other=0.0)
+    first = tl.load(base + 2, mask=jm, other=0.0).to(tl.int32, bitcast=True)
+    nan = tl.load(base + 3, mask=jm, other=0.0)
+    mx = tl.max(m, 0)
+    # a slice of -inf / NaN only (max -inf) adds its sum as it is: 0, or NaN
+    se = tl.sum(tl.where(m > float("-inf"), s * tl.exp((m - mx) * inv_t), s), 0)
+    arg = tl.min(tl.where(jm & (m == mx), first, 2147483647), 0)
+    return mx, se, arg, tl.max(nan, 0)
 
 
 @triton.jit
-def _bisect(x_row, n_cols, mx, se, inv_t, goal, lo_key, hi_key, t_floor, COUNT: tl.constexpr,
-            FROM_LOGITS: tl.constexpr,
-            SIGNED: tl.constexpr, AS_PROBS: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr,
-            BLOCK_S: tl.constexpr):
-    """The largest key t in [lo_key, hi_key) (int64 bounds) with count (COUNT) or kept mass
-    >= ``goal`` (lo_key satisfies it: the whole row; hi_key does not). A WAYS-way search:
-    each pass over the row weighs WAYS candidate keys at once, STEPS passes (WAYS^STEPS >=
-    2^32) narrow the keys to one."""
-    lo = lo_key
-    hi = hi_key
+def _stats_kernel(x_ptr, stats_ptr, idx_ptr, t_ptr, stride_x, n_cols, slice_len, n_parts, t_val,
+                  SUMS: tl.constexpr, HAS_TEMP: tl.constexpr, T_TENSOR: tl.constexpr, HAS_INDICES: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    """A slice's max (NaN aside), first index of it, NaN flag, and (SUMS) ``sum(exp((x - max) / t))``."""
+    t_val = tl.cast(t_val, tl.float32)
+    pid, row, inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
+    x_row = x_ptr + row * stride_x
+    cols = tl.arange(0, BLOCK)
+    lo = part * slice_len
+    hi = tl.minimum(lo + slice_len, n_cols)
+    m_acc = tl.full([BLOCK], float("-inf"), tl.float32)
+    arg = tl.full([BLOCK], 2147483647, tl.int32)
+    nan = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(lo, hi, BLOCK):
+        v, _p, mask = _values(x_row, start + cols, hi, 0.0, 1.0, 1.0, True, False)
+        v = tl.where(mask, v, float("-inf"))
+        arg = tl.where((v > m_acc) | ((v == m_acc) & (arg == 2147483647)), start + cols, arg)  # a lane's first max
+        m_acc = tl.maximum(m_acc, tl.where(v == v, v, float("-inf")))
+        nan = tl.maximum(nan, tl.where(v != v, 1.0, 0.0))
+    mx = tl.max(m_acc, 0)
+    first = tl.min(tl.where(m_acc == mx, arg, 2147483647), 0)
+    s = tl.full([], 0.0, tl.float32)
+    if SUMS:
+        s_acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(lo, hi, BLOCK):
+            v, _p, mask = _values(x_row, start + cols, hi, 0.0, 1.0, 1.0, True, False)
+            s_acc += tl.where(mask & (v > float("-inf")), tl.exp((v - mx) * inv_t), 0.0)
+        s = tl.sum(s_acc, 0)
+    out = stats_ptr + (pid * n_parts + part) * STAT_W
+    tl.store(out, mx)
+    tl.store(out + 1, s)
+    tl.store(out + 2, first.to(tl.float32, bitcast=True))
+    tl.store(out + 3, tl.max(nan, 0))
+
+
+@triton.jit
+def _part_sums(part_ptr, step, pid, n_out, n_parts, WAYS: tl.constexpr, PB: tl.constexpr):
+    """A search launch's WAYS candidate sums for the row, its slices' summed in order."""
+    j = tl.arange(0, PB)
+    w = tl.arange(0, WAYS)
+    base = part_ptr + ((step * n_out + pid) * n_parts) * WAYS
+    vals = tl.load(base + j[:, None] * WAYS + w[None, :], mask=(j < n_parts)[:, None], other=0.0)
+    return tl.sum(vals, 0)
+
+
+@triton.jit
+def _initial(SIGNED: tl.constexpr):
+    lo = tl.full([], -2147483648, tl.int64) if SIGNED else tl.full([], 0, tl.int64)
+    return lo, tl.full([], 2147483648, tl.int64)
+
+
+@triton.jit
+def _narrow(lo, hi, sums, goal, live, WAYS: tl.constexpr):
+    """The interval after a launch: the last candidate whose sum reaches ``goal`` (the first,
+    ``lo``, always: a live search starts from a goal the whole row meets) and the keys below
+    the next. A search that does not apply (``live`` false) keeps ``lo``."""
     j = tl.arange(0, WAYS).to(tl.int64)
-    cols = tl.arange(0, BLOCK_S)
-    for _ in tl.static_range(STEPS):  # unrolled: no 64-bit bounds carried around a loop (ptxas spilled them)
-        step = (hi - lo + WAYS - 1) // WAYS
-        # int32 candidates: one past the largest key (2^31) compares as 2^31 - 1, a NaN's key, which no
-        # counted value has
-        mids = tl.minimum(lo + j * step, 2147483647).to(tl.int32)
-        acc = tl.zeros([WAYS, BLOCK_S], dtype=tl.float32)
-        for start in range(0, n_cols, BLOCK_S):
-            v, p, mask = _values(x_row, start, cols, n_cols, mx, se, inv_t, FROM_LOGITS, AS_PROBS)
-            k = _key(p if AS_PROBS else v, SIGNED)
-            ge = (k[None, :] >= mids[:, None]) & (mask & (k >= t_floor))[None, :]
-            if COUNT:
-                acc += tl.where(ge, 1.0, 0.0)
-            else:
-                acc += tl.where(ge, p[None, :], 0.0)
-        ok = tl.sum(acc, 1) >= goal  # j = 0 (lo) always: the candidates' totals fall as j grows
-        best = tl.max(tl.where(ok, j, 0), 0)
-        lo = lo + best * step
-        hi = tl.minimum(lo + step, hi)
-    return lo
+    step = (hi - lo + WAYS - 1) // WAYS
+    ok = tl.where(live, sums >= goal, False)
+    best = tl.max(tl.where(ok, j, 0), 0)
+    lo = lo + best * step
+    return lo, tl.minimum(lo + step, hi)
 
 
 @triton.jit
-def _sampling_kernel(
-    x_ptr,                        # (rows, n_cols) probabilities or logits, any float dtype
-    out_ptr,                      # "sample": int32 (n_out,); "renorm": fp32 rows; "mask": x's dtype rows
-    idx_ptr,                      # int (n_out,): the row each output reads (HAS_INDICES)
-    u_ptr,                        # fp32 (n_out,): uniform draws in [0, 1) ("sample")
-    k_ptr, p_ptr, minp_ptr,       # per-row top_k (int), top_p, min_p (fp32) where *_TENSOR
-    t_ptr,                        # per-row temperature (fp32) where T_TENSOR
-    stride_x, stride_out,
-    n_cols,
-    k_val, p_val, minp_val, t_val,  # the scalar forms (runtime)
-    MODE: tl.constexpr,           # "sample", "renorm" or "mask"
-    FROM_LOGITS: tl.constexpr,    # x is logits: their softmax is the distribution
-    TOP_K: tl.constexpr,
-    TOP_P: tl.constexpr,
-    MIN_P: tl.constexpr,
-    JOINT: tl.constexpr,          # top-p over the whole row (else over what top-k kept)
-    K_TENSOR: tl.constexpr,
-    P_TENSOR: tl.constexpr,
-    MINP_TENSOR: tl.constexpr,
-    HAS_TEMP: tl.constexpr,       # FROM_LOGITS: softmax(x / temperature); below GREEDY_T the row's argmax
+def _goal(part_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val, COUNT: tl.constexpr, GOAL_TENSOR: tl.constexpr,
+          WAYS: tl.constexpr, PB: tl.constexpr):
+    """(the search's goal, whether it applies): top-k's k where 0 < k < n; top-p's ``top_p``
+    times the mass the first launch's first candidate (the floor) weighed, where top_p < 1."""
+    if COUNT:
+        k = tl.load(goal_ptr + pid).to(tl.int64) if GOAL_TENSOR else tl.cast(goal_val, tl.int64)
+        return k.to(tl.float32), (k > 0) & (k < n_cols)
+    else:
+        top_p = tl.load(goal_ptr + pid).to(tl.float32) if GOAL_TENSOR else tl.cast(goal_val, tl.float32)
+        w = tl.arange(0, WAYS)
+        mass = tl.sum(tl.where(w == 0, _part_sums(part_ptr, 0, pid, n_out, n_parts, WAYS, PB), 0.0), 0)
+        return top_p * mass, top_p < 1.0
+
+
+@triton.jit
+def _threshold(part_ptr, bounds_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val, COUNT: tl.constexpr,
+               GOAL_TENSOR: tl.constexpr, SIGNED: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr,
+               PB: tl.constexpr):
+    """A finished search's threshold key (int32): the last launch's interval narrowed by its sums."""
+    goal, live = _goal(part_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val, COUNT, GOAL_TENSOR, WAYS, PB)
+    b = bounds_ptr + ((STEPS - 1) * n_out + pid) * 2
+    sums = _part_sums(part_ptr, STEPS - 1, pid, n_out, n_parts, WAYS, PB)
+    lo, _hi = _narrow(tl.load(b), tl.load(b + 1), sums, goal, live, WAYS)
+    return lo.to(tl.int32)
+
+
+@triton.jit
+def _search_kernel(
+    x_ptr, stats_ptr, part_ptr, bounds_ptr,
+    fpart_ptr, fbounds_ptr,       # FLOOR: the finished top-k search (its threshold the floor)
+    idx_ptr, t_ptr, goal_ptr, fgoal_ptr,
+    stride_x, n_cols, slice_len, n_parts, step,
+    goal_val, fgoal_val, t_val,
+    COUNT: tl.constexpr,          # top-k (count keys); else top-p (weigh probabilities)
+    FLOOR: tl.constexpr,          # top-p of what top-k kept
+    FROM_LOGITS: tl.constexpr,
+    SIGNED: tl.constexpr,         # keys of the logits themselves ("mask")
+    GOAL_TENSOR: tl.constexpr,
+    FGOAL_TENSOR: tl.constexpr,
+    HAS_TEMP: tl.constexpr,
     T_TENSOR: tl.constexpr,
     HAS_INDICES: tl.constexpr,
-    BLOCK_N: tl.constexpr,        # a pass's chunk
-    WAYS: tl.constexpr,           # a threshold search's candidates a pass (a power of 2)
-    STEPS: tl.constexpr,          # its passes: 32 / log2(WAYS)
-    BLOCK_S: tl.constexpr,        # a search pass's chunk (x WAYS candidates)
+    WAYS: tl.constexpr,           # candidate keys a launch (a power of 2)
+    STEPS: tl.constexpr,          # launches: WAYS^STEPS >= 2^32
+    PB: tl.constexpr,             # n_parts rounded up to a power of 2
+    BLOCK: tl.constexpr,          # a chunk
+    SB: tl.constexpr,             # a part of it weighed against the candidates (x WAYS sums in registers)
 ):
-    p_val = tl.cast(p_val, tl.float32)
-    minp_val = tl.cast(minp_val, tl.float32)
     t_val = tl.cast(t_val, tl.float32)
-    pid = tl.program_id(0).to(tl.int64)
-    inv_t = tl.full([], 1.0, tl.float32)
-    if HAS_TEMP:
-        temp = tl.load(t_ptr + pid).to(tl.float32) if T_TENSOR else t_val
-        inv_t = tl.where(temp < GREEDY_T, 1.0, 1.0 / tl.maximum(temp, GREEDY_T))
-    row = tl.load(idx_ptr + pid).to(tl.int64) if HAS_INDICES else pid
-    x_row = x_ptr + row * stride_x
-    cols = tl.arange(0, BLOCK_N)
-    SIGNED: tl.constexpr = MODE == "mask"
-    AS_PROBS: tl.constexpr = MODE != "mask"
-    # The row's max (the softmax's shift; min-p's reference), and the softmax's sum. A bad row
-    # (NaN; a negative probability; logits all -inf) is not flagged here: its NaN key is kept by
-    # every threshold, which makes the kept mass NaN (a flag live across the searches spilled)
-    mx = tl.full([], 0.0, tl.float32)
-    if FROM_LOGITS or MIN_P:
-        mx_acc = tl.full([BLOCK_N], float("-inf"), tl.float32)
-        for start in range(0, n_cols, BLOCK_N):
-            v, _p, mask = _values(x_row, start, cols, n_cols, 0.0, 1.0, 1.0, FROM_LOGITS, False)
-            mx_acc = tl.maximum(mx_acc, tl.where(mask & (v == v), v, float("-inf")))
-        mx = tl.max(mx_acc, 0)
-    se = tl.full([], 1.0, tl.float32)
-    if FROM_LOGITS and AS_PROBS:
-        se_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-        for start in range(0, n_cols, BLOCK_N):
-            v, _p, mask = _values(x_row, start, cols, n_cols, 0.0, 1.0, 1.0, FROM_LOGITS, False)
-            se_acc += tl.where(mask & (v > float("-inf")), tl.exp((v - mx) * inv_t), 0.0)  # NaN kept
-        se = tl.sum(se_acc, 0)
-    lo_key = tl.full([], -2147483648, tl.int64) if SIGNED else tl.full([], 0, tl.int64)
-    hi_key = tl.full([], 2147483648, tl.int64)
-    lo32 = lo_key.to(tl.int32)
-    thr = lo32
-    t_k = lo32
+    pid, row, inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
+    n_out = tl.num_programs(0)
+    AS_PROBS: tl.constexpr = not SIGNED
+    lo, hi = _initial(SIGNED)
+    goal, live = _goal(part_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val, COUNT, GOAL_TENSOR, WAYS, PB)
+    if step > 0:
+        b = bounds_ptr + ((step - 1) * n_out + pid) * 2
+        sums = _part_sums(part_ptr, step - 1, pid, n_out, n_parts, WAYS, PB)
+        lo, hi = _narrow(tl.load(b), tl.load(b + 1), sums, goal, live, WAYS)
+    if part == 0:
+        b = bounds_ptr + (step * n_out + pid) * 2
+        tl.store(b, lo)
+        tl.store(b + 1, hi)
+    work = live
+    if not COUNT:
+        work = work | (step == 0)  # a top-p search's first launch weighs the mass its goal divides
+    if work:
+        floor = lo.to(tl.int32)
+        if FLOOR:
+            floor = _threshold(fpart_ptr, fbounds_ptr, pid, n_out, n_parts, n_cols, fgoal_ptr, fgoal_val, True,
+                               FGOAL_TENSOR, SIGNED, WAYS, STEPS, PB)
+        mx = tl.full([], 0.0, tl.float32)
+        se = tl.full([], 1.0, tl.float32)
+        if FROM_LOGITS and AS_PROBS:
+            mx, se, _a, _n = _row_stats(stats_ptr, pid, n_parts, inv_t, PB)
+        x_row = x_ptr + row * stride_x
+        j = tl.arange(0, WAYS).to(tl.int64)
+        wstep = (hi - lo + WAYS - 1) // WAYS
+        # int32 candidates: one past the largest key (2^31) compares as 2^31 - 1, a NaN's key, which no
+        # counted value has
+        mids = tl.minimum(lo + j * wstep, 2147483647).to(tl.int32)
+        # Keys at or above the interval count for every candidate, keys inside it for those at or
+        # below them, keys under it (or under the floor) for none. Only a chunk holding keys
+        # inside the interval weighs its candidates one by one: after a launch or two the interval
+        # holds few keys, and a pass is a read and a compare a value.
+        hi_c = tl.minimum(hi, 2147483647).to(tl.int32)  # a NaN's key (2^31 - 1): above, counted by all
+        lo_c = tl.maximum(lo.to(tl.int32), floor)
+        cols = tl.arange(0, BLOCK)
+        cols_s = tl.arange(0, SB)
+        first = part * slice_len
+        last = tl.minimum(first + slice_len, n_cols)
+        above = tl.zeros([BLOCK], dtype=tl.float32)
+        acc = tl.zeros([WAYS, SB], dtype=tl.float32)
+        for start in range(first, last, BLOCK):
+            v, p, mask = _values(x_row, start + cols, last, mx, se, inv_t, FROM_LOGITS, AS_PROBS)
+            k = _key(p if AS_PROBS else v, SIGNED)
+            w = 1.0 if COUNT else p
+            above += tl.where(mask & (k >= hi_c) & (k >= floor), w, 0.0)
+            inside = mask & (k >= lo_c) & (k < hi_c)
+            if tl.max(inside.to(tl.int32), 0) > 0:
+                for sub in range(start, start + BLOCK, SB):  # the chunk again (from L1), a part at a time
+                    v_s, p_s, mask_s = _values(x_row, sub + cols_s, last, mx, se, inv_t, FROM_LOGITS, AS_PROBS)
+                    k_s = _key(p_s if AS_PROBS else v_s, SIGNED)
+                    w_s = tl.where(mask_s & (k_s >= lo_c) & (k_s < hi_c), 1.0 if COUNT else p_s, 0.0)
+                    acc += tl.where(k_s[None, :] >= mids[:, None], w_s[None, :], 0.0)
+        w = tl.arange(0, WAYS)
+        tl.store(part_ptr + ((step * n_out + pid) * n_parts + part) * WAYS + w, tl.sum(acc, 1) + tl.sum(above, 0))
+
+
+@triton.jit
+def _kept_threshold(stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, k_ptr, p_ptr, minp_ptr,
+                    pid, n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t,
+                    FROM_LOGITS: tl.constexpr, SIGNED: tl.constexpr, TOP_K: tl.constexpr, TOP_P: tl.constexpr,
+                    MIN_P: tl.constexpr, K_TENSOR: tl.constexpr, P_TENSOR: tl.constexpr,
+                    MINP_TENSOR: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr):
+    lo, _hi = _initial(SIGNED)
+    thr = lo.to(tl.int32)
     if TOP_K:
-        k = tl.load(k_ptr + pid).to(tl.int64) if K_TENSOR else tl.cast(k_val, tl.int64)
-        if (k > 0) & (k < n_cols):
-            t_k = _bisect(x_row, n_cols, mx, se, inv_t, k.to(tl.float32), lo_key, hi_key, lo32, True, FROM_LOGITS, SIGNED,
-                          AS_PROBS, WAYS, STEPS, BLOCK_S).to(tl.int32)
-        thr = tl.maximum(thr, t_k)
+        thr = tl.maximum(thr, _threshold(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, True,
+                                         K_TENSOR, SIGNED, WAYS, STEPS, PB))
     if TOP_P:
-        top_p = tl.load(p_ptr + pid).to(tl.float32) if P_TENSOR else p_val
-        floor = lo32 if JOINT else t_k
-        if top_p < 1.0:
-            mass = _count_or_mass(x_row, n_cols, mx, se, inv_t, lo32, floor, False, FROM_LOGITS, SIGNED, AS_PROBS, BLOCK_N)
-            t_p = _bisect(x_row, n_cols, mx, se, inv_t, top_p * mass, lo_key, hi_key, floor, False, FROM_LOGITS, SIGNED,
-                          AS_PROBS, WAYS, STEPS, BLOCK_S).to(tl.int32)
-            thr = tl.maximum(thr, t_p)
+        thr = tl.maximum(thr, _threshold(ppart_ptr, pbounds_ptr, pid, n_out, n_parts, n_cols, p_ptr, p_val, False,
+                                         P_TENSOR, SIGNED, WAYS, STEPS, PB))
     if MIN_P:
-        min_p = tl.load(minp_ptr + pid).to(tl.float32) if MINP_TENSOR else minp_val
+        min_p = tl.load(minp_ptr + pid).to(tl.float32) if MINP_TENSOR else tl.cast(minp_val, tl.float32)
+        mx, se, _a, _n = _row_stats(stats_ptr, pid, n_parts, inv_t, PB)
         pmax = tl.exp(mx - mx) / se if FROM_LOGITS else mx
         thr = tl.maximum(thr, _key(min_p * pmax, False))
-    out_row = out_ptr + pid * stride_out
-    if MODE == "sample":
-        kept_mass = _count_or_mass(x_row, n_cols, mx, se, inv_t, thr, lo32, False, FROM_LOGITS, SIGNED, AS_PROBS, BLOCK_N)
-        target = tl.load(u_ptr + pid) * kept_mass
-        running = tl.full([], 0.0, tl.float32)
-        # the scan in BLOCK_S chunks: a running sum over BLOCK_N spilled (ptxas, 8 warps)
-        cols_s = tl.arange(0, BLOCK_S)
-        found = tl.full([BLOCK_S], 2147483647, tl.int32)  # per lane, reduced once after the row
-        last = tl.full([BLOCK_S], -1, tl.int32)
-        for start in range(0, n_cols, BLOCK_S):
-            v, p, mask = _values(x_row, start, cols_s, n_cols, mx, se, inv_t, FROM_LOGITS, True)
-            kept = mask & (_key(p, False) >= thr) & (p > 0)  # NaN: not here, but in kept_mass
-            pk = tl.where(kept, p, 0.0)
-            cs = running + tl.cumsum(pk, 0)
-            c = start + cols_s
-            found = tl.minimum(found, tl.where(kept & (cs > target), c, 2147483647))
-            last = tl.maximum(last, tl.where(kept, c, -1))
-            running += tl.sum(pk, 0)
-        first = tl.min(found, 0)
-        pick = tl.where(first < 2147483647, first, tl.max(last, 0))
-        pick = tl.where(kept_mass > 0, pick, -1)  # no mass kept, or NaN
-        if HAS_TEMP:  # a greedy row (temperature below GREEDY_T): the first index of its largest logit
-            temp = tl.load(t_ptr + pid).to(tl.float32) if T_TENSOR else t_val  # read again: nothing kept live
-            if temp < GREEDY_T:
-                best = tl.full([BLOCK_N], 2147483647, tl.int32)
-                for start in range(0, n_cols, BLOCK_N):
-                    v, p, mask = _values(x_row, start, cols, n_cols, mx, se, inv_t, FROM_LOGITS, False)
-                    best = tl.minimum(best, tl.where(mask & (v == mx), start + cols, 2147483647))
-                pick = tl.where(kept_mass > 0, tl.min(best, 0), -1)
-        tl.store(out_row, pick.to(tl.int32))
-    elif MODE == "renorm":
-        kept_mass = _count_or_mass(x_row, n_cols, mx, se, inv_t, thr, lo32, False, FROM_LOGITS, SIGNED, AS_PROBS, BLOCK_N)
-        for start in range(0, n_cols, BLOCK_N):
-            v, p, mask = _values(x_row, start, cols, n_cols, mx, se, inv_t, FROM_LOGITS, True)
-            y = tl.where(_key(p, False) >= thr, p / kept_mass, 0.0 / kept_mass)  # no mass kept: 0 / 0; NaN mass
-            tl.store(out_row + start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
-    else:
-        tl.static_assert(MODE == "mask")
-        nan_acc = tl.zeros([BLOCK_N], dtype=tl.int32)  # a row holding NaN: NaN throughout
-        for start in range(0, n_cols, BLOCK_N):
-            v, p, mask = _values(x_row, start, cols, n_cols, mx, se, inv_t, FROM_LOGITS, False)
-            nan_acc = tl.maximum(nan_acc, tl.where(mask & (v != v), 1, 0))
-        drop = tl.where(tl.max(nan_acc, 0) > 0, float("nan"), float("-inf"))
-        for start in range(0, n_cols, BLOCK_N):
-            v, p, mask = _values(x_row, start, cols, n_cols, mx, se, inv_t, FROM_LOGITS, False)
+    return thr
+
+
+@triton.jit
+def _mass_kernel(
+    x_ptr, stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, mass_ptr,
+    idx_ptr, k_ptr, p_ptr, minp_ptr, t_ptr,
+    stride_x, n_cols, slice_len, n_parts,
+    k_val, p_val, minp_val, t_val,
+    FROM_LOGITS: tl.constexpr, TOP_K: tl.constexpr, TOP_P: tl.constexpr, MIN_P: tl.constexpr,
+    K_TENSOR: tl.constexpr, P_TENSOR: tl.constexpr, MINP_TENSOR: tl.constexpr, HAS_TEMP: tl.constexpr,
+    T_TENSOR: tl.constexpr, HAS_INDICES: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """A slice's kept mass: ``sum(p, key >= the row's threshold)`` (NaN kept)."""
+    t_val = tl.cast(t_val, tl.float32)
+    pid, row, inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
+    n_out = tl.num_programs(0)
+    thr = _kept_threshold(stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, k_ptr, p_ptr, minp_ptr, pid,
+                          n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t, FROM_LOGITS, False, TOP_K, TOP_P,
+                          MIN_P, K_TENSOR, P_TENSOR, MINP_TENSOR, WAYS, STEPS, PB)
+    mx = tl.full([], 0.0, tl.float32)
+    se = tl.full([], 1.0, tl.float32)
+    if FROM_LOGITS:
+        mx, se, _a, _n = _row_stats(stats_ptr, pid, n_parts, inv_t, PB)
+    x_row = x_ptr + row * stride_x
+    cols = tl.arange(0, BLOCK)
+    first = part * slice_len
+    last = tl.minimum(first + slice_len, n_cols)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(first, last, BLOCK):
+        _v, p, mask = _values(x_row, start + cols, last, mx, se, inv_t, FROM_LOGITS, True)
+        acc += tl.where(mask & (_key(p, False) >= thr), p, 0.0)
+    tl.store(mass_ptr + pid * n_parts + part, tl.sum(acc, 0))
+
+
+@triton.jit
+def _finish_kernel(
+    x_ptr, out_ptr, stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, mass_ptr,
+    idx_ptr, u_ptr, k_ptr, p_ptr, minp_ptr, t_ptr,
+    stride_x, stride_out, n_cols, slice_len, n_parts,
+    k_val, p_val, minp_val, t_val,
+    MODE: tl.constexpr,           # "sample", "renorm" or "mask"
+    FROM_LOGITS: tl.constexpr, TOP_K: tl.constexpr, TOP_P: tl.constexpr, MIN_P: tl.constexpr,
+    K_TENSOR: tl.constexpr, P_TENSOR: tl.constexpr, MINP_TENSOR: tl.constexpr, HAS_TEMP: tl.constexpr,
+    T_TENSOR: tl.constexpr, HAS_INDICES: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr,
+    BLOCK: tl.constexpr,
+    BLOCK_S: tl.constexpr,        # the draw's scan chunk
+):
+    t_val = tl.cast(t_val, tl.float32)
+    pid, row, inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
+    n_out = tl.num_programs(0)
+    SIGNED: tl.constexpr = MODE == "mask"
+    thr = _kept_threshold(stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, k_ptr, p_ptr, minp_ptr, pid,
+                          n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t, FROM_LOGITS and not SIGNED,
+                          SIGNED, TOP_K, TOP_P, MIN_P, K_TENSOR, P_TENSOR, MINP_TENSOR, WAYS, STEPS, PB)
+    x_row = x_ptr + row * stride_x
+    first = part * slice_len
+    last = tl.minimum(first + slice_len, n_cols)
+    j = tl.arange(0, PB)
+    if MODE == "mask":
+        _mx, _se, _a, nan = _row_stats(stats_ptr, pid, n_parts, inv_t, PB)
+        drop = tl.where(nan > 0, float("nan"), float("-inf"))  # a row holding NaN: NaN throughout
+        cols = tl.arange(0, BLOCK)
+        for start in range(first, last, BLOCK):
+            v, _p, mask = _values(x_row, start + cols, last, 0.0, 1.0, 1.0, True, False)
             y = tl.where(_key(v, True) >= thr, v, drop)
             y = tl.where(drop != drop, float("nan"), y)
-            tl.store(out_row + start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+            tl.store(out_ptr + pid * stride_out + start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        mx = tl.full([], 0.0, tl.float32)
+        se = tl.full([], 1.0, tl.float32)
+        arg = tl.full([], 0, tl.int32)
+        if FROM_LOGITS:
+            mx, se, arg, _n = _row_stats(stats_ptr, pid, n_parts, inv_t, PB)
+        own = tl.load(mass_ptr + pid * n_parts + j, mask=j < n_parts, other=0.0)
+        if MODE == "renorm":
+            kept_mass = tl.sum(own, 0)
+            cols = tl.arange(0, BLOCK)
+            for start in range(first, last, BLOCK):
+                _v, p, mask = _values(x_row, start + cols, last, mx, se, inv_t, FROM_LOGITS, True)
+                y = tl.where(_key(p, False) >= thr, p / kept_mass, 0.0 / kept_mass)  # no mass: 0 / 0; NaN mass
+                tl.store(out_ptr + pid * stride_out + start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+        else:
+            tl.static_assert(MODE == "sample")
+            # the slices' masses summed in order: the slice whose running total first passes the target draws
+            cs = tl.cumsum(own, 0)
+            kept_mass = tl.sum(tl.where(j == n_parts - 1, cs, 0.0), 0)
+            target = tl.load(u_ptr + pid) * kept_mass
+            hit = tl.min(tl.where((cs > target) & (own > 0) & (j < n_parts), j, PB), 0)
+            hit = tl.where(hit < PB, hit, tl.max(tl.where(own > 0, j, -1), 0))  # rounding: the last with mass
+            greedy = part < 0  # false
+            if HAS_TEMP:
+                temp = tl.load(t_ptr + pid).to(tl.float32) if T_TENSOR else t_val
+                greedy = temp < GREEDY_T
+            if (kept_mass > 0) & (part == hit) & (greedy == 0):
+                running = tl.sum(tl.where(j == part - 1, cs, 0.0), 0)  # the slices before, as summed above
+                cols_s = tl.arange(0, BLOCK_S)
+                found = tl.full([BLOCK_S], 2147483647, tl.int32)  # per lane, reduced once after the slice
+                last_kept = tl.full([BLOCK_S], -1, tl.int32)
+                for start in range(first, last, BLOCK_S):
+                    _v, p, mask = _values(x_row, start + cols_s, last, mx, se, inv_t, FROM_LOGITS, True)
+                    kept = mask & (_key(p, False) >= thr) & (p > 0)
+                    pk = tl.where(kept, p, 0.0)
+                    c = start + cols_s
+                    found = tl.minimum(found, tl.where(kept & (running + tl.cumsum(pk, 0) > target), c, 2147483647))
+                    last_kept = tl.maximum(last_kept, tl.where(kept, c, -1))
+                    running += tl.sum(pk, 0)
+                f = tl.min(found, 0)
+                tl.store(out_ptr + pid, tl.where(f < 2147483647, f, tl.max(last_kept, 0)))
+            if part == 0:
+                if greedy:  # the first index of the row's largest logit; -1 for a bad row
+                    tl.store(out_ptr + pid, tl.where(kept_mass > 0, arg, -1))
+                elif (kept_mass > 0) == 0:  # no mass kept, or NaN
+                    tl.store(out_ptr + pid, -1)
