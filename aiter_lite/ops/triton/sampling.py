@@ -49,6 +49,7 @@ __all__ = ["sampling_from_probs", "sampling_from_logits", "top_p_sampling_from_p
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _BLOCK = 1024  # a chunk of the one-value-a-column passes (stats, mass, writes); a slice is a multiple of it
 _BLOCK_TEST = 512  # a search's chunk, its keys tested against the interval at once
+_SEARCH_WARPS = 4
 _BLOCK_SEARCH = 128  # the part of a chunk a search weighs at once: x _WAYS candidates' sums in registers
 _BLOCK_SCAN = 512  # the draw's running-sum chunk
 # A threshold search weighs _WAYS candidate keys a launch: 8 launches of 16 (4 bits each).
@@ -99,7 +100,7 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
                    slice_len, parts, step, goal, k_v, t_v, COUNT=count, FLOOR=not count and top_k and not joint,
                    FROM_LOGITS=logits, SIGNED=signed, GOAL_TENSOR=goal_t is not None, FGOAL_TENSOR=k_t is not None,
                    **flags, WAYS=_WAYS, STEPS=_STEPS, PB=pb, BLOCK=min(_BLOCK_TEST, block),
-                   SB=min(_BLOCK_SEARCH, block), num_warps=4)
+                   SB=min(_BLOCK_SEARCH, block), num_warps=_SEARCH_WARPS if block >= _BLOCK_TEST else 4)
     common = dict(FROM_LOGITS=logits, TOP_K=top_k, TOP_P=top_p, MIN_P=min_p, K_TENSOR=k_t is not None,
                   P_TENSOR=p_t is not None, MINP_TENSOR=m_t is not None, **flags, WAYS=_WAYS, STEPS=_STEPS, PB=pb,
                   BLOCK=block)

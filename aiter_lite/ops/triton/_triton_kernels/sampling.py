@@ -62,14 +62,14 @@ def _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES: tl.constexpr, HAS_TEMP: tl.const
 
 
 @triton.jit
-def _values(x_row, c, n_cols, mx, se, inv_t, FROM_LOGITS: tl.constexpr, AS_PROBS: tl.constexpr):
+def _values(x_row, c, n_cols, mx, rse, inv_t, FROM_LOGITS: tl.constexpr, AS_PROBS: tl.constexpr):
     """(the values at columns ``c`` as loaded (fp32), as probabilities (the softmax of
-    ``v * inv_t`` where FROM_LOGITS: ``mx`` the row's max, ``se`` its sum), the mask)."""
+    ``v * inv_t`` where FROM_LOGITS: ``mx`` the row's max, ``rse`` one over its sum), the mask)."""
     mask = c < n_cols
     fill = float("-inf") if FROM_LOGITS else 0.0
     v = tl.load(x_row + c, mask=mask, other=fill).to(tl.float32)
     if FROM_LOGITS and AS_PROBS:
-        p = tl.exp((v - mx) * inv_t) / se  # a row of -inf: NaN
+        p = tl.exp((v - mx) * inv_t) * rse  # a row of -inf: NaN
     elif AS_PROBS:
         p = tl.where(v < 0, float("nan"), v)  # a negative probability: as NaN
     else:
@@ -231,9 +231,10 @@ def _search_kernel(
             floor = _threshold(fpart_ptr, fbounds_ptr, pid, n_out, n_parts, n_cols, fgoal_ptr, fgoal_val, True,
                                FGOAL_TENSOR, SIGNED, WAYS, STEPS, PB)
         mx = tl.full([], 0.0, tl.float32)
-        se = tl.full([], 1.0, tl.float32)
+        rse = tl.full([], 1.0, tl.float32)
         if FROM_LOGITS and AS_PROBS:
             mx, se, _a, _n = _row_stats(stats_ptr, pid, n_parts, inv_t, PB)
+            rse = 1.0 / se
         x_row = x_ptr + row * stride_x
         j = tl.arange(0, WAYS).to(tl.int64)
         wstep = (hi - lo + WAYS - 1) // WAYS
@@ -253,14 +254,14 @@ def _search_kernel(
         above = tl.zeros([BLOCK], dtype=tl.float32)
         acc = tl.zeros([WAYS, SB], dtype=tl.float32)
         for start in range(first, last, BLOCK):
-            v, p, mask = _values(x_row, start + cols, last, mx, se, inv_t, FROM_LOGITS, AS_PROBS)
+            v, p, mask = _values(x_row, start + cols, last, mx, rse, inv_t, FROM_LOGITS, AS_PROBS)
             k = _key(p if AS_PROBS else v, SIGNED)
             w = 1.0 if COUNT else p
             above += tl.where(mask & (k >= hi_c) & (k >= floor), w, 0.0)
             inside = mask & (k >= lo_c) & (k < hi_c)
             if tl.max(inside.to(tl.int32), 0) > 0:
                 for sub in range(start, start + BLOCK, SB):  # the chunk again (from L1), a part at a time
-                    v_s, p_s, mask_s = _values(x_row, sub + cols_s, last, mx, se, inv_t, FROM_LOGITS, AS_PROBS)
+                    v_s, p_s, mask_s = _values(x_row, sub + cols_s, last, mx, rse, inv_t, FROM_LOGITS, AS_PROBS)
                     k_s = _key(p_s if AS_PROBS else v_s, SIGNED)
                     w_s = tl.where(mask_s & (k_s >= lo_c) & (k_s < hi_c), 1.0 if COUNT else p_s, 0.0)
                     acc += tl.where(k_s[None, :] >= mids[:, None], w_s[None, :], 0.0)
@@ -309,16 +310,17 @@ def _mass_kernel(
                           n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t, FROM_LOGITS, False, TOP_K, TOP_P,
                           MIN_P, K_TENSOR, P_TENSOR, MINP_TENSOR, WAYS, STEPS, PB)
     mx = tl.full([], 0.0, tl.float32)
-    se = tl.full([], 1.0, tl.float32)
+    rse = tl.full([], 1.0, tl.float32)
     if FROM_LOGITS:
         mx, se, _a, _n = _row_stats(stats_ptr, pid, n_parts, inv_t, PB)
+        rse = 1.0 / se
     x_row = x_ptr + row * stride_x
     cols = tl.arange(0, BLOCK)
     first = part * slice_len
     last = tl.minimum(first + slice_len, n_cols)
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(first, last, BLOCK):
-        _v, p, mask = _values(x_row, start + cols, last, mx, se, inv_t, FROM_LOGITS, True)
+        _v, p, mask = _values(x_row, start + cols, last, mx, rse, inv_t, FROM_LOGITS, True)
         acc += tl.where(mask & (_key(p, False) >= thr), p, 0.0)
     tl.store(mass_ptr + pid * n_parts + part, tl.sum(acc, 0))
 
@@ -358,16 +360,17 @@ def _finish_kernel(
             tl.store(out_ptr + pid * stride_out + start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
     else:
         mx = tl.full([], 0.0, tl.float32)
-        se = tl.full([], 1.0, tl.float32)
+        rse = tl.full([], 1.0, tl.float32)
         arg = tl.full([], 0, tl.int32)
         if FROM_LOGITS:
             mx, se, arg, _n = _row_stats(stats_ptr, pid, n_parts, inv_t, PB)
+            rse = 1.0 / se
         own = tl.load(mass_ptr + pid * n_parts + j, mask=j < n_parts, other=0.0)
         if MODE == "renorm":
             kept_mass = tl.sum(own, 0)
             cols = tl.arange(0, BLOCK)
             for start in range(first, last, BLOCK):
-                _v, p, mask = _values(x_row, start + cols, last, mx, se, inv_t, FROM_LOGITS, True)
+                _v, p, mask = _values(x_row, start + cols, last, mx, rse, inv_t, FROM_LOGITS, True)
                 y = tl.where(_key(p, False) >= thr, p / kept_mass, 0.0 / kept_mass)  # no mass: 0 / 0; NaN mass
                 tl.store(out_ptr + pid * stride_out + start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
         else:
@@ -388,7 +391,7 @@ def _finish_kernel(
                 found = tl.full([BLOCK_S], 2147483647, tl.int32)  # per lane, reduced once after the slice
                 last_kept = tl.full([BLOCK_S], -1, tl.int32)
                 for start in range(first, last, BLOCK_S):
-                    _v, p, mask = _values(x_row, start + cols_s, last, mx, se, inv_t, FROM_LOGITS, True)
+                    _v, p, mask = _values(x_row, start + cols_s, last, mx, rse, inv_t, FROM_LOGITS, True)
                     kept = mask & (_key(p, False) >= thr) & (p > 0)
                     pk = tl.where(kept, p, 0.0)
                     c = start + cols_s
