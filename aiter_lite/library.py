@@ -66,11 +66,12 @@ class OpSpec:
 def _schema_type(hint):
     """An annotation as ``infer_schema`` takes it: ``Literal`` strings are ``str``; a
     ``torch.Tensor | float`` operand (aiter's ``fused_mul_add``) a ``Tensor`` (the registered
-    op takes a number as a one-element tensor)."""
+    op takes a number as a one-element tensor), as is ``torch.Tensor | int`` / ``float``
+    (sampling's ``top_k`` / ``top_p``: a tensor of one a row)."""
     if typing.get_origin(hint) is typing.Literal:
         return str
     args = typing.get_args(hint)
-    if torch.Tensor in args and float in args:
+    if torch.Tensor in args and (float in args or int in args):  # a number or one a row (sampling's top_k)
         return torch.Tensor
     if args and any(typing.get_origin(a) is typing.Literal for a in args):  # Literal[...] | None
         return str | None

@@ -273,6 +273,13 @@ def op_args(name: str, dims: Dims = TINY, device="cpu", dtype=torch.float32, qdt
         "fused_linear_cross_entropy": lambda: (m.r(t, n), m.r(d.vocab, n) * n ** -0.5, m.i(d.vocab, t), None, -100,
                                                "mean", 0.0, None, None),
         "topk": lambda: (m.r(t, d.vocab), d.k, -1, True, True),
+        # sampling's deterministic forms: one top_k / top_p a row
+        "top_k_renorm_probs": lambda: (torch.softmax(m.r(t, d.vocab, dtype=torch.float32) * 3, -1),
+                                       torch.randint(1, d.k + 1, (t,), device=m.device, dtype=torch.int32)),
+        "top_p_renorm_probs": lambda: (torch.softmax(m.r(t, d.vocab, dtype=torch.float32) * 3, -1),
+                                       torch.rand(t, device=m.device) * 0.9 + 0.05),
+        "top_k_mask_logits": lambda: (m.r(t, d.vocab), torch.randint(1, d.k + 1, (t,), device=m.device,
+                                                                     dtype=torch.int32)),
         "moe_topk_softmax": lambda: (m.r(t, d.experts), d.topk, True),
         "topk_softmax": lambda: (m.f32(t, d.topk), m.e(t, d.topk, dtype=torch.int32), m.e(t, d.topk, dtype=torch.int32),
                                  m.r(t, d.experts), True, 0, ""),

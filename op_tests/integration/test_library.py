@@ -17,11 +17,14 @@ from op_tests.utils.registry import clone_args, tensors
 
 # Python-side names that are not ops: classes, launch configurations, the autograd functions.
 NOT_OPS = {"RotateStyle", "RoPE", "RoPETHD", "RoPECached", "RoPE2D", "get_fp8_min_max_bounds",
-           "fused_add_rmsnorm_pad"}  # aiter's dispatcher over rmsnorm_pad / add_rmsnorm_pad (a tensor or a pair)
+           "fused_add_rmsnorm_pad",  # aiter's dispatcher over rmsnorm_pad / add_rmsnorm_pad (a tensor or a pair)
+           # sampling's draws take a torch.Generator, which no op schema types (torch.library's infer_schema)
+           "sampling_from_probs", "sampling_from_logits", "top_p_sampling_from_probs", "top_k_sampling_from_probs",
+           "min_p_sampling_from_probs", "top_k_top_p_sampling_from_logits", "top_k_top_p_sampling_from_probs"}
 MODULES = ("activation", "normalization.rmsnorm", "normalization.layernorm", "softmax", "cross_entropy", "topk",
            "normalization.fused_add_rmsnorm_pad", "moe.moe_routing_sigmoid_top1_fused",
            "moe_routing", "quant.quant", "quant.norm_quant", "quant.act_quant", "quant.fused_fp8_quant",
-           "quant.mx_quant", "rope.rope", "fusions")
+           "quant.mx_quant", "rope.rope", "fusions", "sampling")
 
 
 def sample(name: str) -> tuple:

@@ -233,3 +233,20 @@ def test_plans_replay_the_checked_path(case, monkeypatch):
         with fl.plans_off():
             want = run(_gen(call))
         assert torch.equal(got, want), f"call {call + 1}: the plan's result differs from the checked path's"
+
+
+def test_per_row_parameters_strided_nan_and_at_most_zero():
+    # Found by the fuzz: a strided per-row top_k / top_p was read as if contiguous; a NaN
+    # top_p kept everything where the reference kept the largest group alone.
+    p = _probs(4, 300)
+    k = torch.tensor([[3, 0], [40, 0], [1, 0], [7, 0]], device=DEVICE, dtype=torch.int32)[:, 0]  # stride 2
+    assert torch.equal(smp.top_k_renorm_probs(p, k) > 0, ref.top_k_renorm_probs(p, k.contiguous()) > 0)
+    tp = torch.tensor([[0.3, 9.0], [float("nan"), 9.0], [-1.0, 9.0], [0.0, 9.0]], device=DEVICE)[:, 0]
+    got = smp.top_p_renorm_probs(p, tp)
+    want = ref.top_p_renorm_probs(p, tp.contiguous())
+    assert torch.equal(got.isnan(), want.isnan()) and got[1].isnan().all()  # a NaN top_p: its row NaN
+    assert torch.equal(got[[0, 2, 3]] > 0, want[[0, 2, 3]] > 0)
+    top = p.max(-1, keepdim=True).values
+    assert torch.equal(got[2:] > 0, p[2:] == top[2:])  # top_p <= 0: the largest group alone
+    draws = smp.top_p_sampling_from_probs(p, tp, generator=_gen(1))
+    assert draws[1] == -1 and torch.equal(draws[2:].long(), p[2:].argmax(-1))

@@ -55,6 +55,7 @@ def kept(p: torch.Tensor, top_k=None, top_p=None, min_p=None, joint: bool = Fals
         first = (run < tp[:, None] * mass).sum(-1, keepdim=True).clamp(max=n - 1)
         thr = srt.gather(1, first)
         keep &= (tp[:, None] >= 1) | (p >= thr)
+        keep &= ~tp.isnan()[:, None]  # a NaN top_p keeps nothing: its row renormalizes to NaN, draws -1
     if min_p is not None:
         mp = _per_row(min_p, rows, p.device, torch.float32)
         keep &= p >= mp[:, None] * p.max(-1, keepdim=True).values

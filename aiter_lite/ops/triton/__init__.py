@@ -9,6 +9,7 @@ from aiter_lite.ops.triton import (  # noqa: F401
     normalization,
     quant,
     rope,
+    sampling,
     softmax,
     topk,
 )

@@ -6,7 +6,8 @@
 
 * ``top_k`` / ``top_p`` / ``min_p``: a Python number for every row, or a tensor of one per
   row. ``top_k`` <= 0 or >= the vocabulary keeps every token; ``top_p`` >= 1 keeps every
-  token; ``min_p`` keeps ``p >= min_p * max(p)``.
+  token, ``top_p`` <= 0 the largest group alone, a NaN ``top_p`` (in a tensor) none (its row
+  renormalizes to NaN and samples -1); ``min_p`` keeps ``p >= min_p * max(p)``.
 * Ties: a threshold keeps or drops whole groups of equal values. Top-k keeps every
   token equal to the k-th largest; top-p keeps the fewest largest values (whole groups)
   whose mass reaches ``top_p`` of the row's (of what top-k kept, with
@@ -33,14 +34,15 @@ launch plan. No op here records a gradient.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from aiter_lite.ops.triton._triton_kernels.sampling import _finish_kernel, _mass_kernel, _search_kernel, _stats_kernel
-from aiter_lite.utils.checks import check_bool, check_choice, check_int, check_real, check_same_device
+from aiter_lite.utils.checks import (check_bool, check_choice, check_int, check_real, check_same_device,
+                                     check_triton_device)
+from aiter_lite.spec.device import device_profile
 from aiter_lite.utils.fast_launch import launch, planned
 from aiter_lite.utils.launch import next_power_of_2
+from aiter_lite.utils.registry import public_op
 
 __all__ = ["sampling_from_probs", "sampling_from_logits", "top_p_sampling_from_probs", "top_k_sampling_from_probs",
            "min_p_sampling_from_probs", "top_k_top_p_sampling_from_logits", "top_k_top_p_sampling_from_probs",
@@ -59,11 +61,15 @@ _MAX_PARTS = 256  # slices a row at most
 _PROGRAMS_PER_SM = 4  # rows x slices aimed at
 
 
-@functools.cache
-def _sm_count(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 8  # the interpreter (and meta builds): a few slices a row, so the tests cross slices
+def _sm_count(profile) -> int:
+    return 8 if profile.interpreter else profile.sms  # the interpreter: a few slices a row, the tests cross them
+
+
+def _search_warps(profile) -> int:
+    """4 warps measured on the H200 (8 with 1024-value chunks were slower). ptxas for sm_80
+    spills a register across the interval test's reduction in some searches under 4 warps
+    and others under 8 (Triton 3.6 and 3.9 differ); under 2 none (scripts/check_targets.py)."""
+    return 2 if profile.arch == "sm_80" else _SEARCH_WARPS
 
 
 @planned
@@ -74,7 +80,8 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
     n_out = out.shape[0]
     n = x.shape[1]
     block = min(_BLOCK, next_power_of_2(n))
-    parts = max(1, min(-(-_PROGRAMS_PER_SM * _sm_count(x.device) // n_out), -(-n // block), _MAX_PARTS))
+    profile = device_profile(x.device)
+    parts = max(1, min(-(-_PROGRAMS_PER_SM * _sm_count(profile) // n_out), -(-n // block), _MAX_PARTS))
     slice_len = -(-n // parts)
     slice_len = -(-slice_len // block) * block
     parts = -(-n // slice_len)
@@ -100,7 +107,8 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
                    slice_len, parts, step, goal, k_v, t_v, COUNT=count, FLOOR=not count and top_k and not joint,
                    FROM_LOGITS=logits, SIGNED=signed, GOAL_TENSOR=goal_t is not None, FGOAL_TENSOR=k_t is not None,
                    **flags, WAYS=_WAYS, STEPS=_STEPS, PB=pb, BLOCK=min(_BLOCK_TEST, block),
-                   SB=min(_BLOCK_SEARCH, block), num_warps=_SEARCH_WARPS if block >= _BLOCK_TEST else 4)
+                   SB=min(_BLOCK_SEARCH, block),
+                   num_warps=_search_warps(profile) if block >= _BLOCK_TEST else 4)
     common = dict(FROM_LOGITS=logits, TOP_K=top_k, TOP_P=top_p, MIN_P=min_p, K_TENSOR=k_t is not None,
                   P_TENSOR=p_t is not None, MINP_TENSOR=m_t is not None, **flags, WAYS=_WAYS, STEPS=_STEPS, PB=pb,
                   BLOCK=block)
@@ -119,6 +127,7 @@ def _rows(op: str, name: str, x) -> torch.Tensor:
         raise TypeError(f"{op}: {name} must be float32, float16 or bfloat16, got {x.dtype}")
     if x.dim() != 2:
         raise ValueError(f"{op}: {name} must be 2-D (batch, vocab), got shape {tuple(x.shape)}")
+    check_triton_device(op, name, x)
     if x.requires_grad and torch.is_grad_enabled():
         raise ValueError(f"{op}: {name} requires grad, but sampling records no gradient; pass {name}.detach()")
     if x.shape[1] and x.stride(1) != 1:
@@ -137,7 +146,8 @@ def _param(op: str, name: str, value, rows: int, ref: torch.Tensor, integer: boo
         if not integer and not value.dtype.is_floating_point:
             raise TypeError(f"{op}: {name} must be a floating-point tensor, got {value.dtype}")
         check_same_device(op, name, value, "the probabilities", ref)
-        return value.reshape(-1).to(torch.int32 if integer else torch.float32), 0
+        # one a row, contiguous (the kernels read row i's at i)
+        return value.reshape(-1).to(torch.int32 if integer else torch.float32).contiguous(), 0
     if integer:
         return None, check_int(op, name, value)
     v = check_real(op, name, value)
@@ -283,21 +293,24 @@ def top_k_top_p_sampling_from_probs(probs: torch.Tensor, top_k, top_p, indices: 
                    joint=_order(op, filter_apply_order))
 
 
-def top_k_renorm_probs(probs: torch.Tensor, top_k) -> torch.Tensor:
+@public_op(no_grad="a sampling op")
+def top_k_renorm_probs(probs: torch.Tensor, top_k: int | torch.Tensor) -> torch.Tensor:
     """The ``top_k`` largest probabilities of each row (ties kept) over their sum, 0
     elsewhere: fp32 (batch, vocab)."""
     op = "top_k_renorm_probs"
     return _run(op, _rows(op, "probs", probs), "renorm", from_logits=False, top_k=top_k, out_dtype=torch.float32)
 
 
-def top_p_renorm_probs(probs: torch.Tensor, top_p) -> torch.Tensor:
+@public_op(no_grad="a sampling op")
+def top_p_renorm_probs(probs: torch.Tensor, top_p: float | torch.Tensor) -> torch.Tensor:
     """The fewest largest probabilities (whole tie groups) whose mass reaches ``top_p``,
     over their sum, 0 elsewhere: fp32 (batch, vocab)."""
     op = "top_p_renorm_probs"
     return _run(op, _rows(op, "probs", probs), "renorm", from_logits=False, top_p=top_p, out_dtype=torch.float32)
 
 
-def top_k_mask_logits(logits: torch.Tensor, top_k) -> torch.Tensor:
+@public_op(no_grad="a sampling op")
+def top_k_mask_logits(logits: torch.Tensor, top_k: int | torch.Tensor) -> torch.Tensor:
     """The logits of each row's ``top_k`` largest (ties kept), -inf elsewhere; logits' dtype."""
     op = "top_k_mask_logits"
     x = _rows(op, "logits", logits)

@@ -153,7 +153,7 @@ def _narrow(lo, hi, sums, goal, live, WAYS: tl.constexpr):
     the next. A search that does not apply (``live`` false) keeps ``lo``."""
     j = tl.arange(0, WAYS).to(tl.int64)
     step = (hi - lo + WAYS - 1) // WAYS
-    ok = tl.where(live, sums >= goal, False)
+    ok = tl.where(live, (sums >= goal) & (sums > 0), False)  # no mass, no set: top_p <= 0 keeps the largest group
     best = tl.max(tl.where(ok, j, 0), 0)
     lo = lo + best * step
     return lo, tl.minimum(lo + step, hi)
@@ -171,7 +171,7 @@ def _goal(part_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val, COUNT: tl.c
         top_p = tl.load(goal_ptr + pid).to(tl.float32) if GOAL_TENSOR else tl.cast(goal_val, tl.float32)
         w = tl.arange(0, WAYS)
         mass = tl.sum(tl.where(w == 0, _part_sums(part_ptr, 0, pid, n_out, n_parts, WAYS, PB), 0.0), 0)
-        return top_p * mass, top_p < 1.0
+        return top_p * mass, top_p < 1.0  # top_p <= 0 and NaN: see _narrow and _threshold
 
 
 @triton.jit
@@ -183,7 +183,10 @@ def _threshold(part_ptr, bounds_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal
     b = bounds_ptr + ((STEPS - 1) * n_out + pid) * 2
     sums = _part_sums(part_ptr, STEPS - 1, pid, n_out, n_parts, WAYS, PB)
     lo, _hi = _narrow(tl.load(b), tl.load(b + 1), sums, goal, live, WAYS)
-    return lo.to(tl.int32)
+    t = lo.to(tl.int32)
+    if not COUNT:  # a NaN top_p keeps only a NaN's key: nothing of a good row (no mass: NaN rows, -1 draws)
+        t = tl.where(goal != goal, 2147483647, t)
+    return t
 
 
 @triton.jit
@@ -259,7 +262,7 @@ def _search_kernel(
             w = 1.0 if COUNT else p
             above += tl.where(mask & (k >= hi_c) & (k >= floor), w, 0.0)
             inside = mask & (k >= lo_c) & (k < hi_c)
-            if tl.max(inside.to(tl.int32), 0) > 0:
+            if tl.sum(inside.to(tl.int32), 0) > 0:
                 for sub in range(start, start + BLOCK, SB):  # the chunk again (from L1), a part at a time
                     v_s, p_s, mask_s = _values(x_row, sub + cols_s, last, mx, rse, inv_t, FROM_LOGITS, AS_PROBS)
                     k_s = _key(p_s if AS_PROBS else v_s, SIGNED)
