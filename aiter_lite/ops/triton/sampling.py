@@ -41,7 +41,7 @@ from aiter_lite.utils.checks import (check_bool, check_choice, check_int, check_
                                      check_triton_device)
 from aiter_lite.spec.device import device_profile
 from aiter_lite.utils.fast_launch import launch, planned
-from aiter_lite.utils.launch import next_power_of_2
+from aiter_lite.utils.launch import cdiv, next_power_of_2
 from aiter_lite.utils.registry import public_op
 
 __all__ = ["sampling_from_probs", "sampling_from_logits", "top_p_sampling_from_probs", "top_k_sampling_from_probs",
@@ -81,10 +81,9 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
     n = x.shape[1]
     block = min(_BLOCK, next_power_of_2(n))
     profile = device_profile(x.device)
-    parts = max(1, min(-(-_PROGRAMS_PER_SM * _sm_count(profile) // n_out), -(-n // block), _MAX_PARTS))
-    slice_len = -(-n // parts)
-    slice_len = -(-slice_len // block) * block
-    parts = -(-n // slice_len)
+    parts = max(1, min(cdiv(_PROGRAMS_PER_SM * _sm_count(profile), n_out), cdiv(n, block), _MAX_PARTS))
+    slice_len = cdiv(cdiv(n, parts), block) * block
+    parts = cdiv(n, slice_len)
     pb = next_power_of_2(parts)
     signed = mode == "mask"
     logits = from_logits and not signed
