@@ -250,3 +250,24 @@ def test_per_row_parameters_strided_nan_and_at_most_zero():
     assert torch.equal(got[2:] > 0, p[2:] == top[2:])  # top_p <= 0: the largest group alone
     draws = smp.top_p_sampling_from_probs(p, tp, generator=_gen(1))
     assert draws[1] == -1 and torch.equal(draws[2:].long(), p[2:].argmax(-1))
+
+
+def test_aiters_calling_convention():
+    # vLLM's ROCm sampler: torch.ops.aiter.top_k_top_p_sampling_from_probs(probs, None, k_tensor, k_scalar,
+    # p_tensor, p_scalar, deterministic=True) and its siblings, here at aiter's module path
+    from aiter_lite.ops import sampling as aiter_form
+
+    p = _probs(4, 500)
+    k = torch.tensor([3, 9, 1, 40], device=DEVICE, dtype=torch.int32)
+    tp = torch.tensor([0.5, 0.9, 0.2, 1.0], device=DEVICE)
+    for arr, val in ((k, 0), (None, 7)):
+        torch.manual_seed(5)
+        got = aiter_form.top_k_top_p_sampling_from_probs(p, None, arr, val, tp, 0.0, deterministic=True)
+        torch.manual_seed(5)
+        assert torch.equal(got, smp.top_k_top_p_sampling_from_probs(p, val if arr is None else arr, tp))
+        assert torch.equal(aiter_form.top_k_renorm_probs(p, arr, val),
+                           smp.top_k_renorm_probs(p, val if arr is None else arr))
+    torch.manual_seed(6)
+    got = aiter_form.top_p_sampling_from_probs(p, None, None, 0.8)
+    torch.manual_seed(6)
+    assert torch.equal(got, smp.top_p_sampling_from_probs(p, 0.8))
