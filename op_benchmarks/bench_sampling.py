@@ -6,6 +6,7 @@
 
 Shapes are (M, N): M rows (requests), N the vocabulary. Ops:
     top_k_top_p   top_k_top_p_sampling_from_logits(logits, 50, 0.9): a token a row
+    top_k_top_p_rows  the same with a tensor of k and one of p a row (as vLLM's sampler holds them)
     top_p         top_p_sampling_from_probs(probs, 0.9)
     top_p_renorm  top_p_renorm_probs(probs, 0.9): fp32 rows
 Providers: triton (this project), native (vLLM's torch sampler written out from its formula:
@@ -30,7 +31,7 @@ from aiter_lite.ops.native import sampling as ref  # noqa: E402
 from aiter_lite.ops.triton import sampling as smp  # noqa: E402
 from aiter_lite.ops.triton.softmax import softmax as tri_softmax  # noqa: E402
 
-OPS = ("top_k_top_p", "top_p", "top_p_renorm")
+OPS = ("top_k_top_p", "top_k_top_p_rows", "top_p", "top_p_renorm")
 TOP_K, TOP_P = 50, 0.9
 DEFAULT_M = [1, 16, 64, 256]
 DEFAULT_N = [128256, 151936, 201088, 262144]
@@ -57,7 +58,7 @@ def _vllm_sample(logits, k, p):
 
 
 def _native_fn(op):
-    if op == "top_k_top_p":
+    if op.startswith("top_k_top_p"):
         return lambda x, k, p: _vllm_sample(x.float(), k, p)
     if op == "top_p":
         return lambda x, k, p: _vllm_sample(x.log(), None, p)
@@ -66,7 +67,7 @@ def _native_fn(op):
 
 def _case(op, m, n):
     dev = harness.DEVICE
-    logits = op == "top_k_top_p"
+    logits = op.startswith("top_k_top_p")
     dtype = torch.bfloat16 if logits else torch.float32
     kept, inputs_x = {}, {}
 
@@ -100,6 +101,8 @@ def _triton(case, inputs):
     x, k, p = inputs
     if case.op == "top_k_top_p":
         return lambda: smp.top_k_top_p_sampling_from_logits(x, TOP_K, TOP_P)
+    if case.op == "top_k_top_p_rows":
+        return lambda: smp.top_k_top_p_sampling_from_logits(x, k, p)
     if case.op == "top_p":
         return lambda: smp.top_p_sampling_from_probs(x, TOP_P)
     return lambda: smp.top_p_renorm_probs(x, TOP_P)

@@ -271,3 +271,60 @@ def test_aiters_calling_convention():
     got = aiter_form.top_p_sampling_from_probs(p, None, None, 0.8)
     torch.manual_seed(6)
     assert torch.equal(got, smp.top_p_sampling_from_probs(p, 0.8))
+
+
+@pytest.mark.parametrize("k_rows", [False, True], ids=["k", "k_rows"])
+@pytest.mark.parametrize("from_logits, top_p", [(True, 0.7), (False, 0.7), (False, None)],
+                         ids=["top_k_top_p_logits", "top_k_top_p_probs", "top_k_probs"])
+def test_top_k_survivor_lists_and_the_whole_row_path(from_logits, k_rows, top_p, monkeypatch):
+    # Top-k's survivors are listed a row where they fit, and top-p and the draw run over the
+    # list; a row whose survivors do not fit (ties), or whose top-k keeps everything, takes
+    # the whole-row path in the same call. Both equal the reference draw for draw, and the
+    # call with lists turned off.
+    from aiter_lite.utils import fast_launch as fl
+
+    rows, n = 7, by_device(300, 32000)
+    x = torch.randn(rows, n, device=DEVICE) * 3
+    x[1] = 0.5  # every value tied: more survivors than a list holds
+    x[2] = float("-inf")
+    x[2, [5, 70, 200]] = torch.tensor([1.0, 2.0, 0.5], device=DEVICE)  # fewer values with mass than k
+    x[3, 17] = float("nan")
+    x[5] = torch.randint(-3, 3, (n,), device=DEVICE).float()  # ties at the k-th value
+    x[6] = x[6].bfloat16().float()
+    if not from_logits:
+        x = torch.softmax(x, -1)
+        x[3, 17] = float("nan")
+    k = torch.tensor([9, 9, 9, 9, n, 9, 0], device=DEVICE, dtype=torch.int32) if k_rows else 9
+    call = smp.top_k_top_p_sampling_from_logits if from_logits else smp.top_k_top_p_sampling_from_probs
+    filters = {"top_k": k} if top_p is None else {"top_k": k, "top_p": top_p}
+    if top_p is None:
+        call = smp.top_k_sampling_from_probs
+    with fl.plans_off():
+        got = call(x, *filters.values(), generator=_gen(3))
+        monkeypatch.setattr(smp, "_LIST_K", -1)
+        monkeypatch.setattr(smp, "_LIST_ROWS", 0)
+        whole = call(x, *filters.values(), generator=_gen(3))
+    u = torch.rand(rows, device=DEVICE, generator=_gen(3))
+    want = ref.sample(x, u, from_logits=from_logits, **filters)
+    assert torch.equal(got, want) and torch.equal(whole, want)
+    assert got[3] == -1 and got[2] in (5, 70, 200)
+
+
+def test_compiled_callers_get_the_launches_results():
+    # Traced by torch.compile, the chain of searches came back with other thresholds (Inductor,
+    # GPU). The registered forms compile whole as their registered op; a draw is a graph break
+    # that runs the launches as they are.
+    backend = "inductor" if ON_GPU else "aot_eager"
+    p = _probs(3, 300)
+    logits = torch.randn(3, 300, device=DEVICE) * 3
+    for name, fn, x in (("top_k_renorm_probs", lambda a: smp.top_k_renorm_probs(a, 5), p),
+                        ("top_p_renorm_probs", lambda a: smp.top_p_renorm_probs(a, torch.tensor(
+                            [0.5, 0.9, 0.3], device=DEVICE)), p),
+                        ("top_k_mask_logits", lambda a: smp.top_k_mask_logits(a, 7), logits)):
+        torch._dynamo.reset()
+        got = torch.compile(fn, backend=backend, fullgraph=True)(x)
+        assert torch.equal(got, fn(x)), f"{name} compiled"
+    torch._dynamo.reset()
+    greedy = torch.compile(lambda a: smp.top_k_top_p_sampling_from_logits(a, 5, 0.9, temperature=1e-6),
+                           backend=backend)
+    assert torch.equal(greedy(logits).long(), logits.argmax(-1))

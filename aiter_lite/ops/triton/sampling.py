@@ -25,18 +25,26 @@
   vLLM's sampler.
 
 Complexity: O(vocab) a pass, no sort. A row is cut into slices spread over the GPU (a
-batch of one fills every SM). A threshold takes 8 launches (a 16-way search of the 32-bit
-value keys); the logits forms (and min-p) one more for the row's max and softmax sum; the
-kept mass and the draw / the written row one each: top-k + top-p from logits is 19 launches,
-top-p from probabilities 10. A repeated call (a serving loop's) replays its launches from a
-launch plan. No op here records a gradient.
+batch of one fills every SM). A threshold is a 16-way search of the values' keys (the
+logits' own, or the probabilities'), a launch a step: 8 for fp32 values, 5 for fp16, 4 for
+bf16. Top-k (``top_k_first``, drawing) then lists each row's survivors (k and its ties,
+with mass) where they fit (2k, at least 256; 1024 for a top_k a row), and top-p and the draw
+run over the list, one program a row: top-k + top-p from bf16 logits is 6 launches. A row
+whose survivors do not fit: with a top_k number (ties of the k-th value), its list program
+draws from the whole row; with a top_k a row (one may keep everything), the whole-row
+launches follow (the row's softmax stats, top-p's search, the draw). Top-p alone from fp32
+probabilities: 8 search launches and the draw (the kept mass is the search's last
+weighing). A repeated call (a serving loop's) replays its launches from a launch plan.
+torch.compile does not trace the launches: a drawing form is a graph break; the registered
+forms (renorm, mask) compile whole as their registered op. No op here records a gradient.
 """
 
 from __future__ import annotations
 
 import torch
 
-from aiter_lite.ops.triton._triton_kernels.sampling import _finish_kernel, _mass_kernel, _search_kernel, _stats_kernel
+from aiter_lite.ops.triton._triton_kernels.sampling import (_compact_kernel, _finish_kernel, _list_kernel,
+                                                            _mass_kernel, _search_kernel, _stats_kernel)
 from aiter_lite.utils.checks import (check_bool, check_choice, check_int, check_real, check_same_device,
                                      check_triton_device)
 from aiter_lite.spec.device import device_profile
@@ -54,9 +62,14 @@ _BLOCK_TEST = 512  # a search's chunk, its keys tested against the interval at o
 _SEARCH_WARPS = 4
 _BLOCK_SEARCH = 128  # the part of a chunk a search weighs at once: x _WAYS candidates' sums in registers
 _BLOCK_SCAN = 512  # the draw's running-sum chunk
-# A threshold search weighs _WAYS candidate keys a launch: 8 launches of 16 (4 bits each).
+# A threshold search weighs _WAYS candidate keys a launch (4 bits each): 8 launches for fp32
+# keys, fewer where the values' keys leave low bits alone (bf16: 16 bits, fp16: 19).
 _WAYS = 16
-_STEPS = 8
+_STEPS = {torch.float32: 8, torch.float16: 5, torch.bfloat16: 4}
+# Top-k's survivors (k + ties, with mass) listed a row where they fit, top-p and the draw over the list:
+_LIST_K = 1024  # a top_k number up to it lists (a list of 2k, at least _LIST_MIN)
+_LIST_MIN = 256
+_LIST_ROWS = 1024  # the list of a top_k a row
 _MAX_PARTS = 256  # slices a row at most
 _PROGRAMS_PER_SM = 4  # rows x slices aimed at
 
@@ -72,11 +85,18 @@ def _search_warps(profile) -> int:
     return 2 if profile.arch == "sm_80" else _SEARCH_WARPS
 
 
+def _list_cap(k_t, k_v) -> int:
+    """The list a row's top-k survivors go to (0: none): k + ties, at least 256."""
+    if k_t is not None:
+        return _LIST_ROWS
+    return max(_LIST_MIN, next_power_of_2(2 * k_v)) if k_v <= _LIST_K else 0
+
+
 @planned
 def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, from_logits, top_k, top_p, min_p,
                 joint, temp):
-    """The launches of one call: stats, the searches, the kept mass, the finish (see the kernels' module),
-    over work buffers of its own. Planned: a serving loop's repeated call replays them directly."""
+    """The launches of one call (see the kernels' module), over work buffers of its own. Planned:
+    a serving loop's repeated call replays them directly."""
     n_out = out.shape[0]
     n = x.shape[1]
     block = min(_BLOCK, next_power_of_2(n))
@@ -85,38 +105,76 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
     slice_len = cdiv(cdiv(n, parts), block) * block
     parts = cdiv(n, slice_len)
     pb = next_power_of_2(parts)
-    signed = mode == "mask"
-    logits = from_logits and not signed
-    f32 = torch.empty(parts * n_out * (4 + 2 * _STEPS * _WAYS + 1), dtype=torch.float32, device=x.device)
-    bounds = torch.empty(2 * _STEPS * n_out * 2, dtype=torch.int64, device=x.device)
-    stats, kpart, ppart, mass = f32.split([parts * n_out * 4, _STEPS * n_out * parts * _WAYS,
-                                           _STEPS * n_out * parts * _WAYS, n_out * parts])
-    kbounds, pbounds = bounds.split(_STEPS * n_out * 2)
+    steps = _STEPS[x.dtype]
+    sums = from_logits and mode == "sample"  # the softmax's max and sum
+    cap = _list_cap(k_t, k_v) if mode == "sample" and top_k and not joint else 0
+    # a top_k number: a row whose survivors overflow its list (ties) is drawn by _list_kernel's one
+    # program; a top_k a row: by the whole-row launches (a row whose k keeps everything is common)
+    whole = cap > 0 and k_t is None
+    f32 = torch.empty(parts * n_out * (4 + 2 * steps * _WAYS + 1) + n_out * cap, dtype=torch.float32,
+                      device=x.device)
+    bounds = torch.empty(2 * steps * n_out * 2, dtype=torch.int64, device=x.device)
+    stats, kpart, ppart, mass, list_v = f32.split([parts * n_out * 4, steps * n_out * parts * _WAYS,
+                                                   steps * n_out * parts * _WAYS, n_out * parts, n_out * cap])
+    list_i = torch.empty(n_out * cap, dtype=torch.int32, device=x.device)
+    kbounds, pbounds = bounds.split(steps * n_out * 2)
     grid = (n_out, parts)
     flags = dict(HAS_TEMP=temp, T_TENSOR=t_t is not None, HAS_INDICES=idx is not None)
-    if logits or min_p or signed:
-        launch(_stats_kernel, grid, x, stats, idx, t_t, x.stride(0), n, slice_len, parts, t_v, SUMS=logits,
+    keyed = dict(WAYS=_WAYS, STEPS=steps, PB=pb, CAP=max(cap, 1))
+    if (sums or min_p or mode == "mask") and not cap:
+        launch(_stats_kernel, grid, x, stats, idx, t_t, x.stride(0), n, slice_len, parts, t_v, SUMS=sums,
                **flags, BLOCK=block, num_warps=4)
     for count, on, goal, goal_t in ((True, top_k, k_v, k_t), (False, top_p, p_v, p_t)):
-        if not on:
+        if not on or (not count and whole):
             continue
-        part, bnd = (kpart, kbounds) if count else (ppart, pbounds)
-        for step in range(_STEPS):
-            launch(_search_kernel, grid, x, stats, part, bnd, kpart, kbounds, idx, t_t, goal_t, k_t, x.stride(0), n,
+        # top-p's floor: the top-k search (top-k's own: top-p's buffers, unread; a kernel handed one
+        # tensor twice, written, loses its writes under torch.compile's functionalization)
+        part, bnd, fpart, fbnd = (kpart, kbounds, ppart, pbounds) if count else (ppart, pbounds, kpart, kbounds)
+        fgoal_t = None if count else k_t
+        for step in range(steps):
+            launch(_search_kernel, grid, x, stats, part, bnd, fpart, fbnd, idx, t_t, goal_t, fgoal_t, x.stride(0), n,
                    slice_len, parts, step, goal, k_v, t_v, COUNT=count, FLOOR=not count and top_k and not joint,
-                   FROM_LOGITS=logits, SIGNED=signed, GOAL_TENSOR=goal_t is not None, FGOAL_TENSOR=k_t is not None,
-                   **flags, WAYS=_WAYS, STEPS=_STEPS, PB=pb, BLOCK=min(_BLOCK_TEST, block),
+                   LIST=not count and cap > 0, FROM_LOGITS=from_logits, GOAL_TENSOR=goal_t is not None,
+                   FGOAL_TENSOR=fgoal_t is not None, **flags, **keyed, BLOCK=min(_BLOCK_TEST, block),
                    SB=min(_BLOCK_SEARCH, block),
                    num_warps=_search_warps(profile) if block >= _BLOCK_TEST else 4)
-    common = dict(FROM_LOGITS=logits, TOP_K=top_k, TOP_P=top_p, MIN_P=min_p, K_TENSOR=k_t is not None,
-                  P_TENSOR=p_t is not None, MINP_TENSOR=m_t is not None, **flags, WAYS=_WAYS, STEPS=_STEPS, PB=pb,
-                  BLOCK=block)
-    if not signed:
+        if count and cap:
+            launch(_compact_kernel, grid, x, stats, kpart, kbounds, list_v, list_i, idx, k_t, t_t, x.stride(0), n,
+                   slice_len, parts, k_v, t_v, FROM_LOGITS=from_logits, K_TENSOR=k_t is not None, **flags,
+                   STATS=sums and not whole, **keyed, BLOCK=block, num_warps=4)
+    common = dict(FROM_LOGITS=from_logits, TOP_K=top_k, TOP_P=top_p, MIN_P=min_p, K_TENSOR=k_t is not None,
+                  P_TENSOR=p_t is not None, MINP_TENSOR=m_t is not None, **flags, LIST=cap > 0, **keyed, BLOCK=block)
+    # top-p's search weighed the kept mass already where its threshold is the last (not joint, no min-p)
+    searched = top_p and not min_p and not (top_k and joint)
+    if mode != "mask" and not searched and not whole:
         launch(_mass_kernel, grid, x, stats, kpart, kbounds, ppart, pbounds, mass, idx, k_t, p_t, m_t, t_t,
                x.stride(0), n, slice_len, parts, k_v, p_v, m_v, t_v, **common, num_warps=4)
-    launch(_finish_kernel, grid, x, out, stats, kpart, kbounds, ppart, pbounds, mass, idx, u, k_t, p_t, m_t, t_t,
-           x.stride(0), 1 if mode == "sample" else n, n, slice_len, parts, k_v, p_v, m_v, t_v, MODE=mode,
-           **common, BLOCK_S=min(_BLOCK_SCAN, block), num_warps=4)
+    if not whole:
+        launch(_finish_kernel, grid, x, out, stats, kpart, kbounds, ppart, pbounds, mass, idx, u, k_t,
+               p_t, m_t, t_t, x.stride(0), 1 if mode == "sample" else n, n, slice_len, parts, k_v, p_v, m_v, t_v,
+               MODE=mode, SEARCHED_MASS=searched, **common, BLOCK_S=min(_BLOCK_SCAN, block), num_warps=4)
+    if cap:
+        launch(_list_kernel, (n_out,), x, out, kpart, kbounds, list_v, list_i, idx, u, k_t, p_t, t_t, x.stride(0), n,
+               parts, k_v, p_v, t_v, FROM_LOGITS=from_logits, TOP_P=top_p, K_TENSOR=k_t is not None,
+               P_TENSOR=p_t is not None, **flags, WHOLE=whole, **keyed, BLOCK=block,
+               SB=min(_BLOCK_SEARCH, block), num_warps=max(4, min(16, cap // 128)))
+
+
+# torch.compile does not trace the launches: Inductor, handed the searches' chain of kernels that
+# write and read one work buffer's views, returned other thresholds than the launches make. Traced,
+# a call is a graph break (fullgraph: an error); the registered forms compile whole as their
+# registered op, one opaque node (_opaque).
+_launch_all = torch.compiler.disable(_launch_all)
+
+
+def _opaque(op: str, x: torch.Tensor, param, integer: bool) -> torch.Tensor:
+    """``op`` as its registered op (under torch.compile): a number as one a row, as the schema
+    takes it. (``import aiter_lite`` registered the ops before this module ran a call.)"""
+    if not isinstance(param, torch.Tensor):
+        rows = x.shape[0] if isinstance(x, torch.Tensor) and x.dim() else 1
+        param = torch.full((rows,), param, dtype=torch.int32 if integer else torch.float32,
+                           device=getattr(x, "device", None))
+    return getattr(torch.ops.aiter_lite, op)(x, param)
 
 
 def _rows(op: str, name: str, x) -> torch.Tensor:
@@ -201,8 +259,11 @@ def _run(op: str, x: torch.Tensor, mode: str, *, from_logits: bool, indices=None
         return out
     if n == 0:
         return out.fill_(-1) if mode == "sample" else out
-    _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, from_logits, top_k is not None,
-                top_p is not None, min_p is not None, joint, temperature is not None)
+    # a number that keeps every token filters nothing: its search is not launched
+    top_k_on = top_k is not None and (k_t is not None or 0 < k_v < n)
+    top_p_on = top_p is not None and (p_t is not None or p_v < 1.0)
+    _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, from_logits, top_k_on, top_p_on,
+                min_p is not None, joint, temperature is not None)
     return out
 
 
@@ -297,6 +358,8 @@ def top_k_renorm_probs(probs: torch.Tensor, top_k: int | torch.Tensor) -> torch.
     """The ``top_k`` largest probabilities of each row (ties kept) over their sum, 0
     elsewhere: fp32 (batch, vocab)."""
     op = "top_k_renorm_probs"
+    if torch.compiler.is_compiling():
+        return _opaque(op, probs, top_k, True)
     return _run(op, _rows(op, "probs", probs), "renorm", from_logits=False, top_k=top_k, out_dtype=torch.float32)
 
 
@@ -305,6 +368,8 @@ def top_p_renorm_probs(probs: torch.Tensor, top_p: float | torch.Tensor) -> torc
     """The fewest largest probabilities (whole tie groups) whose mass reaches ``top_p``,
     over their sum, 0 elsewhere: fp32 (batch, vocab)."""
     op = "top_p_renorm_probs"
+    if torch.compiler.is_compiling():
+        return _opaque(op, probs, top_p, False)
     return _run(op, _rows(op, "probs", probs), "renorm", from_logits=False, top_p=top_p, out_dtype=torch.float32)
 
 
@@ -312,5 +377,7 @@ def top_p_renorm_probs(probs: torch.Tensor, top_p: float | torch.Tensor) -> torc
 def top_k_mask_logits(logits: torch.Tensor, top_k: int | torch.Tensor) -> torch.Tensor:
     """The logits of each row's ``top_k`` largest (ties kept), -inf elsewhere; logits' dtype."""
     op = "top_k_mask_logits"
+    if torch.compiler.is_compiling():
+        return _opaque(op, logits, top_k, True)
     x = _rows(op, "logits", logits)
     return _run(op, x, "mask", from_logits=True, top_k=top_k, out_dtype=x.dtype)

@@ -15,17 +15,25 @@ reads (no atomics: every sum is taken in a fixed order, so a draw is determinist
   left by the last: it narrows the interval from the last launch's per-slice sums
   (``part``, summed over the slices in order), its slice 0 records the interval
   (``bounds``), and it writes its own slice's sums for the WAYS candidates. WAYS^STEPS
-  >= 2^32: the last interval is one key. Every value tied with the threshold is kept;
+  spans the keys' bits: the last interval holds one value's key. Every value tied with the threshold is kept;
+* ``_compact_kernel`` (top-k, drawing): the row's top-k survivors with mass listed in index
+  order, each slice at the count of the slices before it, where they fit the list; a row
+  that does not fit gets the stats instead; ``_list_kernel``: one program a listed row,
+  its softmax, top-p by a sort of the list, the draw (``_row_draw``: one program over the
+  whole row, for a row that does not fit where no whole-row launches follow);
 * ``_mass_kernel``: each slice's kept mass (the draw's CDF across slices, the
-  renormalization's divisor);
+  renormalization's divisor), where the top-p search's last weighing is not it;
 * ``_finish_kernel`` (MODE) "sample": the slice holding ``u * mass`` (u the row's uniform
   draw) finds the first index whose running kept mass passes it (the last kept index
   where rounding leaves none; -1 where nothing can be drawn); "renorm": the kept
   probabilities over their sum, 0 elsewhere; "mask": the kept logits, -inf elsewhere.
 
-Keys: the fp32 bits of a probability (non-negative: integer order is value order), or for
-logits ("mask") the bits with the negative ones' magnitude bits flipped (sign-ordered);
-NaN the largest key, so a bad row's NaN reaches its kept mass (and so its draw: -1).
+Keys: the fp32 bits of a probability (non-negative: integer order is value order), or of
+a logit with the negative ones' magnitude bits flipped (sign-ordered; top-k and top-p of
+logits compare the logits, weighing their softmax); NaN the largest key, so a bad row's
+NaN reaches its kept mass (and so its draw: -1). bf16 / fp16 values leave their keys' low
+16 / 13 bits alone: their searches take 4 / 5 launches. Top-k counts values with mass only
+(no -inf logit, no zero probability), so a row with fewer than k of them keeps all.
 """
 
 import triton
@@ -46,6 +54,25 @@ def _key(v, SIGNED: tl.constexpr):
     else:
         k = tl.where(v > 0, b, 0)
     return tl.where(v != v, 2147483647, k)
+
+
+@triton.jit
+def _vkey(v, p, FROM_LOGITS: tl.constexpr):
+    """The key every threshold compares: the logit's (sign-ordered), or the probability's."""
+    return _key(v, True) if FROM_LOGITS else _key(p, False)
+
+
+@triton.jit
+def _weight(v, p, FROM_LOGITS: tl.constexpr, COUNT: tl.constexpr):
+    """What a search sums: top-k 1 a value with mass (not a -inf logit, not a zero
+    probability; NaN counts), top-p the probability."""
+    if COUNT:
+        if FROM_LOGITS:
+            return tl.where((v > float("-inf")) | (v != v), 1.0, 0.0)
+        else:
+            return tl.where(p != 0.0, 1.0, 0.0)
+    else:
+        return p
 
 
 @triton.jit
@@ -95,16 +122,10 @@ def _row_stats(stats_ptr, pid, n_parts, inv_t, PB: tl.constexpr):
 
 
 @triton.jit
-def _stats_kernel(x_ptr, stats_ptr, idx_ptr, t_ptr, stride_x, n_cols, slice_len, n_parts, t_val,
-                  SUMS: tl.constexpr, HAS_TEMP: tl.constexpr, T_TENSOR: tl.constexpr, HAS_INDICES: tl.constexpr,
-                  BLOCK: tl.constexpr):
-    """A slice's max (NaN aside), first index of it, NaN flag, and (SUMS) ``sum(exp((x - max) / t))``."""
-    t_val = tl.cast(t_val, tl.float32)
-    pid, row, inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
-    x_row = x_ptr + row * stride_x
+def _stats_of(x_row, lo, hi, inv_t, SUMS: tl.constexpr, BLOCK: tl.constexpr):
+    """(max (NaN aside), the first index of it, a NaN flag, (SUMS) ``sum(exp((x - max) / t))``) of
+    the columns [lo, hi) of a row of logits."""
     cols = tl.arange(0, BLOCK)
-    lo = part * slice_len
-    hi = tl.minimum(lo + slice_len, n_cols)
     m_acc = tl.full([BLOCK], float("-inf"), tl.float32)
     arg = tl.full([BLOCK], 2147483647, tl.int32)
     nan = tl.zeros([BLOCK], dtype=tl.float32)
@@ -123,11 +144,29 @@ def _stats_kernel(x_ptr, stats_ptr, idx_ptr, t_ptr, stride_x, n_cols, slice_len,
             v, _p, mask = _values(x_row, start + cols, hi, 0.0, 1.0, 1.0, True, False)
             s_acc += tl.where(mask & (v > float("-inf")), tl.exp((v - mx) * inv_t), 0.0)
         s = tl.sum(s_acc, 0)
-    out = stats_ptr + (pid * n_parts + part) * STAT_W
+    return mx, first, tl.max(nan, 0), s
+
+
+@triton.jit
+def _slice_stats(x_row, out, lo, hi, inv_t, SUMS: tl.constexpr, BLOCK: tl.constexpr):
+    """A slice's stats (``_stats_of``) stored at ``out`` (STAT_W values: max, sum, first index, NaN)."""
+    mx, first, nan, s = _stats_of(x_row, lo, hi, inv_t, SUMS, BLOCK)
     tl.store(out, mx)
     tl.store(out + 1, s)
     tl.store(out + 2, first.to(tl.float32, bitcast=True))
-    tl.store(out + 3, tl.max(nan, 0))
+    tl.store(out + 3, nan)
+
+
+@triton.jit
+def _stats_kernel(x_ptr, stats_ptr, idx_ptr, t_ptr, stride_x, n_cols, slice_len, n_parts, t_val,
+                  SUMS: tl.constexpr, HAS_TEMP: tl.constexpr, T_TENSOR: tl.constexpr, HAS_INDICES: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    """Each slice's stats (``_slice_stats``)."""
+    t_val = tl.cast(t_val, tl.float32)
+    pid, row, inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
+    lo = part * slice_len
+    _slice_stats(x_ptr + row * stride_x, stats_ptr + (pid * n_parts + part) * STAT_W, lo,
+                 tl.minimum(lo + slice_len, n_cols), inv_t, SUMS, BLOCK)
 
 
 @triton.jit
@@ -156,7 +195,7 @@ def _narrow(lo, hi, sums, goal, live, WAYS: tl.constexpr):
     ok = tl.where(live, (sums >= goal) & (sums > 0), False)  # no mass, no set: top_p <= 0 keeps the largest group
     best = tl.max(tl.where(ok, j, 0), 0)
     lo = lo + best * step
-    return lo, tl.minimum(lo + step, hi)
+    return lo, tl.minimum(lo + step, hi), best
 
 
 @triton.jit
@@ -175,52 +214,95 @@ def _goal(part_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val, COUNT: tl.c
 
 
 @triton.jit
-def _threshold(part_ptr, bounds_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val, COUNT: tl.constexpr,
-               GOAL_TENSOR: tl.constexpr, SIGNED: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr,
-               PB: tl.constexpr):
-    """A finished search's threshold key (int32): the last launch's interval narrowed by its sums."""
+def _search_result(part_ptr, bounds_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val, COUNT: tl.constexpr,
+                   GOAL_TENSOR: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr):
+    """A finished search's (threshold key (int32), the last launch's candidate it is, whether the
+    search applies): the last launch's interval narrowed by its sums. The last launch's candidates
+    are one key apart where the keys take every bit pattern (fp32); bf16 / fp16 values' keys leave
+    their low bits alone, and their searches stop once an interval holds one value's key."""
     goal, live = _goal(part_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val, COUNT, GOAL_TENSOR, WAYS, PB)
     b = bounds_ptr + ((STEPS - 1) * n_out + pid) * 2
     sums = _part_sums(part_ptr, STEPS - 1, pid, n_out, n_parts, WAYS, PB)
-    lo, _hi = _narrow(tl.load(b), tl.load(b + 1), sums, goal, live, WAYS)
+    lo, _hi, best = _narrow(tl.load(b), tl.load(b + 1), sums, goal, live, WAYS)
     t = lo.to(tl.int32)
     if not COUNT:  # a NaN top_p keeps only a NaN's key: nothing of a good row (no mass: NaN rows, -1 draws)
         t = tl.where(goal != goal, 2147483647, t)
+    return t, best, live
+
+
+@triton.jit
+def _threshold(part_ptr, bounds_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val, COUNT: tl.constexpr,
+               GOAL_TENSOR: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr):
+    t, _best, _live = _search_result(part_ptr, bounds_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val, COUNT,
+                                     GOAL_TENSOR, WAYS, STEPS, PB)
     return t
+
+
+@triton.jit
+def _searched_mass(part_ptr, bounds_ptr, pid, n_out, n_parts, n_cols, p_ptr, p_val, P_TENSOR: tl.constexpr,
+                   WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr):
+    """Each slice's kept mass (PB,) as the top-p search weighed it: its last launch's sums at
+    the threshold's candidate (the mass of keys at or above it and the floor), or where top-p
+    keeps everything, its first launch's first (all the mass above the floor); none for a
+    NaN goal (a NaN top_p or a NaN in the row: no draw, a NaN row)."""
+    goal, live = _goal(part_ptr, pid, n_out, n_parts, n_cols, p_ptr, p_val, False, P_TENSOR, WAYS, PB)
+    _t, best, _live = _search_result(part_ptr, bounds_ptr, pid, n_out, n_parts, n_cols, p_ptr, p_val, False,
+                                     P_TENSOR, WAYS, STEPS, PB)
+    j = tl.arange(0, PB)
+    jm = j < n_parts
+    last = tl.load(part_ptr + (((STEPS - 1) * n_out + pid) * n_parts + j) * WAYS + best, mask=jm, other=0.0)
+    whole = tl.load(part_ptr + ((pid * n_parts + j) * WAYS), mask=jm, other=0.0)
+    own = tl.where(live, last, whole)
+    return tl.where(goal == goal, own, 0.0)
+
+
+@triton.jit
+def _listed(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, K_TENSOR: tl.constexpr,
+            WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr, CAP: tl.constexpr):
+    """(whether the row's top-k survivors fit its list, the top-k threshold, each slice's count of
+    them (PB,)): the last search launch's per-slice counts at the threshold's candidate."""
+    thr, best, live = _search_result(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, True,
+                                     K_TENSOR, WAYS, STEPS, PB)
+    j = tl.arange(0, PB)
+    base = kpart_ptr + (((STEPS - 1) * n_out + pid) * n_parts) * WAYS
+    counts = tl.load(base + j * WAYS + best, mask=j < n_parts, other=0.0)
+    counts = tl.where(live, counts, 0.0).to(tl.int32)  # a search that does not apply wrote none
+    return live & (tl.sum(counts, 0) <= CAP), thr, counts
 
 
 @triton.jit
 def _search_kernel(
     x_ptr, stats_ptr, part_ptr, bounds_ptr,
-    fpart_ptr, fbounds_ptr,       # FLOOR: the finished top-k search (its threshold the floor)
+    fpart_ptr, fbounds_ptr,       # FLOOR / LIST: the finished top-k search
     idx_ptr, t_ptr, goal_ptr, fgoal_ptr,
     stride_x, n_cols, slice_len, n_parts, step,
     goal_val, fgoal_val, t_val,
     COUNT: tl.constexpr,          # top-k (count keys); else top-p (weigh probabilities)
     FLOOR: tl.constexpr,          # top-p of what top-k kept
-    FROM_LOGITS: tl.constexpr,
-    SIGNED: tl.constexpr,         # keys of the logits themselves ("mask")
+    LIST: tl.constexpr,           # rows whose top-k survivors were listed are done: skipped
+    FROM_LOGITS: tl.constexpr,    # keys of the logits (sign-ordered), weights their softmax
     GOAL_TENSOR: tl.constexpr,
     FGOAL_TENSOR: tl.constexpr,
     HAS_TEMP: tl.constexpr,
     T_TENSOR: tl.constexpr,
     HAS_INDICES: tl.constexpr,
     WAYS: tl.constexpr,           # candidate keys a launch (a power of 2)
-    STEPS: tl.constexpr,          # launches: WAYS^STEPS >= 2^32
+    STEPS: tl.constexpr,          # launches: WAYS^STEPS >= the keys' distinct bit patterns
     PB: tl.constexpr,             # n_parts rounded up to a power of 2
+    CAP: tl.constexpr,            # LIST: a row's list
     BLOCK: tl.constexpr,          # a chunk
     SB: tl.constexpr,             # a part of it weighed against the candidates (x WAYS sums in registers)
 ):
     t_val = tl.cast(t_val, tl.float32)
     pid, row, inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
     n_out = tl.num_programs(0)
-    AS_PROBS: tl.constexpr = not SIGNED
-    lo, hi = _initial(SIGNED)
+    AS_PROBS: tl.constexpr = (not FROM_LOGITS) or (not COUNT)  # top-k of logits: their keys alone
+    lo, hi = _initial(FROM_LOGITS)
     goal, live = _goal(part_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val, COUNT, GOAL_TENSOR, WAYS, PB)
     if step > 0:
         b = bounds_ptr + ((step - 1) * n_out + pid) * 2
         sums = _part_sums(part_ptr, step - 1, pid, n_out, n_parts, WAYS, PB)
-        lo, hi = _narrow(tl.load(b), tl.load(b + 1), sums, goal, live, WAYS)
+        lo, hi, _best = _narrow(tl.load(b), tl.load(b + 1), sums, goal, live, WAYS)
     if part == 0:
         b = bounds_ptr + (step * n_out + pid) * 2
         tl.store(b, lo)
@@ -228,11 +310,15 @@ def _search_kernel(
     work = live
     if not COUNT:
         work = work | (step == 0)  # a top-p search's first launch weighs the mass its goal divides
+    if LIST:
+        listed, _t, _c = _listed(fpart_ptr, fbounds_ptr, pid, n_out, n_parts, n_cols, fgoal_ptr, fgoal_val,
+                                 FGOAL_TENSOR, WAYS, STEPS, PB, CAP)
+        work = work & (listed == 0)
     if work:
         floor = lo.to(tl.int32)
         if FLOOR:
             floor = _threshold(fpart_ptr, fbounds_ptr, pid, n_out, n_parts, n_cols, fgoal_ptr, fgoal_val, True,
-                               FGOAL_TENSOR, SIGNED, WAYS, STEPS, PB)
+                               FGOAL_TENSOR, WAYS, STEPS, PB)
         mx = tl.full([], 0.0, tl.float32)
         rse = tl.full([], 1.0, tl.float32)
         if FROM_LOGITS and AS_PROBS:
@@ -247,7 +333,8 @@ def _search_kernel(
         # Keys at or above the interval count for every candidate, keys inside it for those at or
         # below them, keys under it (or under the floor) for none. Only a chunk holding keys
         # inside the interval weighs its candidates one by one: after a launch or two the interval
-        # holds few keys, and a pass is a read and a compare a value.
+        # holds few keys, and a pass is a read and a compare a value. Top-k counts only values
+        # with mass (no -inf logit, no zero probability): a row with fewer than k keeps all.
         hi_c = tl.minimum(hi, 2147483647).to(tl.int32)  # a NaN's key (2^31 - 1): above, counted by all
         lo_c = tl.maximum(lo.to(tl.int32), floor)
         cols = tl.arange(0, BLOCK)
@@ -258,15 +345,15 @@ def _search_kernel(
         acc = tl.zeros([WAYS, SB], dtype=tl.float32)
         for start in range(first, last, BLOCK):
             v, p, mask = _values(x_row, start + cols, last, mx, rse, inv_t, FROM_LOGITS, AS_PROBS)
-            k = _key(p if AS_PROBS else v, SIGNED)
-            w = 1.0 if COUNT else p
+            k = _vkey(v, p, FROM_LOGITS)
+            w = _weight(v, p, FROM_LOGITS, COUNT)
             above += tl.where(mask & (k >= hi_c) & (k >= floor), w, 0.0)
             inside = mask & (k >= lo_c) & (k < hi_c)
             if tl.sum(inside.to(tl.int32), 0) > 0:
                 for sub in range(start, start + BLOCK, SB):  # the chunk again (from L1), a part at a time
                     v_s, p_s, mask_s = _values(x_row, sub + cols_s, last, mx, rse, inv_t, FROM_LOGITS, AS_PROBS)
-                    k_s = _key(p_s if AS_PROBS else v_s, SIGNED)
-                    w_s = tl.where(mask_s & (k_s >= lo_c) & (k_s < hi_c), 1.0 if COUNT else p_s, 0.0)
+                    k_s = _vkey(v_s, p_s, FROM_LOGITS)
+                    w_s = tl.where(mask_s & (k_s >= lo_c) & (k_s < hi_c), _weight(v_s, p_s, FROM_LOGITS, COUNT), 0.0)
                     acc += tl.where(k_s[None, :] >= mids[:, None], w_s[None, :], 0.0)
         w = tl.arange(0, WAYS)
         tl.store(part_ptr + ((step * n_out + pid) * n_parts + part) * WAYS + w, tl.sum(acc, 1) + tl.sum(above, 0))
@@ -275,22 +362,23 @@ def _search_kernel(
 @triton.jit
 def _kept_threshold(stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, k_ptr, p_ptr, minp_ptr,
                     pid, n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t,
-                    FROM_LOGITS: tl.constexpr, SIGNED: tl.constexpr, TOP_K: tl.constexpr, TOP_P: tl.constexpr,
+                    FROM_LOGITS: tl.constexpr, TOP_K: tl.constexpr, TOP_P: tl.constexpr,
                     MIN_P: tl.constexpr, K_TENSOR: tl.constexpr, P_TENSOR: tl.constexpr,
                     MINP_TENSOR: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr):
-    lo, _hi = _initial(SIGNED)
+    """The row's kept key: every filter's threshold (keys of one kind: ``_vkey``)."""
+    lo, _hi = _initial(FROM_LOGITS)
     thr = lo.to(tl.int32)
     if TOP_K:
         thr = tl.maximum(thr, _threshold(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, True,
-                                         K_TENSOR, SIGNED, WAYS, STEPS, PB))
+                                         K_TENSOR, WAYS, STEPS, PB))
     if TOP_P:
         thr = tl.maximum(thr, _threshold(ppart_ptr, pbounds_ptr, pid, n_out, n_parts, n_cols, p_ptr, p_val, False,
-                                         P_TENSOR, SIGNED, WAYS, STEPS, PB))
+                                         P_TENSOR, WAYS, STEPS, PB))
     if MIN_P:
+        tl.static_assert(not FROM_LOGITS, "min-p: of probabilities")
         min_p = tl.load(minp_ptr + pid).to(tl.float32) if MINP_TENSOR else tl.cast(minp_val, tl.float32)
-        mx, se, _a, _n = _row_stats(stats_ptr, pid, n_parts, inv_t, PB)
-        pmax = tl.exp(mx - mx) / se if FROM_LOGITS else mx
-        thr = tl.maximum(thr, _key(min_p * pmax, False))
+        mx, _se, _a, _n = _row_stats(stats_ptr, pid, n_parts, inv_t, PB)
+        thr = tl.maximum(thr, _key(min_p * mx, False))
     return thr
 
 
@@ -302,30 +390,207 @@ def _mass_kernel(
     k_val, p_val, minp_val, t_val,
     FROM_LOGITS: tl.constexpr, TOP_K: tl.constexpr, TOP_P: tl.constexpr, MIN_P: tl.constexpr,
     K_TENSOR: tl.constexpr, P_TENSOR: tl.constexpr, MINP_TENSOR: tl.constexpr, HAS_TEMP: tl.constexpr,
-    T_TENSOR: tl.constexpr, HAS_INDICES: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr,
-    BLOCK: tl.constexpr,
+    T_TENSOR: tl.constexpr, HAS_INDICES: tl.constexpr, LIST: tl.constexpr, WAYS: tl.constexpr,
+    STEPS: tl.constexpr, PB: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr,
 ):
-    """A slice's kept mass: ``sum(p, key >= the row's threshold)`` (NaN kept)."""
+    """A slice's kept mass: ``sum(p, key >= the row's threshold)`` (NaN kept); rows drawn from
+    their lists (LIST) skipped."""
     t_val = tl.cast(t_val, tl.float32)
     pid, row, inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
     n_out = tl.num_programs(0)
-    thr = _kept_threshold(stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, k_ptr, p_ptr, minp_ptr, pid,
-                          n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t, FROM_LOGITS, False, TOP_K, TOP_P,
-                          MIN_P, K_TENSOR, P_TENSOR, MINP_TENSOR, WAYS, STEPS, PB)
-    mx = tl.full([], 0.0, tl.float32)
-    rse = tl.full([], 1.0, tl.float32)
-    if FROM_LOGITS:
-        mx, se, _a, _n = _row_stats(stats_ptr, pid, n_parts, inv_t, PB)
-        rse = 1.0 / se
+    work = part >= 0  # true
+    if LIST:
+        listed, _t, _c = _listed(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, K_TENSOR, WAYS,
+                                 STEPS, PB, CAP)
+        work = listed == 0
+    if work:
+        thr = _kept_threshold(stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, k_ptr, p_ptr, minp_ptr,
+                              pid, n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t, FROM_LOGITS, TOP_K,
+                              TOP_P, MIN_P, K_TENSOR, P_TENSOR, MINP_TENSOR, WAYS, STEPS, PB)
+        mx = tl.full([], 0.0, tl.float32)
+        rse = tl.full([], 1.0, tl.float32)
+        if FROM_LOGITS:
+            mx, se, _a, _n = _row_stats(stats_ptr, pid, n_parts, inv_t, PB)
+            rse = 1.0 / se
+        x_row = x_ptr + row * stride_x
+        cols = tl.arange(0, BLOCK)
+        first = part * slice_len
+        last = tl.minimum(first + slice_len, n_cols)
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(first, last, BLOCK):
+            v, p, mask = _values(x_row, start + cols, last, mx, rse, inv_t, FROM_LOGITS, True)
+            acc += tl.where(mask & (_vkey(v, p, FROM_LOGITS) >= thr), p, 0.0)
+        tl.store(mass_ptr + pid * n_parts + part, tl.sum(acc, 0))
+
+
+@triton.jit
+def _compact_kernel(
+    x_ptr, stats_ptr, kpart_ptr, kbounds_ptr, list_v_ptr, list_i_ptr,
+    idx_ptr, k_ptr, t_ptr,
+    stride_x, n_cols, slice_len, n_parts, k_val, t_val,
+    FROM_LOGITS: tl.constexpr, K_TENSOR: tl.constexpr, HAS_TEMP: tl.constexpr, T_TENSOR: tl.constexpr,
+    HAS_INDICES: tl.constexpr, STATS: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr,
+    CAP: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """A row's top-k survivors with mass, in index order, listed (``list_v``: the logit or the
+    probability, ``list_i``: its column) where at most CAP; each slice writes its own at the
+    count of the slices before it (the last search launch's). A row that does not fit (or
+    whose top-k does not apply) gets its slices' stats instead (STATS), as ``_stats_kernel``
+    writes them, for the launches over the whole row that follow."""
+    t_val = tl.cast(t_val, tl.float32)
+    pid, row, inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
+    n_out = tl.num_programs(0)
+    listed, thr, counts = _listed(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, K_TENSOR,
+                                  WAYS, STEPS, PB, CAP)
     x_row = x_ptr + row * stride_x
-    cols = tl.arange(0, BLOCK)
     first = part * slice_len
     last = tl.minimum(first + slice_len, n_cols)
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(first, last, BLOCK):
-        _v, p, mask = _values(x_row, start + cols, last, mx, rse, inv_t, FROM_LOGITS, True)
-        acc += tl.where(mask & (_key(p, False) >= thr), p, 0.0)
-    tl.store(mass_ptr + pid * n_parts + part, tl.sum(acc, 0))
+    if listed:
+        j = tl.arange(0, PB)
+        at = tl.sum(tl.where(j < part, counts, 0), 0)
+        cols = tl.arange(0, BLOCK)
+        for start in range(first, last, BLOCK):
+            v, p, mask = _values(x_row, start + cols, last, 0.0, 1.0, 1.0, FROM_LOGITS, not FROM_LOGITS)
+            keep = mask & (_vkey(v, p, FROM_LOGITS) >= thr) & (_weight(v, p, FROM_LOGITS, True) > 0)
+            pos = at + tl.cumsum(keep.to(tl.int32), 0) - 1
+            tl.store(list_v_ptr + pid * CAP + pos, p, mask=keep)
+            tl.store(list_i_ptr + pid * CAP + pos, start + cols, mask=keep)
+            at += tl.sum(keep.to(tl.int32), 0)
+    elif STATS:
+        _slice_stats(x_row, stats_ptr + (pid * n_parts + part) * STAT_W, first, last, inv_t, True, BLOCK)
+
+
+@triton.jit
+def _list_draw(list_v_ptr, list_i_ptr, u_ptr, p_ptr, pid, count, p_val, inv_t, greedy,
+               FROM_LOGITS: tl.constexpr, TOP_P: tl.constexpr, P_TENSOR: tl.constexpr, CAP: tl.constexpr):
+    """A row's token from its listed top-k survivors (index order): their softmax (FROM_LOGITS)
+    or probabilities; top-p over them by a sort (the reference's: the first sorted value
+    whose running mass reaches ``top_p`` of theirs, its tie group kept); the draw's inverse
+    CDF in index order. -1 where a NaN is listed or no mass is left; greedy: the first
+    largest."""
+    r = tl.arange(0, CAP)
+    m = r < count
+    v = tl.load(list_v_ptr + pid * CAP + r, mask=m, other=0.0)
+    col = tl.load(list_i_ptr + pid * CAP + r, mask=m, other=0)
+    bad = tl.max(tl.where(m & (v != v), 1, 0), 0) > 0
+    mx = tl.max(tl.where(m & (v == v), v, float("-inf")), 0)
+    if FROM_LOGITS:
+        p = tl.where(m, tl.exp((v - mx) * inv_t), 0.0)
+    else:
+        p = tl.where(m, v, 0.0)
+    keep = m & (p > 0)
+    if TOP_P:
+        top_p = tl.load(p_ptr + pid).to(tl.float32) if P_TENSOR else tl.cast(p_val, tl.float32)
+        srt = tl.sort(p, 0, descending=True)
+        run = tl.cumsum(srt, 0)
+        at = tl.minimum(tl.sum(tl.where(run < top_p * tl.sum(p, 0), 1, 0), 0), tl.maximum(count - 1, 0))
+        t = tl.sum(tl.where(r == at, srt, 0.0), 0)
+        t = tl.where(top_p >= 1.0, 0.0, t)  # top_p >= 1: every survivor
+        t = tl.where(top_p == top_p, t, float("inf"))  # NaN: none
+        keep = keep & (p >= t)
+    kp = tl.where(keep, p, 0.0)
+    mass = tl.sum(kp, 0)
+    run = tl.cumsum(kp, 0)
+    target = tl.load(u_ptr + pid) * mass
+    hit = tl.min(tl.where(keep & (run > target), r, CAP), 0)
+    hit = tl.where(hit < CAP, hit, tl.max(tl.where(keep, r, -1), 0))  # rounding: the last kept
+    if greedy:
+        hit = tl.min(tl.where(m & (v == mx), r, CAP), 0)
+    tok = tl.sum(tl.where(r == hit, col, 0), 0)
+    return tl.where(bad | ((mass > 0) == 0), -1, tok)
+
+
+@triton.jit
+def _row_draw(x_row, n_cols, kthr, u_ptr, p_ptr, pid, p_val, inv_t, greedy, FROM_LOGITS: tl.constexpr,
+              TOP_P: tl.constexpr, P_TENSOR: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr,
+              BLOCK: tl.constexpr, SB: tl.constexpr):
+    """A row's token by one program over the whole row, where its top-k survivors (threshold
+    ``kthr``) overflow their list (ties: a row of equal values): the slices' launches in one
+    program, their thresholds and sums as they take them (top-p's search of WAYS candidates
+    STEPS times over the survivors, the kept mass its last weighing, the draw's inverse CDF)."""
+    mx = tl.full([], 0.0, tl.float32)
+    rse = tl.full([], 1.0, tl.float32)
+    arg = tl.full([], 0, tl.int32)
+    if FROM_LOGITS:
+        mx, arg, _nan, se = _stats_of(x_row, 0, n_cols, inv_t, True, BLOCK)
+        rse = 1.0 / se
+    cols = tl.arange(0, SB)
+    j = tl.arange(0, WAYS).to(tl.int64)
+    thr = kthr
+    lo, hi = _initial(FROM_LOGITS)
+    step = hi - lo
+    # the mass of the survivors, then (top-p) STEPS weighings of WAYS candidates above the floor
+    goal = tl.full([], 0.0, tl.float32)
+    mass = tl.full([], 0.0, tl.float32)
+    live = tl.full([], False, tl.int1)
+    n_steps: tl.constexpr = STEPS + 1 if TOP_P else 1
+    for s in tl.static_range(n_steps):
+        if s > 0:
+            step = (hi - lo + WAYS - 1) // WAYS
+        mids = tl.minimum(lo + j * step, 2147483647).to(tl.int32)
+        acc = tl.zeros([WAYS, SB], dtype=tl.float32)
+        for start in range(0, n_cols, SB):
+            v, p, mask = _values(x_row, start + cols, n_cols, mx, rse, inv_t, FROM_LOGITS, True)
+            k = _vkey(v, p, FROM_LOGITS)
+            w = tl.where(mask & (k >= kthr), p, 0.0)
+            acc += tl.where(k[None, :] >= mids[:, None], w[None, :], 0.0)
+        sums = tl.sum(acc, 1)
+        if s == 0:
+            mass = tl.sum(tl.where(j == 0, sums, 0.0), 0)
+            if TOP_P:
+                top_p = tl.load(p_ptr + pid).to(tl.float32) if P_TENSOR else tl.cast(p_val, tl.float32)
+                goal = top_p * mass
+                live = top_p < 1.0
+        else:
+            lo, hi, best = _narrow(lo, hi, sums, goal, live, WAYS)
+            if s == STEPS:
+                thr = tl.maximum(thr, tl.where(goal != goal, 2147483647, lo.to(tl.int32)))
+                mass = tl.where(live, tl.sum(tl.where(j == best, sums, 0.0), 0), mass)
+                mass = tl.where(goal == goal, mass, 0.0)
+    target = tl.load(u_ptr + pid) * mass
+    found = tl.full([SB], 2147483647, tl.int32)
+    last_kept = tl.full([SB], -1, tl.int32)
+    running = tl.full([], 0.0, tl.float32)
+    for start in range(0, n_cols, SB):
+        v, p, mask = _values(x_row, start + cols, n_cols, mx, rse, inv_t, FROM_LOGITS, True)
+        kept = mask & (_vkey(v, p, FROM_LOGITS) >= thr) & (p > 0)
+        pk = tl.where(kept, p, 0.0)
+        c = start + cols
+        found = tl.minimum(found, tl.where(kept & (running + tl.cumsum(pk, 0) > target), c, 2147483647))
+        last_kept = tl.maximum(last_kept, tl.where(kept, c, -1))
+        running += tl.sum(pk, 0)
+    f = tl.min(found, 0)
+    tok = tl.where(f < 2147483647, f, tl.max(last_kept, 0))
+    if greedy:
+        tok = arg
+    return tl.where(mass > 0, tok, -1)
+
+
+@triton.jit
+def _list_kernel(
+    x_ptr, out_ptr, kpart_ptr, kbounds_ptr, list_v_ptr, list_i_ptr, idx_ptr, u_ptr, k_ptr, p_ptr, t_ptr,
+    stride_x, n_cols, n_parts, k_val, p_val, t_val,
+    FROM_LOGITS: tl.constexpr, TOP_P: tl.constexpr, K_TENSOR: tl.constexpr, P_TENSOR: tl.constexpr,
+    HAS_TEMP: tl.constexpr, T_TENSOR: tl.constexpr, HAS_INDICES: tl.constexpr,
+    WHOLE: tl.constexpr,          # a row whose survivors overflow its list: drawn here (_row_draw)
+    WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr,
+    SB: tl.constexpr,
+):
+    """A row's token where its top-k survivors were listed (``_list_draw``); one program a row."""
+    t_val = tl.cast(t_val, tl.float32)
+    pid, row, inv_t, _part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
+    greedy = pid < 0  # false
+    if HAS_TEMP:
+        temp = tl.load(t_ptr + pid).to(tl.float32) if T_TENSOR else t_val
+        greedy = temp < GREEDY_T
+    listed, kthr, counts = _listed(kpart_ptr, kbounds_ptr, pid, tl.num_programs(0), n_parts, n_cols, k_ptr, k_val,
+                                   K_TENSOR, WAYS, STEPS, PB, CAP)
+    if listed:
+        tl.store(out_ptr + pid, _list_draw(list_v_ptr, list_i_ptr, u_ptr, p_ptr, pid, tl.sum(counts, 0), p_val, inv_t,
+                                           greedy, FROM_LOGITS, TOP_P, P_TENSOR, CAP))
+    elif WHOLE:
+        tl.store(out_ptr + pid, _row_draw(x_ptr + row * stride_x, n_cols, kthr, u_ptr, p_ptr, pid, p_val, inv_t,
+                                          greedy, FROM_LOGITS, TOP_P, P_TENSOR, WAYS, STEPS, BLOCK, SB))
 
 
 @triton.jit
@@ -335,19 +600,46 @@ def _finish_kernel(
     stride_x, stride_out, n_cols, slice_len, n_parts,
     k_val, p_val, minp_val, t_val,
     MODE: tl.constexpr,           # "sample", "renorm" or "mask"
+    SEARCHED_MASS: tl.constexpr,  # the kept mass from the top-p search (_searched_mass), not _mass_kernel's
     FROM_LOGITS: tl.constexpr, TOP_K: tl.constexpr, TOP_P: tl.constexpr, MIN_P: tl.constexpr,
     K_TENSOR: tl.constexpr, P_TENSOR: tl.constexpr, MINP_TENSOR: tl.constexpr, HAS_TEMP: tl.constexpr,
-    T_TENSOR: tl.constexpr, HAS_INDICES: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr,
+    T_TENSOR: tl.constexpr, HAS_INDICES: tl.constexpr, LIST: tl.constexpr, WAYS: tl.constexpr,
+    STEPS: tl.constexpr, PB: tl.constexpr, CAP: tl.constexpr,
     BLOCK: tl.constexpr,
     BLOCK_S: tl.constexpr,        # the draw's scan chunk
 ):
     t_val = tl.cast(t_val, tl.float32)
     pid, row, inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
     n_out = tl.num_programs(0)
-    SIGNED: tl.constexpr = MODE == "mask"
+    greedy = part < 0  # false
+    if HAS_TEMP:
+        temp = tl.load(t_ptr + pid).to(tl.float32) if T_TENSOR else t_val
+        greedy = temp < GREEDY_T
+    listed = part < 0  # false
+    if LIST:  # rows drawn from their lists: _list_kernel's
+        listed, _t, _c = _listed(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, K_TENSOR, WAYS,
+                                 STEPS, PB, CAP)
+    if listed == 0:
+        _finish_slice(x_ptr, out_ptr, stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, mass_ptr, u_ptr,
+                      k_ptr, p_ptr, minp_ptr, stride_x, stride_out, n_cols, slice_len, n_parts, k_val, p_val,
+                      minp_val, pid, row, inv_t, part, n_out, greedy, MODE, SEARCHED_MASS, FROM_LOGITS, TOP_K, TOP_P,
+                      MIN_P,
+                      K_TENSOR, P_TENSOR, MINP_TENSOR, WAYS, STEPS, PB, BLOCK, BLOCK_S)
+
+
+@triton.jit
+def _finish_slice(x_ptr, out_ptr, stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, mass_ptr, u_ptr,
+                  k_ptr, p_ptr, minp_ptr, stride_x, stride_out, n_cols, slice_len, n_parts, k_val, p_val,
+                  minp_val, pid, row, inv_t, part, n_out, greedy, MODE: tl.constexpr, SEARCHED_MASS: tl.constexpr,
+                  FROM_LOGITS: tl.constexpr,
+                  TOP_K: tl.constexpr, TOP_P: tl.constexpr, MIN_P: tl.constexpr, K_TENSOR: tl.constexpr,
+                  P_TENSOR: tl.constexpr, MINP_TENSOR: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr,
+                  PB: tl.constexpr, BLOCK: tl.constexpr, BLOCK_S: tl.constexpr):
+    """A slice of a row thresholded over the whole row: its renormalized or masked values, or
+    (the slice that holds the row's draw) the token."""
     thr = _kept_threshold(stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, k_ptr, p_ptr, minp_ptr, pid,
-                          n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t, FROM_LOGITS and not SIGNED,
-                          SIGNED, TOP_K, TOP_P, MIN_P, K_TENSOR, P_TENSOR, MINP_TENSOR, WAYS, STEPS, PB)
+                          n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t, FROM_LOGITS, TOP_K, TOP_P, MIN_P,
+                          K_TENSOR, P_TENSOR, MINP_TENSOR, WAYS, STEPS, PB)
     x_row = x_ptr + row * stride_x
     first = part * slice_len
     last = tl.minimum(first + slice_len, n_cols)
@@ -368,13 +660,17 @@ def _finish_kernel(
         if FROM_LOGITS:
             mx, se, arg, _n = _row_stats(stats_ptr, pid, n_parts, inv_t, PB)
             rse = 1.0 / se
-        own = tl.load(mass_ptr + pid * n_parts + j, mask=j < n_parts, other=0.0)
+        if SEARCHED_MASS:
+            own = _searched_mass(ppart_ptr, pbounds_ptr, pid, n_out, n_parts, n_cols, p_ptr, p_val, P_TENSOR, WAYS,
+                                 STEPS, PB)
+        else:
+            own = tl.load(mass_ptr + pid * n_parts + j, mask=j < n_parts, other=0.0)
         if MODE == "renorm":
             kept_mass = tl.sum(own, 0)
             cols = tl.arange(0, BLOCK)
             for start in range(first, last, BLOCK):
-                _v, p, mask = _values(x_row, start + cols, last, mx, rse, inv_t, FROM_LOGITS, True)
-                y = tl.where(_key(p, False) >= thr, p / kept_mass, 0.0 / kept_mass)  # no mass: 0 / 0; NaN mass
+                v, p, mask = _values(x_row, start + cols, last, mx, rse, inv_t, FROM_LOGITS, True)
+                y = tl.where(_vkey(v, p, FROM_LOGITS) >= thr, p / kept_mass, 0.0 / kept_mass)  # no mass: 0 / 0
                 tl.store(out_ptr + pid * stride_out + start + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
         else:
             tl.static_assert(MODE == "sample")
@@ -384,18 +680,14 @@ def _finish_kernel(
             target = tl.load(u_ptr + pid) * kept_mass
             hit = tl.min(tl.where((cs > target) & (own > 0) & (j < n_parts), j, PB), 0)
             hit = tl.where(hit < PB, hit, tl.max(tl.where(own > 0, j, -1), 0))  # rounding: the last with mass
-            greedy = part < 0  # false
-            if HAS_TEMP:
-                temp = tl.load(t_ptr + pid).to(tl.float32) if T_TENSOR else t_val
-                greedy = temp < GREEDY_T
             if (kept_mass > 0) & (part == hit) & (greedy == 0):
                 running = tl.sum(tl.where(j == part - 1, cs, 0.0), 0)  # the slices before, as summed above
                 cols_s = tl.arange(0, BLOCK_S)
                 found = tl.full([BLOCK_S], 2147483647, tl.int32)  # per lane, reduced once after the slice
                 last_kept = tl.full([BLOCK_S], -1, tl.int32)
                 for start in range(first, last, BLOCK_S):
-                    _v, p, mask = _values(x_row, start + cols_s, last, mx, rse, inv_t, FROM_LOGITS, True)
-                    kept = mask & (_key(p, False) >= thr) & (p > 0)
+                    v, p, mask = _values(x_row, start + cols_s, last, mx, rse, inv_t, FROM_LOGITS, True)
+                    kept = mask & (_vkey(v, p, FROM_LOGITS) >= thr) & (p > 0)
                     pk = tl.where(kept, p, 0.0)
                     c = start + cols_s
                     found = tl.minimum(found, tl.where(kept & (running + tl.cumsum(pk, 0) > target), c, 2147483647))
