@@ -71,7 +71,8 @@ _LIST_K = 1024  # a top_k number up to it lists (a list of 2k, at least _LIST_MI
 _LIST_MIN = 256
 _LIST_ROWS = 1024  # the list of a top_k a row
 _MAX_PARTS = 256  # slices a row at most
-_PROGRAMS_PER_SM = 4  # rows x slices aimed at
+_PROGRAMS_PER_SM = 4  # rows x slices aimed at (a program's passes wait on their loads: more slices, more
+_MANY_ROWS = 64        # in flight); from 64 rows twice as many (H200: 5-10% faster there, 1-6% slower at 16)
 
 
 def _sm_count(profile) -> int:
@@ -101,7 +102,8 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
     n = x.shape[1]
     block = min(_BLOCK, next_power_of_2(n))
     profile = device_profile(x.device)
-    parts = max(1, min(cdiv(_PROGRAMS_PER_SM * _sm_count(profile), n_out), cdiv(n, block), _MAX_PARTS))
+    per_sm = _PROGRAMS_PER_SM if n_out < _MANY_ROWS else 2 * _PROGRAMS_PER_SM
+    parts = max(1, min(cdiv(per_sm * _sm_count(profile), n_out), cdiv(n, block), _MAX_PARTS))
     slice_len = cdiv(cdiv(n, parts), block) * block
     parts = cdiv(n, slice_len)
     pb = next_power_of_2(parts)

@@ -271,6 +271,41 @@ def _listed(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, K
 
 
 @triton.jit
+def _weigh(x_row, first, last, lo, hi, floor, mx, rse, inv_t, FROM_LOGITS: tl.constexpr, AS_PROBS: tl.constexpr,
+           COUNT: tl.constexpr, WAYS: tl.constexpr, BLOCK: tl.constexpr, SB: tl.constexpr):
+    """The WAYS candidates' sums over columns [first, last): the candidates split the interval
+    [lo, hi) evenly; each sums the weights (``_weight``) of the keys at or above it and ``floor``.
+
+    Keys at or above the interval count for every candidate, keys inside it for those at or
+    below them, keys under it (or under the floor) for none. Only a chunk holding keys inside
+    the interval weighs its candidates one by one: after a step or two the interval holds
+    few keys, and a pass is a read and a compare a value."""
+    j = tl.arange(0, WAYS).to(tl.int64)
+    wstep = (hi - lo + WAYS - 1) // WAYS
+    # int32 candidates: one past the largest key (2^31) compares as 2^31 - 1, a NaN's key, which no
+    # counted value has
+    mids = tl.minimum(lo + j * wstep, 2147483647).to(tl.int32)
+    hi_c = tl.minimum(hi, 2147483647).to(tl.int32)  # a NaN's key (2^31 - 1): above, counted by all
+    lo_c = tl.maximum(lo.to(tl.int32), floor)
+    cols = tl.arange(0, BLOCK)
+    cols_s = tl.arange(0, SB)
+    above = tl.zeros([BLOCK], dtype=tl.float32)
+    acc = tl.zeros([WAYS, SB], dtype=tl.float32)
+    for start in range(first, last, BLOCK):
+        v, p, mask = _values(x_row, start + cols, last, mx, rse, inv_t, FROM_LOGITS, AS_PROBS)
+        k = _vkey(v, p, FROM_LOGITS)
+        above += tl.where(mask & (k >= hi_c) & (k >= floor), _weight(v, p, FROM_LOGITS, COUNT), 0.0)
+        inside = mask & (k >= lo_c) & (k < hi_c)
+        if tl.sum(inside.to(tl.int32), 0) > 0:
+            for sub in range(start, start + BLOCK, SB):  # the chunk again (from L1), a part at a time
+                v_s, p_s, mask_s = _values(x_row, sub + cols_s, last, mx, rse, inv_t, FROM_LOGITS, AS_PROBS)
+                k_s = _vkey(v_s, p_s, FROM_LOGITS)
+                w_s = tl.where(mask_s & (k_s >= lo_c) & (k_s < hi_c), _weight(v_s, p_s, FROM_LOGITS, COUNT), 0.0)
+                acc += tl.where(k_s[None, :] >= mids[:, None], w_s[None, :], 0.0)
+    return tl.sum(acc, 1) + tl.sum(above, 0)
+
+
+@triton.jit
 def _search_kernel(
     x_ptr, stats_ptr, part_ptr, bounds_ptr,
     fpart_ptr, fbounds_ptr,       # FLOOR / LIST: the finished top-k search
@@ -324,39 +359,11 @@ def _search_kernel(
         if FROM_LOGITS and AS_PROBS:
             mx, se, _a, _n = _row_stats(stats_ptr, pid, n_parts, inv_t, PB)
             rse = 1.0 / se
-        x_row = x_ptr + row * stride_x
-        j = tl.arange(0, WAYS).to(tl.int64)
-        wstep = (hi - lo + WAYS - 1) // WAYS
-        # int32 candidates: one past the largest key (2^31) compares as 2^31 - 1, a NaN's key, which no
-        # counted value has
-        mids = tl.minimum(lo + j * wstep, 2147483647).to(tl.int32)
-        # Keys at or above the interval count for every candidate, keys inside it for those at or
-        # below them, keys under it (or under the floor) for none. Only a chunk holding keys
-        # inside the interval weighs its candidates one by one: after a launch or two the interval
-        # holds few keys, and a pass is a read and a compare a value. Top-k counts only values
-        # with mass (no -inf logit, no zero probability): a row with fewer than k keeps all.
-        hi_c = tl.minimum(hi, 2147483647).to(tl.int32)  # a NaN's key (2^31 - 1): above, counted by all
-        lo_c = tl.maximum(lo.to(tl.int32), floor)
-        cols = tl.arange(0, BLOCK)
-        cols_s = tl.arange(0, SB)
         first = part * slice_len
-        last = tl.minimum(first + slice_len, n_cols)
-        above = tl.zeros([BLOCK], dtype=tl.float32)
-        acc = tl.zeros([WAYS, SB], dtype=tl.float32)
-        for start in range(first, last, BLOCK):
-            v, p, mask = _values(x_row, start + cols, last, mx, rse, inv_t, FROM_LOGITS, AS_PROBS)
-            k = _vkey(v, p, FROM_LOGITS)
-            w = _weight(v, p, FROM_LOGITS, COUNT)
-            above += tl.where(mask & (k >= hi_c) & (k >= floor), w, 0.0)
-            inside = mask & (k >= lo_c) & (k < hi_c)
-            if tl.sum(inside.to(tl.int32), 0) > 0:
-                for sub in range(start, start + BLOCK, SB):  # the chunk again (from L1), a part at a time
-                    v_s, p_s, mask_s = _values(x_row, sub + cols_s, last, mx, rse, inv_t, FROM_LOGITS, AS_PROBS)
-                    k_s = _vkey(v_s, p_s, FROM_LOGITS)
-                    w_s = tl.where(mask_s & (k_s >= lo_c) & (k_s < hi_c), _weight(v_s, p_s, FROM_LOGITS, COUNT), 0.0)
-                    acc += tl.where(k_s[None, :] >= mids[:, None], w_s[None, :], 0.0)
+        sums = _weigh(x_ptr + row * stride_x, first, tl.minimum(first + slice_len, n_cols), lo, hi, floor, mx, rse,
+                      inv_t, FROM_LOGITS, AS_PROBS, COUNT, WAYS, BLOCK, SB)
         w = tl.arange(0, WAYS)
-        tl.store(part_ptr + ((step * n_out + pid) * n_parts + part) * WAYS + w, tl.sum(acc, 1) + tl.sum(above, 0))
+        tl.store(part_ptr + ((step * n_out + pid) * n_parts + part) * WAYS + w, sums)
 
 
 @triton.jit
@@ -515,38 +522,25 @@ def _row_draw(x_row, n_cols, kthr, u_ptr, p_ptr, pid, p_val, inv_t, greedy, FROM
         mx, arg, _nan, se = _stats_of(x_row, 0, n_cols, inv_t, True, BLOCK)
         rse = 1.0 / se
     cols = tl.arange(0, SB)
-    j = tl.arange(0, WAYS).to(tl.int64)
+    j = tl.arange(0, WAYS)
     thr = kthr
     lo, hi = _initial(FROM_LOGITS)
-    step = hi - lo
-    # the mass of the survivors, then (top-p) STEPS weighings of WAYS candidates above the floor
-    goal = tl.full([], 0.0, tl.float32)
-    mass = tl.full([], 0.0, tl.float32)
-    live = tl.full([], False, tl.int1)
-    n_steps: tl.constexpr = STEPS + 1 if TOP_P else 1
-    for s in tl.static_range(n_steps):
-        if s > 0:
-            step = (hi - lo + WAYS - 1) // WAYS
-        mids = tl.minimum(lo + j * step, 2147483647).to(tl.int32)
-        acc = tl.zeros([WAYS, SB], dtype=tl.float32)
-        for start in range(0, n_cols, SB):
-            v, p, mask = _values(x_row, start + cols, n_cols, mx, rse, inv_t, FROM_LOGITS, True)
-            k = _vkey(v, p, FROM_LOGITS)
-            w = tl.where(mask & (k >= kthr), p, 0.0)
-            acc += tl.where(k[None, :] >= mids[:, None], w[None, :], 0.0)
-        sums = tl.sum(acc, 1)
-        if s == 0:
-            mass = tl.sum(tl.where(j == 0, sums, 0.0), 0)
-            if TOP_P:
-                top_p = tl.load(p_ptr + pid).to(tl.float32) if P_TENSOR else tl.cast(p_val, tl.float32)
-                goal = top_p * mass
-                live = top_p < 1.0
-        else:
+    # STEPS weighings narrowing the interval as the launches over slices do; the first's first
+    # candidate (the whole key range) weighs the survivors' mass, top-p's goal a fraction of it
+    sums = _weigh(x_row, 0, n_cols, lo, hi, kthr, mx, rse, inv_t, FROM_LOGITS, True, False, WAYS, BLOCK, SB)
+    mass = tl.sum(tl.where(j == 0, sums, 0.0), 0)
+    if TOP_P:
+        top_p = tl.load(p_ptr + pid).to(tl.float32) if P_TENSOR else tl.cast(p_val, tl.float32)
+        goal = top_p * mass
+        live = top_p < 1.0
+        lo, hi, best = _narrow(lo, hi, sums, goal, live, WAYS)
+        for _s in tl.static_range(STEPS - 1):
+            sums = _weigh(x_row, 0, n_cols, lo, hi, kthr, mx, rse, inv_t, FROM_LOGITS, True, False, WAYS, BLOCK,
+                          SB)
             lo, hi, best = _narrow(lo, hi, sums, goal, live, WAYS)
-            if s == STEPS:
-                thr = tl.maximum(thr, tl.where(goal != goal, 2147483647, lo.to(tl.int32)))
-                mass = tl.where(live, tl.sum(tl.where(j == best, sums, 0.0), 0), mass)
-                mass = tl.where(goal == goal, mass, 0.0)
+        thr = tl.maximum(thr, tl.where(goal != goal, 2147483647, lo.to(tl.int32)))
+        mass = tl.where(live, tl.sum(tl.where(j == best, sums, 0.0), 0), mass)
+        mass = tl.where(goal == goal, mass, 0.0)
     target = tl.load(u_ptr + pid) * mass
     found = tl.full([SB], 2147483647, tl.int32)
     last_kept = tl.full([SB], -1, tl.int32)
