@@ -83,7 +83,7 @@ def _search_warps(profile) -> int:
     """4 warps measured on the H200 (8 with 1024-value chunks were slower). ptxas for sm_80
     spills a register across the interval test's reduction in some searches under 4 warps
     and others under 8 (Triton 3.6 and 3.9 differ); under 2 none (scripts/check_targets.py)."""
-    return 2 if profile.arch == "sm_80" else _SEARCH_WARPS
+    return 4 if profile.arch == "sm_80" else _SEARCH_WARPS
 
 
 def _list_cap(k_t, k_v) -> int:
@@ -159,7 +159,7 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
         launch(_list_kernel, (n_out,), x, out, kpart, kbounds, list_v, list_i, idx, u, k_t, p_t, t_t, x.stride(0), n,
                parts, k_v, p_v, t_v, FROM_LOGITS=from_logits, TOP_P=top_p, K_TENSOR=k_t is not None,
                P_TENSOR=p_t is not None, **flags, WHOLE=whole, **keyed, BLOCK=block,
-               SB=min(_BLOCK_SEARCH, block), num_warps=max(4, min(16, cap // 128)))
+               SB=min(_BLOCK_SEARCH, block), num_warps=max(8 if whole else 4, min(16, cap // 128)))
 
 
 # torch.compile does not trace the launches: Inductor, handed the searches' chain of kernels that
@@ -195,7 +195,7 @@ def _rows(op: str, name: str, x) -> torch.Tensor:
 
 
 def _param(op: str, name: str, value, rows: int, ref: torch.Tensor, integer: bool):
-    """A per-row tensor (int32 / fp32, (rows,)) or a Python number: (tensor or None, number)."""
+    """A per-row tensor (int32 / int64 / fp32, (rows,)) or a Python number: (tensor or None, number)."""
     if isinstance(value, torch.Tensor):
         if value.dim() > 1 or value.numel() != rows:
             raise ValueError(f"{op}: {name} must be a number or a tensor of one value a row ({rows}), got shape "
@@ -205,8 +205,10 @@ def _param(op: str, name: str, value, rows: int, ref: torch.Tensor, integer: boo
         if not integer and not value.dtype.is_floating_point:
             raise TypeError(f"{op}: {name} must be a floating-point tensor, got {value.dtype}")
         check_same_device(op, name, value, "the probabilities", ref)
-        # one a row, contiguous (the kernels read row i's at i)
-        return value.reshape(-1).to(torch.int32 if integer else torch.float32).contiguous(), 0
+        # one a row, contiguous (the kernels read row i's at i); int32, int64 and fp32 read as they are
+        keep = (torch.int32, torch.int64) if integer else (torch.float32,)
+        value = value.reshape(-1)
+        return (value if value.dtype in keep else value.to(torch.int32 if integer else torch.float32)).contiguous(), 0
     if integer:
         return None, check_int(op, name, value)
     v = check_real(op, name, value)
