@@ -86,11 +86,13 @@ def _search_warps(profile) -> int:
     return 4 if profile.arch == "sm_80" else _SEARCH_WARPS
 
 
-def _list_cap(k_t, k_v) -> int:
-    """The list a row's top-k survivors go to (0: none): k + ties, at least 256."""
+def _list_cap(k_t, k_v, profile) -> int:
+    """The list a row's top-k survivors go to (0: none): k + ties, at least 256 (the
+    interpreter: 32, its sort of a list being slow, and the tests' rows short)."""
     if k_t is not None:
         return _LIST_ROWS
-    return max(_LIST_MIN, next_power_of_2(2 * k_v)) if k_v <= _LIST_K else 0
+    least = 32 if profile.interpreter else _LIST_MIN
+    return max(least, next_power_of_2(2 * k_v)) if k_v <= _LIST_K else 0
 
 
 @planned
@@ -109,7 +111,7 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
     pb = next_power_of_2(parts)
     steps = _STEPS[x.dtype]
     sums = from_logits and mode == "sample"  # the softmax's max and sum
-    cap = _list_cap(k_t, k_v) if mode == "sample" and top_k and not joint else 0
+    cap = _list_cap(k_t, k_v, profile) if mode == "sample" and top_k and not joint else 0
     # a top_k number: a row whose survivors overflow its list (ties) is drawn by _list_kernel's one
     # program; a top_k a row: by the whole-row launches (a row whose k keeps everything is common)
     whole = cap > 0 and k_t is None
