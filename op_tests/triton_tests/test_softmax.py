@@ -76,10 +76,14 @@ def test_edge_rows_match_torch(op, n):
 
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("cfg", [sm_mod.SoftmaxLaunchConfig(1, 64, 4, True),
-                                 sm_mod.SoftmaxLaunchConfig(1, 64, 4, False, SPLIT=True)], ids=["looped", "split"])
+                                 sm_mod.SoftmaxLaunchConfig(1, 64, 4, True, SEGMENT=128),
+                                 sm_mod.SoftmaxLaunchConfig(1, 64, 4, True, SEGMENT=64),
+                                 sm_mod.SoftmaxLaunchConfig(1, 64, 4, False, SPLIT=True)],
+                         ids=["looped", "looped_segments", "looped_segment_a_chunk", "split"])
 @pytest.mark.parametrize("n", [300, 320], ids=["last_part", "whole_segments"])
 def test_wide_row_paths_on_small_rows(op, cfg, n, monkeypatch):
-    # 64-column chunks / segments: the statistics merged across them, edge rows included
+    # 64-column chunks / segments (looped: a row's 64- or 128-column segments, a program
+    # each, exchanging their statistics): merged across them, edge rows included
     monkeypatch.setattr(sm_mod, "softmax_launch_config", lambda *a, **k: cfg)
     x = torch.randn(6, n, device=DEVICE) * 8
     x[1] = -INF
@@ -145,6 +149,8 @@ def test_launch_config_covers_the_row(n_rows, n_cols, profile):
     assert cfg.num_warps <= profile.max_warps  # 1024 lanes: 16 wavefronts of 64 on AMD
     if cfg.SPLIT:  # a row's segments are resident together: half the SMs at most
         assert -(-n_cols // cfg.BLOCK_N) <= profile.sms // 2
+    if cfg.LOOPED and 0 < cfg.SEGMENT < n_cols:  # the looped forward's segments likewise, whole chunks
+        assert cfg.SEGMENT % cfg.BLOCK_N == 0 and -(-n_cols // cfg.SEGMENT) <= max(profile.sms // 2, 1)
 
 
 def test_native_matches_torch():

@@ -183,13 +183,18 @@ def test_opcheck_backward_launch():
 @pytest.mark.parametrize("n_rows", [1, 300, 4096])
 @pytest.mark.parametrize("n_cols", [1, 100, 16384, 16385, 32767, 32768, 65536, 262144, 1 << 20])
 def test_launch_config(n_cols, n_rows, profile):
-    """The forward's regime (tiles in registers up to _MAX_ROW_IN_REGS columns, wider rows
-    split over programs while a row's segments fit half the SMs, looped beyond), but rows
-    of _BWD_LOOP_COLS columns looped in whole 16384-wide chunks where they are at least as
-    many as the SMs."""
+    """The forward's tiles in registers up to _MAX_ROW_IN_REGS columns; wider rows split
+    over programs while a row's segments fit half the SMs, looped one a program beyond
+    (the backward has no looped segments); rows of _BWD_LOOP_COLS columns looped in whole
+    16384-wide chunks where they are at least as many as the SMs."""
     cfg = sm_mod.softmax_bwd_launch_config(n_rows, n_cols, profile)
     if n_cols == 32768 and n_rows >= grid_sms(profile):
         assert cfg == sm_mod.SoftmaxLaunchConfig(1, 16384, min(32, profile.max_warps), True)
+    elif n_cols > sm_mod._MAX_ROW_IN_REGS:
+        assert cfg.SPLIT or cfg == sm_mod._BWD_WIDE
+        assert not cfg.SEGMENT
+        if cfg.SPLIT:
+            assert -(-n_cols // cfg.BLOCK_N) <= profile.sms // 2
     else:
         assert cfg == sm_mod.softmax_launch_config(n_rows, n_cols, profile)
-        assert (cfg.SPLIT or cfg.LOOPED) == (n_cols > sm_mod._MAX_ROW_IN_REGS)
+        assert not (cfg.SPLIT or cfg.LOOPED)

@@ -46,38 +46,78 @@ class SoftmaxLaunchConfig:
     num_warps: int
     LOOPED: bool
     SPLIT: bool = False  # the row cut into BLOCK_N-wide segments, one program each, held in registers
+    SEGMENT: int = 0  # LOOPED forward: a row cut into SEGMENT-column segments (a multiple of BLOCK_N), a program each
 
 
-# Measured on an H200 (bf16, M * N = 2^26; scratch sweeps of tiles, warps and split
-# segments): rows in registers up to 16384 columns, the widest with 32 warps (16384:
-# 73 us against 82 us with 8 warps); wider rows split, which reads once and, keeping
-# the exponentials, takes one exp per element: 4096-wide segments of 4 warps up to
-# 131072 columns (80% of copy at 32768 and 65536, against 66% / 55% for one row per
-# program), 8192-wide beyond (61% at 262144, where 4096-wide segments are 64 a row);
-# past half the SMs' worth of segments a row is looped in 8192-wide chunks (read twice).
+# Measured on an H200 (bf16; copy 68 us at 2^26 elements): rows in registers up to 16384
+# columns, the widest with 32 warps (16384: 73 us against 82 us with 8 warps). Wider rows
+# that give every SM a program (_LOOP_FILL) are looped: one program a row, read in chunks
+# twice, the first pass's reads kept in L2 (evict last) and the second's evicted first,
+# so the rows in flight stay in L2 for their second read; rows past _LOOP_WHOLE columns
+# are cut into _SEGMENT-column segments, a program each, that exchange their statistics
+# between the passes (whole rows of 128K+ in flight overflow L2). Against the split in
+# registers: 2048 x 32768 85.5 us (80% of copy; split 95.4), 16384 x 32768 614 (83%;
+# 700, Liger 655), 1024 x 65536 88.4 (78%; 97.1; 32K segments 104), 256 x 262144 102.3
+# (66%; 109.8), 4096 x 151936 869 (68%; 969), 1024 x 128256 191 (66%; 202); 16K chunks
+# past 65536 columns 103-109, 64K segments 104-110; 32 x 262144 19.2 (split 21.2).
+# Fewer rows split, which reads once and, keeping the exponentials, takes one exp per
+# element (a row spread over 8 to 64 programs: 16 x 131072 10.0 us, looped 29):
+# 4096-wide segments of 4 warps up to 131072 columns, 8192-wide beyond.
+# Tried and slower (H200, bf16, 2^26 elements, copy 68 us): persistent split programs
+# that step over segments (no ticket: 98-121 us; the same without waiting for the row's
+# siblings 75-80 us, 85-91% of copy, so the wait for a row's slowest segment is the
+# cost, not the ticket or the slots' release: generation-tagged slots that need no
+# release took 96-156 us), and a persistent lagged two-pass (a segment's statistics
+# published one step, its output written a step or two later from L2: 122-262 us, a
+# poll a step).
 _MAX_ROW_IN_REGS = 16384
 _TILE = 2048
-_LOOP = SoftmaxLaunchConfig(1, 8192, 8, True)
 _SPLIT = SoftmaxLaunchConfig(1, 4096, 4, False, SPLIT=True)
 _SPLIT_WIDE = SoftmaxLaunchConfig(1, 8192, 4, False, SPLIT=True)
 _SPLIT_WIDE_FROM = 131072
+_LOOP_FILL = 1  # looped from one program an SM (32768 wide: 128 rows 11.0 us looped, 11.5 split)
+_LOOP_NARROW = 32768  # up to this many columns 8192-wide chunks, one row a program
+_LOOP_WHOLE = 65536  # up to this many columns one row a program (16384-wide chunks past _LOOP_NARROW)
+_SEGMENT = 32768  # wider rows: segments of at least this many columns, in 8192-wide chunks
+_LOOP_WARPS = 16
+
+
+def _register_split(n_cols: int, profile: DeviceProfile) -> SoftmaxLaunchConfig | None:
+    """The split over programs holding their segment in registers, or None where a row's
+    segments would pass half the SMs."""
+    split = _SPLIT_WIDE if n_cols > _SPLIT_WIDE_FROM else _SPLIT
+    if profile.arch == "sm_80" and split is _SPLIT:
+        # ptxas for sm_80 gives a 4-warp log-softmax segment an 8 B stack frame; 8 warps
+        # build in 32 registers without (scripts/check_targets.py)
+        split = replace(split, num_warps=8)
+    return split if cdiv(n_cols, split.BLOCK_N) <= grid_sms(profile) // 2 else None
+
+
+def _looped(n_cols: int, profile: DeviceProfile) -> SoftmaxLaunchConfig:
+    """The forward's looped launch (chunk, warps, segment) for rows of ``n_cols``: a row's
+    segments no more than half the SMs."""
+    warps = min(_LOOP_WARPS, profile.max_warps)
+    if n_cols <= _LOOP_WHOLE:
+        return SoftmaxLaunchConfig(1, 8192 if n_cols <= _LOOP_NARROW else 16384, warps, True)
+    chunk = 8192
+    segment = max(_SEGMENT, cdiv(cdiv(n_cols, max(grid_sms(profile) // 2, 1)), chunk) * chunk)
+    return SoftmaxLaunchConfig(1, chunk, warps, True, SEGMENT=segment)
 
 
 @functools.lru_cache(maxsize=1024)
 def softmax_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPRETER) -> SoftmaxLaunchConfig:
     """Rows in registers (several per program when short, halved until the grid has two
-    programs per SM) up to ``_MAX_ROW_IN_REGS`` columns; wider rows split over programs
-    or, past half the SMs' worth of segments, one row per program in chunks. The widest
-    row in registers takes as many warps as a program may have (32 of 32 lanes, 16 of 64)."""
+    programs per SM) up to ``_MAX_ROW_IN_REGS`` columns; wider rows looped in chunks
+    where they fill the GPU, else split over programs held in registers. The widest row
+    in registers takes as many warps as a program may have (32 of 32 lanes, 16 of 64)."""
     sms = grid_sms(profile)
     block_n = next_power_of_2(n_cols)
     if block_n > _MAX_ROW_IN_REGS:
-        split = _SPLIT_WIDE if n_cols > _SPLIT_WIDE_FROM else _SPLIT
-        if profile.arch == "sm_80" and split is _SPLIT:
-            # ptxas for sm_80 gives a 4-warp log-softmax segment an 8 B stack frame; 8 warps
-            # build in 32 registers without (scripts/check_targets.py)
-            split = replace(split, num_warps=8)
-        return split if cdiv(n_cols, split.BLOCK_N) <= sms // 2 else _LOOP
+        looped = _looped(n_cols, profile)
+        split = _register_split(n_cols, profile)
+        if split is not None and n_rows * cdiv(n_cols, looped.SEGMENT or n_cols) < _LOOP_FILL * sms:
+            return split
+        return looped
     block_m = min(max(_TILE // block_n, 1), next_power_of_2(n_rows))
     while block_m > 1 and cdiv(n_rows, block_m) < 2 * sms:
         block_m //= 2
@@ -98,15 +138,19 @@ def softmax_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INT
 # chunks; other rows take the forward's regime.
 _BWD_LOOP = SoftmaxLaunchConfig(1, 16384, 32, True)
 _BWD_LOOP_COLS = 32768
+_BWD_WIDE = SoftmaxLaunchConfig(1, 8192, 8, True)  # rows too wide to split: one a program
 
 
 def softmax_bwd_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPRETER) -> SoftmaxLaunchConfig:
-    """The backward's launch: the forward's (the same tiles, warps and split segments,
-    holding y and dy; looped where the forward loops), but rows of ``_BWD_LOOP_COLS``
-    columns looped in whole chunks of ``_BWD_LOOP`` where the rows fill the SMs. Its own
-    name: what a test or a tuning run pins for the backward alone."""
+    """The backward's launch: rows in registers as the forward's; wider rows split over
+    programs holding y and dy (one read), or, too wide for that, looped one a program
+    (``_BWD_WIDE``); rows of ``_BWD_LOOP_COLS`` columns looped in whole chunks of
+    ``_BWD_LOOP`` where the rows fill the SMs. Its own name: what a test or a tuning run
+    pins for the backward alone."""
     if n_cols == _BWD_LOOP_COLS and n_rows >= grid_sms(profile):
         return replace(_BWD_LOOP, num_warps=min(_BWD_LOOP.num_warps, profile.max_warps))
+    if next_power_of_2(n_cols) > _MAX_ROW_IN_REGS:
+        return _register_split(n_cols, profile) or _BWD_WIDE
     return softmax_launch_config(n_rows, n_cols, profile)
 
 
@@ -127,9 +171,17 @@ def _launch_rows(src: torch.Tensor, dy: torch.Tensor | None, dst: torch.Tensor, 
     tensors = (src, dst) if dy is None else (src, dy, dst)
     int64 = any(t.shape[0] * max(t.stride(0), t.shape[1]) + t.shape[1] >= 2**31 for t in tensors)
     if cfg.LOOPED:
-        launch(_softmax_looped_kernel, (n_rows,), src, dy, dst, src.stride(0), stride_dy, dst.stride(0), n_cols,
-               LOG=log, BACKWARD=dy is not None, INT64=int64, BLOCK_N=cfg.BLOCK_N,
-               EVEN=dy is not None and n_cols % cfg.BLOCK_N == 0, num_warps=cfg.num_warps)
+        segment = cfg.SEGMENT if dy is None and 0 < cfg.SEGMENT < n_cols else 0
+        even = n_cols % cfg.BLOCK_N == 0
+        if segment:  # offsets from an int64 ticket
+            n_segs, slots, phases = split_row_slots("softmax", n_rows, n_cols, segment, src.device, released=True)
+        else:
+            n_segs, slots, phases = 1, None, (0,)
+        for phase in phases:
+            launch(_softmax_looped_kernel, (n_rows * n_segs,), src, dy, dst, src.stride(0), stride_dy, dst.stride(0),
+                   n_cols, slots, n_rows, n_segs, segment or n_cols, LOG=log, BACKWARD=dy is not None, INT64=int64,
+                   SPLIT=segment > 0, PHASE=phase, BLOCK_N=cfg.BLOCK_N, BLOCK_S=next_power_of_2(n_segs),
+                   EVEN=even and segment % cfg.BLOCK_N == 0, num_warps=cfg.num_warps)
     else:
         launch(_softmax_kernel, (cdiv(n_rows, cfg.BLOCK_M),), src, dy, dst, src.stride(0), stride_dy,
                dst.stride(0), n_rows, n_cols, LOG=log, BACKWARD=dy is not None, INT64=int64, BLOCK_M=cfg.BLOCK_M,

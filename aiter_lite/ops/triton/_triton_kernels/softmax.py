@@ -3,8 +3,9 @@
 * ``_softmax_kernel``: BLOCK_M rows of up to BLOCK_N columns held in registers; each
   row read once.
 * ``_softmax_looped_kernel``: one row per program, in BLOCK_N-wide chunks: a pass for
-  the row's statistics (forward: an online max and sum of exponentials), then a second
-  pass that writes.
+  the row's statistics (forward: an online max and sum of exponentials), kept in L2,
+  then a second pass that writes; the forward may cut a row into segments, a program
+  each, that exchange their statistics between the passes.
 * ``_softmax_split_kernel``: a wide row split over programs, each segment read once and
   held in registers; the programs of a row exchange their segments' max and sum.
 
@@ -116,19 +117,51 @@ def _rescale(s, m, m_new):
 
 
 @triton.jit
+def _load_x_evict(ptrs, mask, KEEP: tl.constexpr, EVEN: tl.constexpr):
+    """x in fp32 (-inf on masked lanes), kept in L2 (``KEEP``: evict last) or not (evict
+    first); ``EVEN``: unmasked."""
+    if KEEP:
+        if EVEN:
+            return tl.load(ptrs, eviction_policy="evict_last").to(tl.float32)
+        return tl.load(ptrs, mask=mask, other=float("-inf"), eviction_policy="evict_last").to(tl.float32)
+    if EVEN:
+        return tl.load(ptrs, eviction_policy="evict_first").to(tl.float32)
+    return tl.load(ptrs, mask=mask, other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
+
+
+@co_resident(segments_waiting)
+@triton.jit
 def _softmax_looped_kernel(
     in_ptr, dy_ptr, out_ptr,      # forward: x, None, y; BACKWARD: y, dy, x's gradient
     stride_in_row, stride_dy_row, stride_out_row,
     n_cols,
+    slot_ptr,                     # SPLIT: as _softmax_split_kernel's; else unused
+    n_rows, n_segs, seg_cols,     # SPLIT: a row's segments of seg_cols columns (a multiple of BLOCK_N)
     LOG: tl.constexpr,
     BACKWARD: tl.constexpr,
     INT64: tl.constexpr,
+    SPLIT: tl.constexpr,          # forward: a row cut into n_segs segments, a program each
+    PHASE: tl.constexpr,          # SPLIT: 0 all at once; 1 / 2 first / second half alone (interpreter)
     BLOCK_N: tl.constexpr,        # columns per chunk
-    EVEN: tl.constexpr,           # BACKWARD: n_cols a multiple of BLOCK_N (loads and stores unmasked)
+    BLOCK_S: tl.constexpr,        # SPLIT: next power of 2 >= n_segs
+    EVEN: tl.constexpr,           # n_cols (and seg_cols) a multiple of BLOCK_N: loads and stores unmasked
 ):
-    row = tl.program_id(0)
-    if INT64:
-        row = row.to(tl.int64)
+    """One row (forward with SPLIT: one segment of a row) per program, in BLOCK_N-wide
+    chunks: a pass for the statistics, its reads kept in L2 (evict last), then a writing
+    pass whose reads are evicted first, so the first pass's chunks of the rows in flight
+    stay in L2 for their second read. With SPLIT a row's programs (tickets taken in start
+    order, as ``_softmax_split_kernel``'s) exchange their segments' max and sum between
+    the passes."""
+    if SPLIT:
+        row, seg = _segment_ticket(slot_ptr, n_rows, n_segs, PHASE)
+        c0 = seg.to(tl.int32) * seg_cols
+        c1 = tl.minimum(c0 + seg_cols, n_cols)
+    else:
+        row = tl.program_id(0)
+        if INT64:
+            row = row.to(tl.int64)
+        c0 = 0
+        c1 = n_cols
     in_row = in_ptr + row * stride_in_row
     out_row = out_ptr + row * stride_out_row
     cols = tl.arange(0, BLOCK_N)
@@ -137,39 +170,47 @@ def _softmax_looped_kernel(
     # BACKWARD: the running sum held by every lane (the same value in each), not one scalar:
     # 138 against 145 us at 2048 x 32768 (H100, softmax)
     s_lanes = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, n_cols, BLOCK_N):
-        mask = start + cols < n_cols
-        if BACKWARD:
-            # kept in L2 for the second pass (one row a program, a few programs an SM: the
-            # rows in flight fit it)
-            y, dy = _load_grad_evict(in_row + start + cols, dy_ptr + row * stride_dy_row + start + cols, mask,
-                                     True, EVEN)
-            s_lanes = s_lanes + tl.sum(_grad_terms(y, dy, LOG), axis=0)
-        else:
-            x = tl.load(in_row + start + cols, mask=mask, other=float("-inf")).to(tl.float32)
-            m_c = tl.max(x, axis=0)
-            # a chunk of -inf adds nothing (its exp(x - m_c) would be NaN)
-            s_c = tl.where(m_c == float("-inf"), 0.0, tl.sum(tl.where(mask, tl.exp(x - m_c), 0.0), axis=0))
-            m_new = tl.maximum(m, m_c)
-            s = _rescale(s, m, m_new) + _rescale(s_c, m_c, m_new)
-            m = m_new
+    if PHASE != 2:
+        for start in range(c0, c1, BLOCK_N):
+            mask = start + cols < c1
+            if BACKWARD:
+                # kept in L2 for the second pass (one row a program, a few programs an SM: the
+                # rows in flight fit it)
+                y, dy = _load_grad_evict(in_row + start + cols, dy_ptr + row * stride_dy_row + start + cols, mask,
+                                         True, EVEN)
+                s_lanes = s_lanes + tl.sum(_grad_terms(y, dy, LOG), axis=0)
+            else:
+                x = _load_x_evict(in_row + start + cols, mask, True, EVEN)
+                m_c = tl.max(x, axis=0)
+                # a chunk of -inf adds nothing (its exp(x - m_c) would be NaN)
+                s_c = tl.where(m_c == float("-inf"), 0.0, tl.sum(tl.exp(x - m_c), axis=0))
+                m_new = tl.maximum(m, m_c)
+                s = _rescale(s, m, m_new) + _rescale(s_c, m_c, m_new)
+                m = m_new
     if BACKWARD:
         s = tl.max(s_lanes, axis=0)
+    elif SPLIT:
+        slot_row = slot_ptr + row * n_segs
+        if PHASE != 2:
+            _publish(slot_row + seg, m, s)
+        if PHASE != 1:
+            m, s = _gather(slot_row, n_segs, BLOCK_S)
+            _segment_release(slot_ptr, row, n_rows, n_segs, BLOCK_S)
     else:  # a row of -inf: NaN, as torch (exp(-inf - -inf))
         s = tl.where(m == float("-inf"), float("nan"), s)
-    for start in range(0, n_cols, BLOCK_N):
-        mask = start + cols < n_cols
-        if BACKWARD:
-            y, dy = _load_grad_evict(in_row + start + cols, dy_ptr + row * stride_dy_row + start + cols, mask,
-                                     False, EVEN)
-            out = _grad(y, dy, s, LOG)
+    if PHASE != 1:
+        for start in range(c0, c1, BLOCK_N):
+            mask = start + cols < c1
+            if BACKWARD:
+                y, dy = _load_grad_evict(in_row + start + cols, dy_ptr + row * stride_dy_row + start + cols, mask,
+                                         False, EVEN)
+                out = _grad(y, dy, s, LOG)
+            else:
+                out = _finish(_load_x_evict(in_row + start + cols, mask, False, EVEN), m, s, LOG)
             if EVEN:  # 16384-wide chunks at 2048 x 32768 (H100): 138 us, 155-161 masked
                 tl.store(out_row + start + cols, out.to(out_ptr.dtype.element_ty))
             else:
                 tl.store(out_row + start + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
-        else:
-            out = _finish(tl.load(in_row + start + cols, mask=mask, other=0.0).to(tl.float32), m, s, LOG)
-            tl.store(out_row + start + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
