@@ -25,6 +25,9 @@ import triton.language as tl
 from aiter_lite.ops.triton._triton_kernels.split_rows import _segment_release, _segment_ticket, co_resident, segments_waiting
 
 
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
 @triton.jit
 def _finish(x, m, s, LOG: tl.constexpr):
     """softmax exp(x - m) / s, or log-softmax (x - m) - log(s), from the row's max m and
@@ -199,14 +202,20 @@ def _softmax_looped_kernel(
     else:  # a row of -inf: NaN, as torch (exp(-inf - -inf))
         s = tl.where(m == float("-inf"), float("nan"), s)
     if PHASE != 1:
+        # softmax: exp2((x - m) * log2(e) - log2(s)), the division folded into the exponent
+        # (one multiply-add where exp(x - m) / s takes two multiplies: 2048 x 32768 78.5
+        # against 82.6 us, 16384 x 32768 560 against 597 on an H200); a NaN s stays NaN
+        lse2 = tl.log2(s)
         for start in range(c0, c1, BLOCK_N):
             mask = start + cols < c1
             if BACKWARD:
                 y, dy = _load_grad_evict(in_row + start + cols, dy_ptr + row * stride_dy_row + start + cols, mask,
                                          False, EVEN)
                 out = _grad(y, dy, s, LOG)
-            else:
+            elif LOG:
                 out = _finish(_load_x_evict(in_row + start + cols, mask, False, EVEN), m, s, LOG)
+            else:
+                out = tl.exp2((_load_x_evict(in_row + start + cols, mask, False, EVEN) - m) * LOG2E - lse2)
             if EVEN:  # 16384-wide chunks at 2048 x 32768 (H100): 138 us, 155-161 masked
                 tl.store(out_row + start + cols, out.to(out_ptr.dtype.element_ty))
             else:
