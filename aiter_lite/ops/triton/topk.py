@@ -29,6 +29,12 @@ Three paths, picked by :func:`topk_launch_config`:
   slow, and exact;
 * sort: for k above 2048 on long rows, each row is sorted in global memory (a
   bitonic sort: sorted blocks, compare-exchange passes) and the first k written.
+
+Work a row of n: one pass O(n log^2 n) compare-exchanges in registers (k <= 4: k max
+reductions); filter O(n) reads (two) plus a bitonic top-k of 2k to 4k candidates,
+O(k log^2 k); sort (k > 2048) O(n log^2 n) compare-exchanges over log2(n / 4096) merge
+stages, each a mirror pass, its half-cleaner passes and a re-sort of the 4096-element
+blocks, one launch a pass (H200 numbers: docs/perf_softmax_h200.md).
 """
 
 from __future__ import annotations
