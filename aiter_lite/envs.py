@@ -13,6 +13,7 @@ variable and the allowed values; an unset or empty variable takes its default.
 | AITER_ROPE_NATIVE_BACKEND | 0, 1 | 0 (1 selects native for rope) |
 | AITER_ROPE_CHECK_POSITIONS | 0, 1 | 0 (1: RoPE checks positions / offsets / cu_seqlens against the table on the host) |
 | AITER_KV_CACHE_CHECK_SLOTS | 0, 1 | 0 (1: the KV-cache ops check GPU slot_mapping against the cache on the host) |
+| AITER_SAMPLING_CHECK_INDICES | 0, 1 | 0 (1: the sampling ops check GPU indices against the rows on the host) |
 | AITER_FAST_LAUNCH | 0, 1 | 1 (0: every eager call checks its arguments and launches through Triton) |
 | AITER_TEST_COMPILE | 0, 1 | 0 (1: the op tests call every public Triton op through torch.compile(fullgraph=True)) |
 | AITER_INT8_ROUNDING | nearest, truncate | nearest (ties to even, as vLLM; truncate: toward zero, aiter's kernels' bits; read once) |
@@ -106,6 +107,13 @@ def kv_cache_check_slots() -> bool:
     return _read_flag("AITER_KV_CACHE_CHECK_SLOTS")
 
 
+def sampling_check_indices() -> bool:
+    """AITER_SAMPLING_CHECK_INDICES=1: the Triton sampling ops check GPU ``indices`` against
+    the rows before launching (a ValueError for a row past the batch, instead of a read past
+    it; the check waits for the GPU). Indices on the CPU are always checked."""
+    return _read_flag("AITER_SAMPLING_CHECK_INDICES")
+
+
 def cross_entropy_check_targets() -> bool:
     """AITER_CROSS_ENTROPY_CHECK_TARGETS=1: cross_entropy and fused_linear_cross_entropy check
     GPU targets against the vocabulary before launching (a ValueError instead of a NaN loss
@@ -176,6 +184,7 @@ def validate() -> None:
     rope_backend_flags()
     rope_check_positions()
     kv_cache_check_slots()
+    sampling_check_indices()
     cross_entropy_check_targets()
     fast_launch()
     int8_rounding()

@@ -15,8 +15,8 @@ import subprocess
 import sys
 
 ALL_VARS = ["AITER_LOG_LEVEL", "AITER_BACKEND", "AITER_ROPE_TRITON_BACKEND", "AITER_ROPE_NATIVE_BACKEND",
-            "AITER_ROPE_CHECK_POSITIONS", "AITER_KV_CACHE_CHECK_SLOTS", "AITER_CROSS_ENTROPY_CHECK_TARGETS",
-            "AITER_FAST_LAUNCH", "AITER_TEST_COMPILE"] + [
+            "AITER_ROPE_CHECK_POSITIONS", "AITER_KV_CACHE_CHECK_SLOTS", "AITER_SAMPLING_CHECK_INDICES",
+            "AITER_CROSS_ENTROPY_CHECK_TARGETS", "AITER_FAST_LAUNCH", "AITER_TEST_COMPILE"] + [
     f"AITER_{f.upper()}_BACKEND" for f in envs.OP_FAMILIES
 ]
 
@@ -94,7 +94,7 @@ def test_unknown_value_names_variable_and_choices(monkeypatch, name, value, call
 # path's flag on a CPU run): validate() and the import read them all.
 BAD = {"AITER_LOG_LEVEL": "verbose", "AITER_BACKEND": "cuda", "AITER_ROPE_TRITON_BACKEND": "yes",
        "AITER_ROPE_NATIVE_BACKEND": "2", "AITER_ROPE_CHECK_POSITIONS": "2", "AITER_KV_CACHE_CHECK_SLOTS": "maybe",
-       "AITER_CROSS_ENTROPY_CHECK_TARGETS": "on", "AITER_FAST_LAUNCH": "2", "AITER_TEST_COMPILE": "true",
+       "AITER_SAMPLING_CHECK_INDICES": "yes", "AITER_CROSS_ENTROPY_CHECK_TARGETS": "on", "AITER_FAST_LAUNCH": "2", "AITER_TEST_COMPILE": "true",
        **{f"AITER_{f.upper()}_BACKEND": "tritonn" for f in envs.OP_FAMILIES}}
 
 

@@ -40,8 +40,8 @@ def test_the_families_without_gradient_are_declared():
             "kv_cache_write", "convert_kv_cache", "static_per_tensor_int8_azp_quant",
             "dynamic_per_token_int8_azp_quant"} <= set(NO_GRAD)
     # sampling's selections: no gradient through which tokens a threshold keeps
-    assert {"top_k_renorm_probs", "top_p_renorm_probs", "top_k_mask_logits"} <= set(NO_GRAD)
-    assert len(NO_GRAD) == 75, NO_GRAD
+    assert {"top_k_renorm_probs", "top_p_renorm_probs", "top_k_mask_logits", "sampling_from_uniform"} <= set(NO_GRAD)
+    assert len(NO_GRAD) == 76, NO_GRAD
 
 
 @pytest.mark.parametrize("name", NO_GRAD)

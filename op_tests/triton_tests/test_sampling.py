@@ -310,10 +310,69 @@ def test_top_k_survivor_lists_and_the_whole_row_path(from_logits, k_rows, top_p,
     assert got[3] == -1 and got[2] in (5, 70, 200)
 
 
+def _per_row(value, rows: int, integer: bool):
+    return None if value is None else torch.full((rows,), value, device=DEVICE,
+                                                 dtype=torch.int32 if integer else torch.float32)
+
+
+@pytest.mark.parametrize("name, filters, logits", FILTERS, ids=[f[0] for f in FILTERS])
+def test_from_uniform_is_the_drawing_forms_draw(name, filters, logits):
+    # the registered op over the caller's numbers: the drawing form's tokens for the same
+    # numbers, and the reference's
+    rows, n = by_device((6, 300), (64, 32000))
+    x = torch.randn(rows, n, device=DEVICE) * 3 if logits else _probs(rows, n)
+    u = torch.rand(rows, device=DEVICE, generator=_gen(7))
+    got = smp.sampling_from_uniform(x, u, _per_row(filters.get("top_k"), rows, True),
+                                    _per_row(filters.get("top_p"), rows, False),
+                                    _per_row(filters.get("min_p"), rows, False), None, None, logits)
+    assert got.dtype == torch.int32
+    assert torch.equal(got, getattr(smp, name)(x, *filters.values(), generator=_gen(7)))
+    assert torch.equal(got, ref.sample(x, u, from_logits=logits, **filters))
+
+
+def test_from_uniform_rows_indices_temperature_and_edge_numbers():
+    rows, n, draws = 4, by_device(300, 32000), 9
+    x = torch.randn(rows, n, device=DEVICE) * 3
+    idx = torch.tensor([3, 0, 0, 2, 1, 3, 2, 2, 0], device=DEVICE)
+    u = torch.rand(draws, device=DEVICE)
+    u[:5] = torch.tensor([0.0, 1.0, 1.5, -0.5, float("nan")], device=DEVICE)  # past [0, 1): the ends
+    k = torch.randint(1, 40, (draws,), device=DEVICE)
+    k[0] = 0  # keeps everything
+    p = torch.rand(draws, device=DEVICE) * 0.9 + 0.05
+    t = torch.tensor([0.5, 1.0, 2.0, 0.0, 1e-6, 0.7, 1.3, 1.0, 0.9], device=DEVICE)
+    for joint in (False, True):
+        got = smp.sampling_from_uniform(x, u.bfloat16(), k, p, None, t, idx, True, joint)
+        want = ref.sampling_from_uniform(x, u.bfloat16(), k, p, None, t, idx, True, joint)
+        assert torch.equal(got, want), joint
+    assert got[3].item() == x[2].argmax().item() and got[4].item() == x[1].argmax().item()  # greedy
+
+
+def test_from_uniform_bad_arguments(monkeypatch):
+    monkeypatch.setenv("AITER_SAMPLING_CHECK_INDICES", "1")  # GPU indices checked on the host too
+    p = _probs(2, 10)
+    u = torch.rand(2, device=DEVICE)
+    op = smp.sampling_from_uniform
+    with pytest.raises(TypeError, match="sampling_from_uniform: uniform must be a torch.Tensor"):
+        op(p, None)
+    with pytest.raises(ValueError, match="sampling_from_uniform: uniform must be 1-D with one value an output row"):
+        op(p, torch.rand(3, device=DEVICE))
+    with pytest.raises(TypeError, match="sampling_from_uniform: uniform must be a floating-point tensor"):
+        op(p, torch.zeros(2, dtype=torch.int32, device=DEVICE))
+    with pytest.raises(TypeError, match="sampling_from_uniform: top_k must be a tensor of one value a row"):
+        op(p, u, 5)
+    with pytest.raises(ValueError, match="sampling_from_uniform: temperature applies to logits"):
+        op(p, u, temperature=torch.ones(2, device=DEVICE))
+    with pytest.raises(ValueError, match=r"sampling_from_uniform: indices must be rows of the batch, in \[0, 2\)"):
+        op(p, torch.rand(3, device=DEVICE), indices=torch.tensor([0, 2, 1], device=DEVICE))
+    with pytest.raises(ValueError, match="top_p_sampling_from_probs: indices must be rows of the batch"):
+        smp.top_p_sampling_from_probs(p, 0.5, indices=torch.tensor([-1, 0], device=DEVICE))
+
+
 def test_compiled_callers_get_the_launches_results():
     # Traced by torch.compile, the chain of searches came back with other thresholds (Inductor,
-    # GPU). The registered forms compile whole as their registered op; a draw is a graph break
-    # that runs the launches as they are.
+    # GPU). The registered forms compile whole as their registered op; a drawing form with
+    # torch's default generator compiles whole as torch.rand and sampling_from_uniform, one
+    # with a generator is a graph break that runs the launches as they are.
     backend = "inductor" if ON_GPU else "aot_eager"
     p = _probs(3, 300)
     logits = torch.randn(3, 300, device=DEVICE) * 3
@@ -328,3 +387,13 @@ def test_compiled_callers_get_the_launches_results():
     greedy = torch.compile(lambda a: smp.top_k_top_p_sampling_from_logits(a, 5, 0.9, temperature=1e-6),
                            backend=backend)
     assert torch.equal(greedy(logits).long(), logits.argmax(-1))
+    torch._dynamo.reset()
+    draw = torch.compile(lambda a: smp.top_k_top_p_sampling_from_logits(a, 5, 0.9), backend=backend, fullgraph=True)
+    torch.manual_seed(11)
+    got = draw(logits)
+    assert got.dtype == torch.int32 and got.shape == (3,)
+    assert (ref.renorm(logits, from_logits=True, top_k=5, top_p=0.9).gather(1, got.long()[:, None]) > 0).all()
+    if not ON_GPU:  # aot_eager draws torch's eager numbers: the reference's tokens for them
+        torch.manual_seed(11)
+        assert torch.equal(got, ref.sample(logits, torch.rand(3, device=DEVICE), from_logits=True, top_k=5,
+                                           top_p=0.9))

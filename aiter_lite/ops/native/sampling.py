@@ -118,3 +118,11 @@ def kept_sets_differ(got: torch.Tensor, want: torch.Tensor, probs: torch.Tensor,
         if abs(above - target) > 1e-5 * p64[r].sum():
             return f"row {r}: kept sets differ away from the boundary ({above.item()} above vs {target.item()})"
     return None
+
+
+def sampling_from_uniform(x: torch.Tensor, uniform: torch.Tensor, top_k=None, top_p=None, min_p=None,
+                          temperature=None, indices=None, from_logits: bool = False,
+                          joint: bool = False) -> torch.Tensor:
+    if indices is not None:
+        x = x[indices.long()]
+    return sample(x, uniform.float(), from_logits, temperature, top_k=top_k, top_p=top_p, min_p=min_p, joint=joint)

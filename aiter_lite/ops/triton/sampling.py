@@ -35,8 +35,11 @@ draws from the whole row; with a top_k a row (one may keep everything), the whol
 launches follow (the row's softmax stats, top-p's search, the draw). Top-p alone from fp32
 probabilities: 8 search launches and the draw (the kept mass is the search's last
 weighing). A repeated call (a serving loop's) replays its launches from a launch plan.
-torch.compile does not trace the launches: a drawing form is a graph break; the registered
-forms (renorm, mask) compile whole as their registered op. No op here records a gradient.
+torch.compile does not trace the launches: the registered forms (renorm, mask,
+``sampling_from_uniform``) compile whole as their registered op, and a drawing form with
+torch's default generator as ``torch.rand`` and ``sampling_from_uniform`` (one that takes a
+generator or seed / offset, or checks for NaN, is a graph break). No op here records a
+gradient.
 """
 
 from __future__ import annotations
@@ -45,8 +48,9 @@ import torch
 
 from aiter_lite.ops.triton._triton_kernels.sampling import (_compact_kernel, _finish_kernel, _list_kernel,
                                                             _mass_kernel, _search_kernel, _stats_kernel)
+from aiter_lite import envs
 from aiter_lite.utils.checks import (check_bool, check_choice, check_int, check_real, check_same_device,
-                                     check_triton_device)
+                                     check_triton_device, host_check_wanted)
 from aiter_lite.spec.device import device_profile
 from aiter_lite.utils.fast_launch import launch, planned
 from aiter_lite.utils.launch import cdiv, next_power_of_2
@@ -54,7 +58,7 @@ from aiter_lite.utils.registry import public_op
 
 __all__ = ["sampling_from_probs", "sampling_from_logits", "top_p_sampling_from_probs", "top_k_sampling_from_probs",
            "min_p_sampling_from_probs", "top_k_top_p_sampling_from_logits", "top_k_top_p_sampling_from_probs",
-           "top_k_renorm_probs", "top_p_renorm_probs", "top_k_mask_logits"]
+           "top_k_renorm_probs", "top_p_renorm_probs", "top_k_mask_logits", "sampling_from_uniform"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _BLOCK = 1024  # a chunk of the one-value-a-column passes (stats, mass, writes); a slice is a multiple of it
@@ -160,7 +164,7 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
 # torch.compile does not trace the launches: Inductor, handed the searches' chain of kernels that
 # write and read one work buffer's views, returned other thresholds than the launches make. Traced,
 # a call is a graph break (fullgraph: an error); the registered forms compile whole as their
-# registered op, one opaque node (_opaque).
+# registered op, one opaque node (_opaque, _drawn_opaque).
 _launch_all = torch.compiler.disable(_launch_all)
 
 
@@ -219,7 +223,24 @@ def _indices(op: str, indices, rows: int, ref: torch.Tensor) -> tuple[torch.Tens
         raise TypeError(f"{op}: indices must be a 1-D int32 / int64 tensor or None, got "
                         f"{getattr(indices, 'dtype', type(indices).__name__)}")
     check_same_device(op, "indices", indices, "the probabilities", ref)
+    if host_check_wanted(indices, switch=envs.sampling_check_indices) and indices.numel():
+        lo, hi = int(indices.min()), int(indices.max())
+        if lo < 0 or hi >= rows:
+            raise ValueError(f"{op}: indices must be rows of the batch, in [0, {rows}), got {lo if lo < 0 else hi}")
     return indices.contiguous(), indices.shape[0]
+
+
+def _uniform_arg(op: str, uniform, n: int, ref: torch.Tensor) -> torch.Tensor:
+    """The caller's draws: a floating-point tensor of one value an output row (fp32, contiguous)."""
+    if not isinstance(uniform, torch.Tensor):
+        raise TypeError(f"{op}: uniform must be a torch.Tensor, got {type(uniform).__name__}")
+    if not uniform.dtype.is_floating_point:
+        raise TypeError(f"{op}: uniform must be a floating-point tensor, got {uniform.dtype}")
+    if uniform.dim() != 1 or uniform.shape[0] != n:
+        raise ValueError(f"{op}: uniform must be 1-D with one value an output row ({n}), got shape "
+                         f"{tuple(uniform.shape)}")
+    check_same_device(op, "uniform", uniform, "the probabilities", ref)
+    return uniform.to(torch.float32).contiguous()
 
 
 def _uniform(op: str, n: int, device, generator, seed, offset) -> torch.Tensor:
@@ -237,10 +258,10 @@ def _uniform(op: str, n: int, device, generator, seed, offset) -> torch.Tensor:
 
 
 def _run(op: str, x: torch.Tensor, mode: str, *, from_logits: bool, indices=None, top_k=None, top_p=None,
-         min_p=None, temperature=None, joint: bool = False, draw: tuple | None = None,
+         min_p=None, temperature=None, joint: bool = False, draw: tuple | None = None, uniform=None,
          out_dtype=None) -> torch.Tensor:
-    """``x``'s rows thresholded and sampled ("sample": one uniform number an output row from
-    ``draw`` = (generator, seed, offset)), renormalized or masked."""
+    """``x``'s rows thresholded and sampled ("sample": one uniform number an output row, the
+    caller's ``uniform`` or from ``draw`` = (generator, seed, offset)), renormalized or masked."""
     rows, n = x.shape
     idx, n_out = _indices(op, indices, rows, x)
     k_t, k_v = _param(op, "top_k", top_k, n_out, x, True) if top_k is not None else (None, 0)
@@ -249,7 +270,12 @@ def _run(op: str, x: torch.Tensor, mode: str, *, from_logits: bool, indices=None
     t_t, t_v = _param(op, "temperature", temperature, n_out, x, False) if temperature is not None else (None, 1.0)
     if t_t is None and t_v < 0:
         raise ValueError(f"{op}: temperature must be >= 0 (below 1e-5: the row's argmax), got {temperature}")
-    u = _uniform(op, n_out, x.device, *draw) if mode == "sample" else None
+    if mode != "sample":
+        u = None
+    elif uniform is not None:
+        u = _uniform_arg(op, uniform, n_out, x)
+    else:
+        u = _uniform(op, n_out, x.device, *draw)
     if mode == "sample":
         out = torch.empty(n_out, dtype=torch.int32, device=x.device)
     else:
@@ -266,14 +292,33 @@ def _run(op: str, x: torch.Tensor, mode: str, *, from_logits: bool, indices=None
     return out
 
 
-def _sample(op: str, x, from_logits: bool, indices, deterministic, generator, check_nan,
-                   seed, offset,
+def _sample(op: str, x, from_logits: bool, indices, deterministic, generator, check_nan, seed, offset,
             **filters) -> torch.Tensor:
     check_bool(op, "deterministic", deterministic)  # accepted: every draw here is deterministic
+    if torch.compiler.is_compiling() and generator is None and seed is None and offset is None and not check_nan:
+        return _drawn_opaque(x, from_logits, indices, **filters)
     x = _rows(op, "logits" if from_logits else "probs", x)
     if check_bool(op, "check_nan", check_nan) and bool(torch.isnan(x).any()):
         raise ValueError(f"{op}: {'logits' if from_logits else 'probs'} hold NaN")
     return _run(op, x, "sample", from_logits=from_logits, indices=indices, draw=(generator, seed, offset), **filters)
+
+
+def _drawn_opaque(x, from_logits: bool, indices, top_k=None, top_p=None, min_p=None, temperature=None,
+                  joint: bool = False) -> torch.Tensor:
+    """A drawing form under torch.compile with torch's default generator: the draws taken by
+    ``torch.rand`` in the graph, the rest the registered ``sampling_from_uniform`` (one opaque
+    node: no graph break). Numbers become one a row, as its schema takes them."""
+    rows = x.shape[0] if isinstance(x, torch.Tensor) and x.dim() == 2 else 0
+    n_out = indices.shape[0] if isinstance(indices, torch.Tensor) and indices.dim() == 1 else rows
+    device = getattr(x, "device", None)
+
+    def per_row(v, dtype):
+        return v if v is None or isinstance(v, torch.Tensor) else torch.full((n_out,), v, dtype=dtype, device=device)
+
+    u = torch.rand(n_out, device=device, dtype=torch.float32)
+    return torch.ops.aiter_lite.sampling_from_uniform(
+        x, u, per_row(top_k, torch.int64), per_row(top_p, torch.float32), per_row(min_p, torch.float32),
+        per_row(temperature, torch.float32), indices, from_logits, joint)
 
 
 def sampling_from_probs(probs: torch.Tensor, indices: torch.Tensor | None = None, deterministic: bool = True,
@@ -380,3 +425,34 @@ def top_k_mask_logits(logits: torch.Tensor, top_k: int | torch.Tensor) -> torch.
         return _opaque(op, logits, top_k, True)
     x = _rows(op, "logits", logits)
     return _run(op, x, "mask", from_logits=True, top_k=top_k, out_dtype=x.dtype)
+
+
+@public_op(no_grad="a sampling op")
+def sampling_from_uniform(x: torch.Tensor, uniform: torch.Tensor, top_k: torch.Tensor | None = None,
+                          top_p: torch.Tensor | None = None, min_p: torch.Tensor | None = None,
+                          temperature: torch.Tensor | None = None, indices: torch.Tensor | None = None,
+                          from_logits: bool = False, joint: bool = False) -> torch.Tensor:
+    """One token a row drawn with the caller's uniform numbers: the drawing forms' registered
+    op (``torch.ops.aiter_lite.sampling_from_uniform``; under torch.compile a drawing form
+    with torch's default generator draws its numbers in the graph and calls it), and a form
+    for callers that hold their own draws. int32 tokens (n,), -1 as the drawing forms give it.
+
+    ``x``: (batch, vocab) probabilities, or logits with ``from_logits``; ``uniform``: one value
+    an output row, in [0, 1) (a value at or past 1 draws the last kept token, below 0 the
+    first); ``top_k`` (int), ``top_p``, ``min_p``, ``temperature`` (float; logits only):
+    one value an output row, or None for no filter; ``indices``: output i draws from row
+    ``indices[i]``; ``joint``: top-k and top-p both over the whole row (else top-p over what
+    top-k kept). The filters and the draw are the drawing forms' (module doc)."""
+    op = "sampling_from_uniform"
+    from_logits = check_bool(op, "from_logits", from_logits)
+    joint = check_bool(op, "joint", joint)
+    for name, value in (("top_k", top_k), ("top_p", top_p), ("min_p", min_p), ("temperature", temperature)):
+        if value is not None and not isinstance(value, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a tensor of one value a row or None, got {type(value).__name__}")
+    if temperature is not None and not from_logits:
+        raise ValueError(f"{op}: temperature applies to logits (from_logits=True), not to probabilities")
+    x = _rows(op, "x", x)
+    if not isinstance(uniform, torch.Tensor):  # (None would leave _run to draw its own)
+        raise TypeError(f"{op}: uniform must be a torch.Tensor, got {type(uniform).__name__}")
+    return _run(op, x, "sample", from_logits=from_logits, indices=indices, top_k=top_k, top_p=top_p, min_p=min_p,
+                temperature=temperature, joint=joint, uniform=uniform)
