@@ -9,6 +9,8 @@ Shapes are (M, N): M rows (requests), N the vocabulary. Ops:
     top_k_top_p_rows  the same with a tensor of k and one of p a row (as vLLM's sampler holds them)
     top_p         top_p_sampling_from_probs(probs, 0.9)
     top_p_renorm  top_p_renorm_probs(probs, 0.9): fp32 rows
+    from_uniform  sampling_from_uniform(logits, u, k, p, from_logits=True): top_k_top_p_rows with the
+                  caller's uniform numbers (the registered op a compiled drawing form calls)
 Providers: triton (this project), native (vLLM's torch sampler written out from its formula:
 apply_top_k_top_p by a sort, softmax, then the exponential race ``(probs / q).argmax()``; the
 renorm op: its sort-based top-p, renormalized), compile (torch.compile of it), softmax (this
@@ -31,7 +33,7 @@ from aiter_lite.ops.native import sampling as ref  # noqa: E402
 from aiter_lite.ops.triton import sampling as smp  # noqa: E402
 from aiter_lite.ops.triton.softmax import softmax as tri_softmax  # noqa: E402
 
-OPS = ("top_k_top_p", "top_k_top_p_rows", "top_p", "top_p_renorm")
+OPS = ("top_k_top_p", "top_k_top_p_rows", "top_p", "top_p_renorm", "from_uniform")
 TOP_K, TOP_P = 50, 0.9
 DEFAULT_M = [1, 16, 64, 256]
 DEFAULT_N = [128256, 151936, 201088, 262144]
@@ -58,8 +60,8 @@ def _vllm_sample(logits, k, p):
 
 
 def _native_fn(op):
-    if op.startswith("top_k_top_p"):
-        return lambda x, k, p: _vllm_sample(x.float(), k, p)
+    if op.startswith("top_k_top_p") or op == "from_uniform":
+        return lambda x, k, p, *u: _vllm_sample(x.float(), k, p)
     if op == "top_p":
         return lambda x, k, p: _vllm_sample(x.log(), None, p)
     return lambda x, k, p: ref.top_p_renorm_probs(x, p)
@@ -67,7 +69,7 @@ def _native_fn(op):
 
 def _case(op, m, n):
     dev = harness.DEVICE
-    logits = op.startswith("top_k_top_p")
+    logits = op.startswith("top_k_top_p") or op == "from_uniform"
     dtype = torch.bfloat16 if logits else torch.float32
     kept, inputs_x = {}, {}
 
@@ -79,7 +81,7 @@ def _case(op, m, n):
         pr = torch.softmax(x.float(), -1) if logits else x
         kept["mask"] = ref.kept(pr, top_k=TOP_K if logits else None, top_p=TOP_P) & (pr > 0)
         inputs_x["x"] = x
-        return x, k, p
+        return (x, k, p, torch.rand(m, device=dev)) if op == "from_uniform" else (x, k, p)
 
     def agrees(result, reference):
         if isinstance(result, tuple):  # the softmax provider
@@ -98,7 +100,9 @@ def _case(op, m, n):
 
 
 def _triton(case, inputs):
-    x, k, p = inputs
+    x, k, p = inputs[:3]
+    if case.op == "from_uniform":
+        return lambda: smp.sampling_from_uniform(x, inputs[3], k, p, None, None, None, True)
     if case.op == "top_k_top_p":
         return lambda: smp.top_k_top_p_sampling_from_logits(x, TOP_K, TOP_P)
     if case.op == "top_k_top_p_rows":

@@ -307,18 +307,23 @@ def _drawn_opaque(x, from_logits: bool, indices, top_k=None, top_p=None, min_p=N
                   joint: bool = False) -> torch.Tensor:
     """A drawing form under torch.compile with torch's default generator: the draws taken by
     ``torch.rand`` in the graph, the rest the registered ``sampling_from_uniform`` (one opaque
-    node: no graph break). Numbers become one a row, as its schema takes them."""
+    node: no graph break). Numbers become one a row, as its schema takes them; a number that
+    filters nothing (as the eager call, which launches no search for it) becomes None."""
     rows = x.shape[0] if isinstance(x, torch.Tensor) and x.dim() == 2 else 0
     n_out = indices.shape[0] if isinstance(indices, torch.Tensor) and indices.dim() == 1 else rows
     device = getattr(x, "device", None)
 
-    def per_row(v, dtype):
-        return v if v is None or isinstance(v, torch.Tensor) else torch.full((n_out,), v, dtype=dtype, device=device)
+    def per_row(v, dtype, keeps_all):  # a number that keeps every token filters nothing: None
+        if v is None or isinstance(v, torch.Tensor):
+            return v
+        return None if keeps_all(v) else torch.full((n_out,), v, dtype=dtype, device=device)
 
+    n = x.shape[1] if isinstance(x, torch.Tensor) and x.dim() == 2 else 0
     u = torch.rand(n_out, device=device, dtype=torch.float32)
     return torch.ops.aiter_lite.sampling_from_uniform(
-        x, u, per_row(top_k, torch.int64), per_row(top_p, torch.float32), per_row(min_p, torch.float32),
-        per_row(temperature, torch.float32), indices, from_logits, joint)
+        x, u, per_row(top_k, torch.int64, lambda k: k <= 0 or k >= n), per_row(top_p, torch.float32, lambda p: p >= 1),
+        per_row(min_p, torch.float32, lambda m: m <= 0), per_row(temperature, torch.float32, lambda t: False),
+        indices, from_logits, joint)
 
 
 def sampling_from_probs(probs: torch.Tensor, indices: torch.Tensor | None = None, deterministic: bool = True,
