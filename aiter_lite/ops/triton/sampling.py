@@ -296,34 +296,39 @@ def _sample(op: str, x, from_logits: bool, indices, deterministic, generator, ch
             **filters) -> torch.Tensor:
     check_bool(op, "deterministic", deterministic)  # accepted: every draw here is deterministic
     if torch.compiler.is_compiling() and generator is None and seed is None and offset is None and not check_nan:
-        return _drawn_opaque(x, from_logits, indices, **filters)
+        return _drawn_opaque(op, x, from_logits, indices, **filters)
     x = _rows(op, "logits" if from_logits else "probs", x)
     if check_bool(op, "check_nan", check_nan) and bool(torch.isnan(x).any()):
         raise ValueError(f"{op}: {'logits' if from_logits else 'probs'} hold NaN")
     return _run(op, x, "sample", from_logits=from_logits, indices=indices, draw=(generator, seed, offset), **filters)
 
 
-def _drawn_opaque(x, from_logits: bool, indices, top_k=None, top_p=None, min_p=None, temperature=None,
+def _drawn_opaque(op: str, x, from_logits: bool, indices, top_k=None, top_p=None, min_p=None, temperature=None,
                   joint: bool = False) -> torch.Tensor:
     """A drawing form under torch.compile with torch's default generator: the draws taken by
     ``torch.rand`` in the graph, the rest the registered ``sampling_from_uniform`` (one opaque
-    node: no graph break). Numbers become one a row, as its schema takes them; a number that
-    filters nothing (as the eager call, which launches no search for it) becomes None."""
-    rows = x.shape[0] if isinstance(x, torch.Tensor) and x.dim() == 2 else 0
+    node: no graph break). A number is checked as the eager call checks it and becomes one a
+    row, as the schema takes it, or None where it filters nothing (as the eager call, which
+    launches no search for it)."""
+    rows, n = x.shape if isinstance(x, torch.Tensor) and x.dim() == 2 else (0, 0)
     n_out = indices.shape[0] if isinstance(indices, torch.Tensor) and indices.dim() == 1 else rows
     device = getattr(x, "device", None)
 
-    def per_row(v, dtype, keeps_all):  # a number that keeps every token filters nothing: None
-        if v is None or isinstance(v, torch.Tensor):
-            return v
-        return None if keeps_all(v) else torch.full((n_out,), v, dtype=dtype, device=device)
+    def per_row(name, value, integer, keeps_all):
+        if value is None or isinstance(value, torch.Tensor):
+            return value
+        _t, v = _param(op, name, value, n_out, x, integer)
+        return None if keeps_all(v) else torch.full((n_out,), v, device=device,
+                                                    dtype=torch.int64 if integer else torch.float32)
 
-    n = x.shape[1] if isinstance(x, torch.Tensor) and x.dim() == 2 else 0
+    if temperature is not None and not isinstance(temperature, torch.Tensor) and check_real(
+            op, "temperature", temperature) < 0:
+        raise ValueError(f"{op}: temperature must be >= 0 (below 1e-5: the row's argmax), got {temperature}")
     u = torch.rand(n_out, device=device, dtype=torch.float32)
     return torch.ops.aiter_lite.sampling_from_uniform(
-        x, u, per_row(top_k, torch.int64, lambda k: k <= 0 or k >= n), per_row(top_p, torch.float32, lambda p: p >= 1),
-        per_row(min_p, torch.float32, lambda m: m <= 0), per_row(temperature, torch.float32, lambda t: False),
-        indices, from_logits, joint)
+        x, u, per_row("top_k", top_k, True, lambda k: k <= 0 or k >= n),
+        per_row("top_p", top_p, False, lambda p: p >= 1), per_row("min_p", min_p, False, lambda m: m <= 0),
+        per_row("temperature", temperature, False, lambda t: False), indices, from_logits, joint)
 
 
 def sampling_from_probs(probs: torch.Tensor, indices: torch.Tensor | None = None, deterministic: bool = True,
