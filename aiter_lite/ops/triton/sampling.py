@@ -168,13 +168,17 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
 _launch_all = torch.compiler.disable(_launch_all)
 
 
+def _one_a_row(value, rows: int, integer: bool, device) -> torch.Tensor:
+    """A number as the registered ops' schemas take it: one a row (int32 / fp32)."""
+    return torch.full((rows,), value, dtype=torch.int32 if integer else torch.float32, device=device)
+
+
 def _opaque(op: str, x: torch.Tensor, param, integer: bool) -> torch.Tensor:
     """``op`` as its registered op (under torch.compile): a number as one a row, as the schema
     takes it. (``import aiter_lite`` registered the ops before this module ran a call.)"""
     if not isinstance(param, torch.Tensor):
         rows = x.shape[0] if isinstance(x, torch.Tensor) and x.dim() else 1
-        param = torch.full((rows,), param, dtype=torch.int32 if integer else torch.float32,
-                           device=getattr(x, "device", None))
+        param = _one_a_row(param, rows, integer, getattr(x, "device", None))
     return getattr(torch.ops.aiter_lite, op)(x, param)
 
 
@@ -214,6 +218,14 @@ def _param(op: str, name: str, value, rows: int, ref: torch.Tensor, integer: boo
     if v != v:
         raise ValueError(f"{op}: {name} must not be NaN")
     return None, v
+
+
+def _temperature(op: str, temperature, rows: int, ref: torch.Tensor):
+    """``_param`` of a temperature: a number must be >= 0."""
+    t_t, t_v = _param(op, "temperature", temperature, rows, ref, False)
+    if t_t is None and t_v < 0:
+        raise ValueError(f"{op}: temperature must be >= 0 (below 1e-5: the row's argmax), got {temperature}")
+    return t_t, t_v
 
 
 def _indices(op: str, indices, rows: int, ref: torch.Tensor) -> tuple[torch.Tensor | None, int]:
@@ -260,19 +272,18 @@ def _uniform(op: str, n: int, device, generator, seed, offset) -> torch.Tensor:
 def _run(op: str, x: torch.Tensor, mode: str, *, from_logits: bool, indices=None, top_k=None, top_p=None,
          min_p=None, temperature=None, joint: bool = False, draw: tuple | None = None, uniform=None,
          out_dtype=None) -> torch.Tensor:
-    """``x``'s rows thresholded and sampled ("sample": one uniform number an output row, the
-    caller's ``uniform`` or from ``draw`` = (generator, seed, offset)), renormalized or masked."""
+    """``x``'s rows thresholded and sampled ("sample": one uniform number an output row, from
+    ``draw`` = (generator, seed, offset), or without a draw the caller's ``uniform``),
+    renormalized or masked."""
     rows, n = x.shape
     idx, n_out = _indices(op, indices, rows, x)
     k_t, k_v = _param(op, "top_k", top_k, n_out, x, True) if top_k is not None else (None, 0)
     p_t, p_v = _param(op, "top_p", top_p, n_out, x, False) if top_p is not None else (None, 1.0)
     m_t, m_v = _param(op, "min_p", min_p, n_out, x, False) if min_p is not None else (None, 0.0)
-    t_t, t_v = _param(op, "temperature", temperature, n_out, x, False) if temperature is not None else (None, 1.0)
-    if t_t is None and t_v < 0:
-        raise ValueError(f"{op}: temperature must be >= 0 (below 1e-5: the row's argmax), got {temperature}")
+    t_t, t_v = _temperature(op, temperature, n_out, x) if temperature is not None else (None, 1.0)
     if mode != "sample":
         u = None
-    elif uniform is not None:
+    elif draw is None:  # the caller's numbers
         u = _uniform_arg(op, uniform, n_out, x)
     else:
         u = _uniform(op, n_out, x.device, *draw)
@@ -317,13 +328,10 @@ def _drawn_opaque(op: str, x, from_logits: bool, indices, top_k=None, top_p=None
     def per_row(name, value, integer, keeps_all):
         if value is None or isinstance(value, torch.Tensor):
             return value
-        _t, v = _param(op, name, value, n_out, x, integer)
-        return None if keeps_all(v) else torch.full((n_out,), v, device=device,
-                                                    dtype=torch.int64 if integer else torch.float32)
+        _t, v = (_temperature(op, value, n_out, x) if name == "temperature" else
+                 _param(op, name, value, n_out, x, integer))
+        return None if keeps_all(v) else _one_a_row(v, n_out, integer, device)
 
-    if temperature is not None and not isinstance(temperature, torch.Tensor) and check_real(
-            op, "temperature", temperature) < 0:
-        raise ValueError(f"{op}: temperature must be >= 0 (below 1e-5: the row's argmax), got {temperature}")
     u = torch.rand(n_out, device=device, dtype=torch.float32)
     return torch.ops.aiter_lite.sampling_from_uniform(
         x, u, per_row("top_k", top_k, True, lambda k: k <= 0 or k >= n),
@@ -462,7 +470,5 @@ def sampling_from_uniform(x: torch.Tensor, uniform: torch.Tensor, top_k: torch.T
     if temperature is not None and not from_logits:
         raise ValueError(f"{op}: temperature applies to logits (from_logits=True), not to probabilities")
     x = _rows(op, "x", x)
-    if not isinstance(uniform, torch.Tensor):  # (None would leave _run to draw its own)
-        raise TypeError(f"{op}: uniform must be a torch.Tensor, got {type(uniform).__name__}")
     return _run(op, x, "sample", from_logits=from_logits, indices=indices, top_k=top_k, top_p=top_p, min_p=min_p,
                 temperature=temperature, joint=joint, uniform=uniform)

@@ -63,20 +63,19 @@ def _load_grad(y_ptrs, dy_ptrs, mask):
 
 
 @triton.jit
-def _load_grad_evict(y_ptrs, dy_ptrs, mask, KEEP: tl.constexpr, EVEN: tl.constexpr):
-    """``_load_grad`` kept in L2 (``KEEP``: evict last) or not (evict first); ``EVEN``:
-    every lane in the row, unmasked."""
-    if KEEP:
-        if EVEN:
-            return (tl.load(y_ptrs, eviction_policy="evict_last").to(tl.float32),
-                    tl.load(dy_ptrs, eviction_policy="evict_last").to(tl.float32))
-        return (tl.load(y_ptrs, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32),
-                tl.load(dy_ptrs, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32))
+def _load_evict(ptrs, mask, other, EVICT: tl.constexpr, EVEN: tl.constexpr):
+    """A load in fp32 under an L2 eviction policy (``EVICT``: "evict_last" for a pass whose
+    rows are read again, "evict_first" for the last); ``EVEN``: every lane in the row,
+    unmasked, else ``other`` on masked lanes."""
     if EVEN:
-        return (tl.load(y_ptrs, eviction_policy="evict_first").to(tl.float32),
-                tl.load(dy_ptrs, eviction_policy="evict_first").to(tl.float32))
-    return (tl.load(y_ptrs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32),
-            tl.load(dy_ptrs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32))
+        return tl.load(ptrs, eviction_policy=EVICT).to(tl.float32)
+    return tl.load(ptrs, mask=mask, other=other, eviction_policy=EVICT).to(tl.float32)
+
+
+@triton.jit
+def _load_grad_evict(y_ptrs, dy_ptrs, mask, EVICT: tl.constexpr, EVEN: tl.constexpr):
+    """``_load_grad`` under an L2 eviction policy (``_load_evict``)."""
+    return _load_evict(y_ptrs, mask, 0.0, EVICT, EVEN), _load_evict(dy_ptrs, mask, 0.0, EVICT, EVEN)
 
 
 @triton.jit
@@ -117,19 +116,6 @@ def _rescale(s, m, m_new):
     """s, a sum of exp(x - m), as a sum of exp(x - m_new) (m_new >= m; equal maxima,
     -inf included, keep s as it is)."""
     return tl.where(m == m_new, s, s * tl.exp(m - m_new))
-
-
-@triton.jit
-def _load_x_evict(ptrs, mask, KEEP: tl.constexpr, EVEN: tl.constexpr):
-    """x in fp32 (-inf on masked lanes), kept in L2 (``KEEP``: evict last) or not (evict
-    first); ``EVEN``: unmasked."""
-    if KEEP:
-        if EVEN:
-            return tl.load(ptrs, eviction_policy="evict_last").to(tl.float32)
-        return tl.load(ptrs, mask=mask, other=float("-inf"), eviction_policy="evict_last").to(tl.float32)
-    if EVEN:
-        return tl.load(ptrs, eviction_policy="evict_first").to(tl.float32)
-    return tl.load(ptrs, mask=mask, other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
 
 
 @co_resident(segments_waiting)
@@ -180,10 +166,10 @@ def _softmax_looped_kernel(
                 # kept in L2 for the second pass (one row a program, a few programs an SM: the
                 # rows in flight fit it)
                 y, dy = _load_grad_evict(in_row + start + cols, dy_ptr + row * stride_dy_row + start + cols, mask,
-                                         True, EVEN)
+                                         "evict_last", EVEN)
                 s_lanes = s_lanes + tl.sum(_grad_terms(y, dy, LOG), axis=0)
             else:
-                x = _load_x_evict(in_row + start + cols, mask, True, EVEN)
+                x = _load_evict(in_row + start + cols, mask, float("-inf"), "evict_last", EVEN)
                 m_c = tl.max(x, axis=0)
                 # a chunk of -inf adds nothing (its exp(x - m_c) would be NaN)
                 s_c = tl.where(m_c == float("-inf"), 0.0, tl.sum(tl.exp(x - m_c), axis=0))
@@ -202,20 +188,20 @@ def _softmax_looped_kernel(
     else:  # a row of -inf: NaN, as torch (exp(-inf - -inf))
         s = tl.where(m == float("-inf"), float("nan"), s)
     if PHASE != 1:
-        # softmax: exp2((x - m) * log2(e) - log2(s)), the division folded into the exponent
-        # (one multiply-add where exp(x - m) / s takes two multiplies: 2048 x 32768 78.5
-        # against 82.6 us, 16384 x 32768 560 against 597 on an H200); a NaN s stays NaN
-        lse2 = tl.log2(s)
+        if not BACKWARD and not LOG:
+            # softmax: exp2((x - m) * log2(e) - log2(s)), the division folded into the exponent
+            # (one multiply-add where exp(x - m) / s takes two multiplies: 2048 x 32768 78.5
+            # against 82.6 us, 16384 x 32768 560 against 597 on an H200); a NaN s stays NaN
+            lse2 = tl.log2(s)
         for start in range(c0, c1, BLOCK_N):
             mask = start + cols < c1
             if BACKWARD:
                 y, dy = _load_grad_evict(in_row + start + cols, dy_ptr + row * stride_dy_row + start + cols, mask,
-                                         False, EVEN)
+                                         "evict_first", EVEN)
                 out = _grad(y, dy, s, LOG)
-            elif LOG:
-                out = _finish(_load_x_evict(in_row + start + cols, mask, False, EVEN), m, s, LOG)
             else:
-                out = tl.exp2((_load_x_evict(in_row + start + cols, mask, False, EVEN) - m) * LOG2E - lse2)
+                x = _load_evict(in_row + start + cols, mask, float("-inf"), "evict_first", EVEN)
+                out = _finish(x, m, s, LOG) if LOG else tl.exp2((x - m) * LOG2E - lse2)
             if EVEN:  # 16384-wide chunks at 2048 x 32768 (H100): 138 us, 155-161 masked
                 tl.store(out_row + start + cols, out.to(out_ptr.dtype.element_ty))
             else:
