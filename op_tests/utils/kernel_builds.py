@@ -403,6 +403,9 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
         ("sampling top_k_top_p joint from probs", lambda: smp.top_k_top_p_sampling_from_probs(
             _meta(4, 1000, dtype=f32), 5, 0.9, filter_apply_order="joint")),
         ("sampling from probs", lambda: smp.sampling_from_probs(_meta(4, 32000, dtype=f32))),
+        # a k a row and top-k alone: the kept mass launched over the rows not listed (one row: many slices)
+        ("sampling top_k from probs, a k a row", lambda: smp.top_k_sampling_from_probs(
+            _meta(1, 152064, dtype=f32), _meta(1, dtype=torch.int64))),
         ("sampling top_p_renorm_probs / top_k_renorm_probs",
          lambda: (smp.top_p_renorm_probs(_meta(2, 262144, dtype=f32), 0.9), smp.top_k_renorm_probs(_meta(2, 100), 5))),
         ("sampling top_k_mask_logits", lambda: smp.top_k_mask_logits(_meta(2, 201088), 50)),

@@ -377,16 +377,21 @@ def _search_kernel(
 
 @triton.jit
 def _kept_threshold(stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, k_ptr, p_ptr, minp_ptr,
-                    pid, n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t,
+                    pid, n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t, kthr,
                     FROM_LOGITS: tl.constexpr, TOP_K: tl.constexpr, TOP_P: tl.constexpr,
                     MIN_P: tl.constexpr, K_TENSOR: tl.constexpr, P_TENSOR: tl.constexpr,
-                    MINP_TENSOR: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr):
-    """The row's kept key: every filter's threshold (keys of one kind: ``_vkey``)."""
+                    MINP_TENSOR: tl.constexpr, K_KNOWN: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr,
+                    PB: tl.constexpr):
+    """The row's kept key: every filter's threshold (keys of one kind: ``_vkey``); ``K_KNOWN``:
+    top-k's is ``kthr``, read already (``_listed``), not taken from its search again."""
     lo, _hi = _initial(FROM_LOGITS)
     thr = lo.to(tl.int32)
     if TOP_K:
-        thr = tl.maximum(thr, _threshold(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, True,
-                                         K_TENSOR, WAYS, STEPS, PB))
+        if K_KNOWN:
+            thr = tl.maximum(thr, kthr)
+        else:
+            thr = tl.maximum(thr, _threshold(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, True,
+                                             K_TENSOR, WAYS, STEPS, PB))
     if TOP_P:
         thr = tl.maximum(thr, _threshold(ppart_ptr, pbounds_ptr, pid, n_out, n_parts, n_cols, p_ptr, p_val, False,
                                          P_TENSOR, WAYS, STEPS, PB))
@@ -415,14 +420,15 @@ def _mass_kernel(
     pid, row, inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
     n_out = tl.num_programs(0)
     work = part >= 0  # true
+    kthr = part  # unread unless LIST
     if LIST:
-        listed, _t, _c = _listed(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, K_TENSOR, WAYS,
-                                 STEPS, PB, CAP)
+        listed, kthr, _c = _listed(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, K_TENSOR, WAYS,
+                                   STEPS, PB, CAP)
         work = listed == 0
     if work:
         thr = _kept_threshold(stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, k_ptr, p_ptr, minp_ptr,
-                              pid, n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t, FROM_LOGITS, TOP_K,
-                              TOP_P, MIN_P, K_TENSOR, P_TENSOR, MINP_TENSOR, WAYS, STEPS, PB)
+                              pid, n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t, kthr, FROM_LOGITS, TOP_K,
+                              TOP_P, MIN_P, K_TENSOR, P_TENSOR, MINP_TENSOR, LIST, WAYS, STEPS, PB)
         mx = tl.full([], 0.0, tl.float32)
         rse = tl.full([], 1.0, tl.float32)
         if FROM_LOGITS:
@@ -621,30 +627,31 @@ def _finish_kernel(
     n_out = tl.num_programs(0)
     greedy = _greedy(t_ptr, pid, t_val, HAS_TEMP, T_TENSOR)
     listed = part < 0  # false
+    kthr = part  # unread unless LIST
     if LIST:  # rows drawn from their lists: _list_kernel's
-        listed, _t, _c = _listed(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, K_TENSOR, WAYS,
-                                 STEPS, PB, CAP)
+        listed, kthr, _c = _listed(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, K_TENSOR, WAYS,
+                                   STEPS, PB, CAP)
     if listed == 0:
         _finish_slice(x_ptr, out_ptr, stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, mass_ptr, u_ptr,
                       k_ptr, p_ptr, minp_ptr, stride_x, stride_out, n_cols, slice_len, n_parts, k_val, p_val,
-                      minp_val, pid, row, inv_t, part, n_out, greedy, MODE, SEARCHED_MASS, FROM_LOGITS, TOP_K, TOP_P,
-                      MIN_P,
-                      K_TENSOR, P_TENSOR, MINP_TENSOR, WAYS, STEPS, PB, BLOCK, BLOCK_S)
+                      minp_val, pid, row, inv_t, part, n_out, greedy, kthr, MODE, SEARCHED_MASS, FROM_LOGITS, TOP_K,
+                      TOP_P, MIN_P, K_TENSOR, P_TENSOR, MINP_TENSOR, LIST, WAYS, STEPS, PB, BLOCK, BLOCK_S)
 
 
 @triton.jit
 def _finish_slice(x_ptr, out_ptr, stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, mass_ptr, u_ptr,
                   k_ptr, p_ptr, minp_ptr, stride_x, stride_out, n_cols, slice_len, n_parts, k_val, p_val,
-                  minp_val, pid, row, inv_t, part, n_out, greedy, MODE: tl.constexpr, SEARCHED_MASS: tl.constexpr,
-                  FROM_LOGITS: tl.constexpr,
+                  minp_val, pid, row, inv_t, part, n_out, greedy, kthr, MODE: tl.constexpr,
+                  SEARCHED_MASS: tl.constexpr, FROM_LOGITS: tl.constexpr,
                   TOP_K: tl.constexpr, TOP_P: tl.constexpr, MIN_P: tl.constexpr, K_TENSOR: tl.constexpr,
-                  P_TENSOR: tl.constexpr, MINP_TENSOR: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr,
-                  PB: tl.constexpr, BLOCK: tl.constexpr, BLOCK_S: tl.constexpr):
+                  P_TENSOR: tl.constexpr, MINP_TENSOR: tl.constexpr, K_KNOWN: tl.constexpr, WAYS: tl.constexpr,
+                  STEPS: tl.constexpr, PB: tl.constexpr, BLOCK: tl.constexpr, BLOCK_S: tl.constexpr):
     """A slice of a row thresholded over the whole row: its renormalized or masked values, or
-    (the slice that holds the row's draw) the token."""
+    (the slice that holds the row's draw) the token; ``K_KNOWN``: top-k's threshold is
+    ``kthr`` (``_kept_threshold``)."""
     thr = _kept_threshold(stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, k_ptr, p_ptr, minp_ptr, pid,
-                          n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t, FROM_LOGITS, TOP_K, TOP_P, MIN_P,
-                          K_TENSOR, P_TENSOR, MINP_TENSOR, WAYS, STEPS, PB)
+                          n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t, kthr, FROM_LOGITS, TOP_K, TOP_P,
+                          MIN_P, K_TENSOR, P_TENSOR, MINP_TENSOR, K_KNOWN, WAYS, STEPS, PB)
     x_row = x_ptr + row * stride_x
     first = part * slice_len
     last = tl.minimum(first + slice_len, n_cols)
