@@ -40,11 +40,21 @@ FMA = {"FMUL", "FADD", "FFMA", "IMAD", "HFMA2", "HADD2", "HMUL2", "IMUL", "FMUL2
 
 
 def cases(m: int, n: int) -> dict:
+    from aiter_lite.ops.triton import activation as act
     from aiter_lite.ops.triton.quant import mx_quant as mx
 
     x = _meta(m, n)
     w = _meta(n)
+    g = _meta(m, 2 * n)
     return {
+        "silu_and_mul": lambda: act.silu_and_mul(x, g),
+        "silu_and_mul_rounded": lambda: act.act_and_mul_rounded(x, g, "silu"),
+        "mul_and_silu": lambda: act.act_and_mul_rounded(x, g, "silu", False),
+        "fatrelu_and_mul": lambda: act.fatrelu_and_mul(x, g, 0.1),
+        "gelu_new": lambda: act.gelu_new(x),
+        "gelu_fast": lambda: act.gelu_fast(x),
+        "gelu_quick": lambda: act.gelu_quick(x),
+        "gelu_fast_fp16": lambda: act.gelu_fast(_meta(m, n, dtype=torch.float16)),
         "mxfp4": lambda: mx.dynamic_mxfp4_quant(x),
         "mxfp8": lambda: mx.dynamic_mxfp8_quant(x, None, torch.float8_e4m3fn),
         "nvfp4": lambda: mx.dynamic_nvfp4_quant(x, _meta(1, dtype=torch.float32)),

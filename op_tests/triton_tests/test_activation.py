@@ -4,6 +4,7 @@ import inspect
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -376,6 +377,60 @@ def test_forward_only_elementwise(name, dtype, shape):
     xs = make_rows(3, 50, dtype, strided=True, lead=(2,), scale=3)
     atol, rtol = _units(dtype, xs)
     assert_close(getattr(act, name)(xs), getattr(ref, name)(xs), atol=atol, rtol=rtol, name=f"{name} strided")
+
+
+def _every_value(dtype):
+    """Every bit pattern of a 16-bit dtype, NaNs and infinities included."""
+    return torch.arange(65536, dtype=torch.int32, device=DEVICE).to(torch.int16).view(dtype)
+
+
+def _same_values(got, want, what):
+    """Equal value for value, -0 apart from 0, any NaN equal to any NaN (on the CPU within
+    two units: the interpreter's numpy exp, flushed subnormals and truncating bf16)."""
+    if not ON_GPU:
+        atol, rtol = _units(got.dtype)
+        assert_close(got, want, atol=atol, rtol=rtol, name=what)
+        return
+    got, want = got.float(), want.float()
+    same = (got == want) & (torch.signbit(got) == torch.signbit(want)) | got.isnan() & want.isnan()
+    bad = (~same).nonzero().flatten()[:4].tolist()
+    assert not bad, f"{what}: {int((~same).sum())} values differ, e.g. " + \
+        ", ".join(f"{got[i].item()!r} (want {want[i].item()!r})" for i in bad)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_rounded_silu_and_quick_gelu_every_value(dtype):
+    """Every value of the dtype, bit for bit against torch's own ops: silu rounded to the
+    dtype before the multiply (silu_and_mul / mul_and_silu's rounded form), quick GELU as
+    vLLM computes it (x / (1 + expf(-1.702 x)), one rounding). On a GPU the bf16 forms
+    divide with div.full, not IEEE division: this proves the rounded quotient the same
+    for every bf16 value (fp16 keeps IEEE division: one value differs with div.full). The
+    interpreter's math is numpy's: there, within two units."""
+    v = _every_value(dtype)
+    ones = torch.ones_like(v)
+    silu = F.silu(v)
+    for act_first in (True, False):
+        x = torch.stack([v, ones] if act_first else [ones, v], 1)
+        out = poisoned((v.numel(), 1), dtype)
+        act.act_and_mul_rounded(out, x, "silu", act_first)
+        _same_values(out[:, 0], silu, f"silu rounded, act_first={act_first}")
+    f = v.float()
+    _same_values(act.gelu_quick(v), (f / (1 + torch.exp(-1.702 * f))).to(dtype), "gelu_quick")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_gelu_new_and_fast_every_value(dtype):
+    """Every value of the dtype, bit for bit against vLLM's kernels written as torch ops on the
+    dtype (each op rounds where vLLM's operations on T round; tanh is tanhf of a T value,
+    rounded). On a GPU the kernels' tanh is not tanhf (``_tanh_rounded``): this proves it
+    rounds the same for every input."""
+    x = _every_value(dtype)
+    f = x.float()
+    x3 = x * x * x
+    t = torch.tanh((0.79788456 * (x + (0.044715 * x3.float()).to(dtype)).float()).to(dtype))
+    _same_values(act.gelu_new(x), (0.5 * x) * (1 + t), "gelu_new")
+    t = torch.tanh((f * 0.79788456).to(dtype) * (1 + (0.044715 * f).to(dtype) * x))
+    _same_values(act.gelu_fast(x), (0.5 * x) * (1 + t), "gelu_fast")
 
 
 def test_forward_only_refuse_grad_and_bad_input():

@@ -383,9 +383,9 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
          lambda: (vllm_ops.swigluoai_and_mul(_meta(8, 2880), _meta(8, 2 * 2880), 1.702, 7.0),
                   vllm_ops.swigluoai_and_mul(_meta(8, 4096), _meta(8, 2 * 4096), 1.702, 7.0),
                   vllm_ops.fatrelu_and_mul(_meta(8, 4096), _meta(8, 2 * 4096), 0.1))),
-        ("vLLM gelu_new, gelu_fast, gelu_quick",
-         lambda: [fn(_meta(8, 4096), _meta(8, 4096)) for fn in (
-             vllm_ops.gelu_new, vllm_ops.gelu_fast, vllm_ops.gelu_quick)]),
+        ("vLLM gelu_new, gelu_fast, gelu_quick (bf16: the SFU's tanh on NVIDIA; fp16)",
+         lambda: [fn(_meta(8, 4096, dtype=dt), _meta(8, 4096, dtype=dt)) for fn in (
+             vllm_ops.gelu_new, vllm_ops.gelu_fast, vllm_ops.gelu_quick) for dt in (torch.bfloat16, torch.float16)]),
         # sampling: each mode and filter set, vocabulary widths, per-row parameters, shared rows
         ("sampling top_k_top_p from logits, per-row k, p and temperature",
          lambda: smp.top_k_top_p_sampling_from_logits(_meta(4, 128256), _meta(4, dtype=torch.int32),

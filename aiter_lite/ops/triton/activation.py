@@ -122,7 +122,8 @@ def _launch(x2: torch.Tensor, y2: torch.Tensor, dy2: torch.Tensor | None, activa
     x2's gradient (and du2 = u2's). ``mode``: the forward-only options (:class:`_Mode`)."""
     mode = mode or _PLAIN
     n_rows, n_cols = (y2 if dy2 is None else dy2).shape
-    cfg = config or act_launch_config(n_rows, n_cols, device_profile(x2.device))
+    profile = device_profile(x2.device)
+    cfg = config or act_launch_config(n_rows, n_cols, profile)
     row_blocks = cdiv(n_rows, cfg.BLOCK_M)
     col_blocks = cdiv(n_cols, cfg.BLOCK_N)
     u_col0 = n_cols if gated and u2 is None else 0  # up in x2's rows, n_cols on
@@ -142,7 +143,7 @@ def _launch(x2: torch.Tensor, y2: torch.Tensor, dy2: torch.Tensor | None, activa
         INTERLEAVED=mode.interleaved,
         CLAMP=mode.clamp,
         ROUND_ACT=mode.round_act,
-        PRECISE=mode.precise and not device_profile(x2.device).interpreter,
+        PRECISE=0 if not mode.precise or profile.interpreter else 2 if profile.backend == "cuda" else 1,
         INT64=max_offset >= 2**31,
         EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
         ONE_PASS=row_blocks <= _MAX_GRID_Y,
@@ -508,7 +509,9 @@ def act_and_mul_rounded(out: torch.Tensor, input: torch.Tensor, activation: Acti
                         act_first: bool = True) -> torch.Tensor:
     """``out = act(input[..., :d]) * input[..., d:]`` as torch's two ops compute it (and
     vLLM's kernels): the activation, by torch's formula with the device's expf / tanhf /
-    erff and IEEE division, is rounded to input's dtype before the multiply. ``act_first``
+    erff and IEEE division, is rounded to input's dtype before the multiply (bf16 on NVIDIA:
+    silu's quotient by div.full, proven to round the same for every bf16 value by an
+    exhaustive GPU test; it keeps the op at the copy's rate). ``act_first``
     False: ``input[..., :d] * act(input[..., d:])`` (vLLM's mul_and_silu). Returns ``out``."""
     op = "act_and_mul_rounded"
     activation = check_choice(op, "activation", activation, _ACTIVATIONS)
@@ -538,20 +541,25 @@ def swigluoai_and_mul(out: torch.Tensor, input: torch.Tensor, alpha: float = 1.7
 @public_op(no_grad=_FORWARD_ONLY)
 def gelu_new(x: torch.Tensor) -> torch.Tensor:
     """GPT-2's GELU, ``0.5 x (1 + tanh(0.79788456 (x + 0.044715 x^3)))``, rounded to x's dtype
-    where vLLM's kernel (and Hugging Face's NewGELUActivation in that dtype) rounds."""
+    where vLLM's kernel (and Hugging Face's NewGELUActivation in that dtype) rounds: its bits
+    for every bf16 / fp16 value (an exhaustive GPU test; the kernel's tanh is cheaper than
+    tanhf and rounds the same, ``_tanh_rounded``)."""
     return _elementwise_ex("gelu_new", None, x, "gelu_new")
 
 
 @public_op(no_grad=_FORWARD_ONLY)
 def gelu_fast(x: torch.Tensor) -> torch.Tensor:
     """``0.5 x (1 + tanh(0.79788456 x (1 + 0.044715 x^2)))``, rounded to x's dtype where
-    vLLM's kernel (and Hugging Face's FastGELUActivation in that dtype) rounds."""
+    vLLM's kernel (and Hugging Face's FastGELUActivation in that dtype) rounds (its bits, as
+    gelu_new)."""
     return _elementwise_ex("gelu_fast", None, x, "gelu_fast")
 
 
 @public_op(no_grad=_FORWARD_ONLY)
 def gelu_quick(x: torch.Tensor) -> torch.Tensor:
-    """Quick GELU, ``x * sigmoid(1.702 x)``, in fp32, one rounding."""
+    """Quick GELU, ``x * sigmoid(1.702 x)`` as vLLM computes it, ``x / (1 + expf(-1.702 x))``
+    in fp32, one rounding (bf16 on NVIDIA: div.full, the same bits for every bf16 value by
+    an exhaustive GPU test)."""
     return _elementwise_ex("gelu_quick", None, x, "swish", _QUICK_GELU_BETA)
 
 

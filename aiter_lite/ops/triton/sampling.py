@@ -462,6 +462,9 @@ def sampling_from_uniform(x: torch.Tensor, uniform: torch.Tensor, top_k: torch.T
     ``indices[i]``; ``joint``: top-k and top-p both over the whole row (else top-p over what
     top-k kept). The filters and the draw are the drawing forms' (module doc)."""
     op = "sampling_from_uniform"
+    if torch.compiler.is_compiling():  # one opaque node, as the other sampling ops
+        return torch.ops.aiter_lite.sampling_from_uniform(x, uniform, top_k, top_p, min_p, temperature, indices,
+                                                          from_logits, joint)
     from_logits = check_bool(op, "from_logits", from_logits)
     joint = check_bool(op, "joint", joint)
     for name, value in (("top_k", top_k), ("top_p", top_p), ("min_p", min_p), ("temperature", temperature)):
