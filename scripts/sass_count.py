@@ -41,6 +41,7 @@ FMA = {"FMUL", "FADD", "FFMA", "IMAD", "HFMA2", "HADD2", "HMUL2", "IMUL", "FMUL2
 
 def cases(m: int, n: int) -> dict:
     from aiter_lite.ops.triton import activation as act
+    from aiter_lite.ops.triton.quant import quant as qt
     from aiter_lite.ops.triton.quant import mx_quant as mx
 
     x = _meta(m, n)
@@ -55,6 +56,10 @@ def cases(m: int, n: int) -> dict:
         "gelu_fast": lambda: act.gelu_fast(x),
         "gelu_quick": lambda: act.gelu_quick(x),
         "gelu_fast_fp16": lambda: act.gelu_fast(_meta(m, n, dtype=torch.float16)),
+        "int8_azp_dynamic": lambda: qt.dynamic_per_token_int8_azp_quant(
+            _meta(m, n, dtype=torch.int8), x, _meta(m, 1, dtype=torch.float32), _meta(m, 1, dtype=torch.int32)),
+        "per_token_fp8": lambda: qt.dynamic_per_token_quant_fp8_i8(
+            _meta(m, n, dtype=torch.float8_e4m3fn), x, _meta(m, 1, dtype=torch.float32)),
         "mxfp4": lambda: mx.dynamic_mxfp4_quant(x),
         "mxfp8": lambda: mx.dynamic_mxfp8_quant(x, None, torch.float8_e4m3fn),
         "nvfp4": lambda: mx.dynamic_nvfp4_quant(x, _meta(1, dtype=torch.float32)),

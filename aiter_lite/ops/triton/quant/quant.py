@@ -398,6 +398,11 @@ def _launch_per_token_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Ten
     )
 
 
+def _native(profile: DeviceProfile) -> int:
+    """The azp kernel's NATIVE: 0 the interpreter, 1 AMD, 2 NVIDIA."""
+    return 0 if profile.interpreter else 2 if profile.backend == "cuda" else 1
+
+
 @launcher(mutates=("q2", "scale", "azp"))
 def _launch_int8_azp_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, azp: torch.Tensor,
                            dynamic: bool, config: QuantLaunchConfig | None = None) -> None:
@@ -415,7 +420,8 @@ def _launch_int8_azp_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tens
         _int8_azp_quant_kernel, (cdiv(n_rows, cfg.BLOCK_M),),
         x2, q2, scale, azp, x2.stride(0), q2.stride(0), scale.stride(0), azp.stride(0), n_rows, n_cols,
         DYNAMIC=dynamic, LOOPED=cfg.LOOPED, EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
-        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, NATIVE=_native(device_profile(x2.device)),
+        num_warps=cfg.num_warps,
     )
 
 
