@@ -663,23 +663,26 @@ def test_static_per_tensor_int8_azp_quant(dtype, m, n, azp):
 
 
 def test_int8_azp_quant_nan_inf_and_refusals():
-    x = torch.tensor([[1.0, float("nan"), -3.0, 7.0], [float("inf"), 1.0, 2.0, 3.0]], device=DEVICE)
-    q, s, z = quant.dynamic_per_token_int8_azp_quant(_poisoned_q((2, 4), torch.int8), x,
-                                                     torch.empty(2, 1, device=DEVICE),
-                                                     torch.empty(2, 1, dtype=torch.int32, device=DEVICE))
+    nan = float("nan")
+    # a NaN, an inf, a row of NaN only (min +inf, max -inf, as the reference's), a constant row (scale 0)
+    x = torch.tensor([[1.0, nan, -3.0, 7.0], [float("inf"), 1.0, 2.0, 3.0], [nan] * 4, [5.0] * 4], device=DEVICE)
+    q, s, z = quant.dynamic_per_token_int8_azp_quant(_poisoned_q((4, 4), torch.int8), x,
+                                                     torch.empty(4, 1, device=DEVICE),
+                                                     torch.empty(4, 1, dtype=torch.int32, device=DEVICE))
     q_ref, s_ref, z_ref = native.dynamic_per_token_int8_azp_quant(torch.empty_like(q), x, torch.empty_like(s),
                                                                   torch.empty_like(z))
     assert torch.equal(q, q_ref) and torch.equal(s, s_ref) and torch.equal(z, z_ref)
     assert q[0, 1] == z[0, 0]  # NaN: the zero point
+    assert s[2, 0] == -float("inf")
     op = quant.static_per_tensor_int8_azp_quant
     one = torch.ones(1, device=DEVICE)
     azp = torch.zeros(1, dtype=torch.int32, device=DEVICE)
     with pytest.raises(TypeError, match="static_per_tensor_int8_azp_quant: qx must be int8"):
-        op(torch.empty(2, 4, dtype=torch.float8_e5m2, device=DEVICE), x, one, azp)
+        op(torch.empty(2, 4, dtype=torch.float8_e5m2, device=DEVICE), x[:2], one, azp)
     with pytest.raises(TypeError, match="static_per_tensor_int8_azp_quant: azp_in must be int32"):
-        op(torch.empty(2, 4, dtype=torch.int8, device=DEVICE), x, one, one)
+        op(torch.empty(2, 4, dtype=torch.int8, device=DEVICE), x[:2], one, one)
     with pytest.raises(ValueError, match="static_per_tensor_int8_azp_quant: azp_in must have one element"):
-        op(torch.empty(2, 4, dtype=torch.int8, device=DEVICE), x, one, torch.zeros(2, dtype=torch.int32))
+        op(torch.empty(2, 4, dtype=torch.int8, device=DEVICE), x[:2], one, torch.zeros(2, dtype=torch.int32))
     with pytest.raises(ValueError, match="dynamic_per_token_int8_azp_quant: scale_out must have 2 elements"):
-        quant.dynamic_per_token_int8_azp_quant(torch.empty(2, 4, dtype=torch.int8, device=DEVICE), x, one,
+        quant.dynamic_per_token_int8_azp_quant(torch.empty(2, 4, dtype=torch.int8, device=DEVICE), x[:2], one,
                                                torch.zeros(2, 1, dtype=torch.int32, device=DEVICE))

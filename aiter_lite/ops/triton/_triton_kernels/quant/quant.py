@@ -464,11 +464,14 @@ def _int8_azp_quant_kernel(
 
 @triton.jit
 def _min_max_skip_nan(x, mask, EVEN: tl.constexpr, NATIVE: tl.constexpr):
-    """Row-wise (min, max) of x over the mask, NaN skipped (masked lanes hold 0)."""
+    """Row-wise (min, max) of x over the mask, NaN skipped (masked lanes hold 0): +inf and
+    -inf where every element is NaN, as the reference's masked amin / amax."""
     if NATIVE:  # a GPU's min.f32 / max.f32 return the other operand for a NaN: masked lanes as NaN
         if not EVEN:
             x = tl.where(mask, x, float("nan"))
-        return tl.min(x, 1), tl.max(x, 1)
+        lo = tl.min(x, 1)
+        hi = tl.max(x, 1)
+        return tl.where(lo == lo, lo, float("inf")), tl.where(hi == hi, hi, float("-inf"))
     else:
         ok = x == x if EVEN else mask & (x == x)  # numpy's minimum keeps a NaN
         return tl.min(tl.where(ok, x, float("inf")), 1), tl.max(tl.where(ok, x, float("-inf")), 1)
