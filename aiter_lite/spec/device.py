@@ -62,6 +62,12 @@ class DeviceProfile:
         return self.backend == "interpreter"
 
     @property
+    def device_math(self) -> int:
+        """A kernel constexpr for the device's own math instructions: 0 the interpreter
+        (numpy's), 1 AMD, 2 NVIDIA (PTX-only instructions such as cvt.rni, tanh.approx)."""
+        return 0 if self.interpreter else 2 if self.backend == "cuda" else 1
+
+    @property
     def tma(self) -> bool:
         """Tensor-memory-accelerator copies (Hopper and later NVIDIA GPUs)."""
         return self.backend == "cuda" and int(self.arch[3:]) >= 90

@@ -143,7 +143,7 @@ def _launch(x2: torch.Tensor, y2: torch.Tensor, dy2: torch.Tensor | None, activa
         INTERLEAVED=mode.interleaved,
         CLAMP=mode.clamp,
         ROUND_ACT=mode.round_act,
-        PRECISE=0 if not mode.precise or profile.interpreter else 2 if profile.backend == "cuda" else 1,
+        PRECISE=profile.device_math if mode.precise else 0,
         INT64=max_offset >= 2**31,
         EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
         ONE_PASS=row_blocks <= _MAX_GRID_Y,

@@ -398,11 +398,6 @@ def _launch_per_token_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Ten
     )
 
 
-def _native(profile: DeviceProfile) -> int:
-    """The azp kernel's NATIVE: 0 the interpreter, 1 AMD, 2 NVIDIA."""
-    return 0 if profile.interpreter else 2 if profile.backend == "cuda" else 1
-
-
 @launcher(mutates=("q2", "scale", "azp"))
 def _launch_int8_azp_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor, azp: torch.Tensor,
                            dynamic: bool, config: QuantLaunchConfig | None = None) -> None:
@@ -410,9 +405,10 @@ def _launch_int8_azp_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tens
     a scale and zero point per row written to them ((M,) each). The per-token tiles; rows
     the per-token launch would split are looped (the min and max need a second exchange)."""
     n_rows, n_cols = x2.shape
-    cfg = config or per_token_launch_config(n_rows, n_cols, device_profile(x2.device))
+    profile = device_profile(x2.device)
+    cfg = config or per_token_launch_config(n_rows, n_cols, profile)
     if cfg.SPLIT:
-        cfg = QuantLaunchConfig(1, _LOOP_BLOCK, device_profile(x2.device).max_warps, LOOPED=True)
+        cfg = QuantLaunchConfig(1, _LOOP_BLOCK, profile.max_warps, LOOPED=True)
     if not cfg.LOOPED and cfg.BLOCK_N < n_cols:
         raise ValueError(f"dynamic_per_token_int8_azp_quant: a launch that does not loop rows needs BLOCK_N >= the "
                          f"{n_cols} columns; got {cfg}")
@@ -420,7 +416,7 @@ def _launch_int8_azp_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tens
         _int8_azp_quant_kernel, (cdiv(n_rows, cfg.BLOCK_M),),
         x2, q2, scale, azp, x2.stride(0), q2.stride(0), scale.stride(0), azp.stride(0), n_rows, n_cols,
         DYNAMIC=dynamic, LOOPED=cfg.LOOPED, EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
-        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, NATIVE=_native(device_profile(x2.device)),
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, NATIVE=profile.device_math,
         num_warps=cfg.num_warps,
     )
 
