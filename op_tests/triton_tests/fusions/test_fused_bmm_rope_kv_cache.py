@@ -132,6 +132,26 @@ def test_prefill_tiles(fp8, b):
     _check(_args(2, b, 128, 64, 16, fp8=wdt if fp8 else None, bk=b + 2), fp8)
 
 
+@pytest.mark.parametrize("wdt", FP8, ids=str)
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_nonfinite_weight_stays_in_its_channel(wdt, value):
+    """Every fp8 weight format, and a NaN / inf weight in its output channel of its head for
+    every token, as the reference (torch stores inf as e4m3fn's 448 and e4m3fnuz's NaN):
+    Triton's e5m2 -> bf16 conversion is a shift that made inf and NaN numbers, so the
+    operands meet as fp16."""
+    if wdt not in SUPPORTED:
+        pytest.skip(f"{wdt} cannot be stored on this device")
+    _check(_args(3, 5, 64, 32, 16, fp8=wdt), True)
+    a = _args(2, 3, 64, 32, 16, fp8=wdt)
+    a["w_k"][1, 7, 20] = value
+    got = fusions.fused_fp8_bmm_rope_cat_and_cache_mla(**a)[0]
+    want = native.fused_fp8_bmm_rope_cat_and_cache_mla(**a)[0]
+    finite = bool(a["w_k"][1, 7, 20].float().isfinite())
+    assert got[:, 1, 7].isfinite().all() == finite and got[:, [0], :].isfinite().all()
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+    assert torch.equal(got[got.isinf()], want[want.isinf()])
+
+
 def test_nan_stays_in_its_token():
     a = _args(2, 3, 64, 32, 16)
     a["q_nope"][1, 1, 5] = float("nan")

@@ -6,9 +6,11 @@ output channels, and walks the P input channels a group at a time (ONCE: one gro
 all P, the tokens' q loaded, and quantized, once for all the program's channels). Offsets
 within a tile are 32-bit from 64-bit bases unless TILE64. PREQUANT (aiter's fp8 form): each
 token's group of q is quantized to W's fp8 format with its own scale (amax / fp8 max), multiplied in that
-format and the group's product scaled back; at the end the weights' per-tensor scale. The
-operands enter ``tl.dot`` as bf16 (fp8 and bf16 values are exact in bf16; the products are
-exact in its fp32 accumulation), so one kernel serves every GPU and both forms.
+format and the group's product scaled back; at the end the weights' per-tensor scale. fp8
+operands enter ``tl.dot`` as fp16 (every fp8 value is exact in fp16, the products exact in
+its fp32 accumulation; NVIDIA converts e4m3 and e5m2 to fp16 in hardware, inf and NaN kept,
+where Triton's e5m2 -> bf16 is a shift that turns them into numbers), so one kernel serves
+every GPU and both forms.
 """
 
 import triton
@@ -119,7 +121,7 @@ def _tile_once(aq, scale, w_head, sw_n, n0, n_hi, cols, k, k_mask, o_row, ws_ptr
     w = tl.load((w_head + tl.cast(n0, tl.int64) * sw_n) + cols[None, :] * sw_n + k[:, None],
                 mask=k_mask[:, None] & n_mask[None, :], other=0.0)
     if PREQUANT:
-        acc = _dot(aq, w, tl.bfloat16, DOT_FP32) * scale[:, None]
+        acc = _dot(aq, w, tl.float16, DOT_FP32) * scale[:, None]
     else:
         acc = _dot(aq, w, w_head.dtype.element_ty, DOT_FP32)
     _store_out(o_row + n0 + cols[None, :], acc, ws_ptr, m_mask[:, None] & n_mask[None, :], o_min, o_max, HAS_WS,
@@ -153,7 +155,7 @@ def _tile_stepped(q_tile, w_head, sw_n, n0, n_hi, n_in, cols, k, o_row, ws_ptr, 
         elif PREQUANT:
             w = tl.load(w_tile + k0 + k[:, None], mask=k_mask[:, None] & n_mask[None, :], other=0.0)
             aq, scale = _quantized_group(a, q_min, q_max, wt, SOFT_ROUND)
-            acc += _dot(aq, w, tl.bfloat16, DOT_FP32) * scale[:, None]
+            acc += _dot(aq, w, tl.float16, DOT_FP32) * scale[:, None]
         else:
             w = tl.load(w_tile + k0 + k[:, None], mask=k_mask[:, None] & n_mask[None, :], other=0.0)
             acc += _dot(a, w, wt, DOT_FP32)
