@@ -56,6 +56,9 @@ def cases(m: int, n: int) -> dict:
         "gelu_fast": lambda: act.gelu_fast(x),
         "gelu_quick": lambda: act.gelu_quick(x),
         "gelu_fast_fp16": lambda: act.gelu_fast(_meta(m, n, dtype=torch.float16)),
+        "gelu_quick_fp16": lambda: act.gelu_quick(_meta(m, n, dtype=torch.float16)),
+        "mul_and_silu_fp16": lambda: act.act_and_mul_rounded(_meta(m, n, dtype=torch.float16),
+                                                             _meta(m, 2 * n, dtype=torch.float16), "silu", False),
         "int8_azp_dynamic": lambda: qt.dynamic_per_token_int8_azp_quant(
             _meta(m, n, dtype=torch.int8), x, _meta(m, 1, dtype=torch.float32), _meta(m, 1, dtype=torch.int32)),
         "per_token_fp8": lambda: qt.dynamic_per_token_quant_fp8_i8(

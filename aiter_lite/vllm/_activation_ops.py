@@ -121,4 +121,4 @@ def gelu_fast(out: torch.Tensor, input: torch.Tensor) -> None:
 @planned
 def gelu_quick(out: torch.Tensor, input: torch.Tensor) -> None:
     """``x * sigmoid(1.702 x)``."""
-    _elementwise("gelu_quick", out, input, "swish", _act._QUICK_GELU_BETA)
+    _elementwise("gelu_quick", out, input, "gelu_quick", _act._QUICK_GELU_BETA)

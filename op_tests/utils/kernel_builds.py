@@ -379,6 +379,8 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
         ("vLLM silu_and_mul, gelu_and_mul, gelu_tanh_and_mul, mul_and_silu",
          lambda: [fn(_meta(8, 4096), _meta(8, 2 * 4096)) for fn in (
              vllm_ops.silu_and_mul, vllm_ops.gelu_and_mul, vllm_ops.gelu_tanh_and_mul, vllm_ops.mul_and_silu)]),
+        ("vLLM mul_and_silu fp16 (the rounded silu: ex2.approx.ftz and its patched inputs on NVIDIA)",
+         lambda: vllm_ops.mul_and_silu(_meta(8, 4096, dtype=torch.float16), _meta(8, 2 * 4096, dtype=torch.float16))),
         ("vLLM swigluoai_and_mul gpt-oss, fatrelu_and_mul",
          lambda: (vllm_ops.swigluoai_and_mul(_meta(8, 2880), _meta(8, 2 * 2880), 1.702, 7.0),
                   vllm_ops.swigluoai_and_mul(_meta(8, 4096), _meta(8, 2 * 4096), 1.702, 7.0),

@@ -560,7 +560,7 @@ def gelu_quick(x: torch.Tensor) -> torch.Tensor:
     """Quick GELU, ``x * sigmoid(1.702 x)`` as vLLM computes it, ``x / (1 + expf(-1.702 x))``
     in fp32, one rounding (bf16 on NVIDIA: div.full, the same bits for every bf16 value by
     an exhaustive GPU test)."""
-    return _elementwise_ex("gelu_quick", None, x, "swish", _QUICK_GELU_BETA)
+    return _elementwise_ex("gelu_quick", None, x, "gelu_quick", _QUICK_GELU_BETA)
 
 
 # aiter's name at this path (aiter_lite defines it with the other activation + quant ops)

@@ -73,14 +73,62 @@ def _div(a, b, PRECISE: tl.constexpr):
 
 
 @triton.jit
-def _sigmoid_div(x, e, PRECISE: tl.constexpr, BF16_OUT: tl.constexpr):
-    """``x / (1 + e)`` as torch divides where PRECISE; rounded to bf16 right after
-    (``BF16_OUT``, NVIDIA), div.full's quotient (within 2 ulp) gives the same bf16 as IEEE
-    division for every bf16 x with torch's expf (exhaustive test on the GPU,
-    op_tests/triton_tests/test_activation.py; fp16 has one input where it does not): the
-    IEEE division's check and its slow-path branch made silu's rounded forms bound by
-    instructions issued (mul_and_silu 16384 x 14336 on an H200: 360 us, 330 without)."""
-    return _div(x, 1.0 + e, PRECISE and not BF16_OUT)
+def _sigmoid_div(x, e, PRECISE: tl.constexpr, OUT16: tl.constexpr):
+    """``x / (1 + e)`` as torch divides where PRECISE; rounded to a 16-bit type right after
+    (``OUT16``, NVIDIA), div.full's quotient (within 2 ulp): the IEEE division's check and
+    its slow-path branch made silu's rounded forms bound by instructions issued
+    (mul_and_silu 16384 x 14336 bf16 on an H200: 360 us, 330 without). The callers prove
+    the rounded result torch's for every 16-bit input (``_silu_rounded``)."""
+    return _div(x, 1.0 + e, PRECISE and not OUT16)
+
+
+@triton.jit
+def _silu_rounded(x, beta, PRECISE: tl.constexpr, OUT16: tl.constexpr, QUICK: tl.constexpr):
+    """silu (beta 1) or quick GELU (QUICK: beta 1.702, vLLM's), ``x / (1 + expf(-beta x))``
+    in fp32, where the result is rounded to a 16-bit type next (OUT16: 1 bf16, 2 fp16) on
+    NVIDIA (PRECISE == 2): cheaper formulas whose rounded value is torch's for every input
+    of that type, enumerated on the GPU (op_tests/triton_tests/test_activation.py, every
+    value). The exponential is ex2.approx.ftz of ``(x * -beta) * log2(e)`` (what tl.exp
+    computes, without its denormal-result fix-up: such an e vanishes in 1 + e); the
+    quotient div.full's (bf16), or x times rcp.approx.ftz (fp16: the same rounded values
+    as div.full; in bf16 its flushed reciprocal of 1 + e past 2^126 zeroes quotients bf16
+    keeps); the few inputs where that rounds apart from torch take torch's value from a
+    select (a compare and a select an element, where expf costs six more instructions and
+    IEEE division a check and a branch):
+
+    ========= ====== ==============================================================
+    form      dtype  inputs patched (-> torch's value)
+    ========= ====== ==============================================================
+    silu      bf16   none
+    silu      fp16   -2.724609375 (0xc173), -4.921875 (0xc4ec)
+    quick     bf16   -11.6875 (0xc13b)
+    quick     fp16   0.0003743171691894531 (0x0e22), -1.7822265625 (0xbf21),
+                     -3.935546875 (0xc3df)
+    ========= ====== ==============================================================
+
+    Everywhere else (fp32, AMD, the interpreter): ``_sigmoid_div`` with ``_exp``."""
+    if PRECISE == 2 and OUT16 != 0:
+        t = (x * (0.0 - beta)) * 1.4426950408889634
+        e = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [t], dtype=tl.float32,
+                                      is_pure=True, pack=1)
+        if OUT16 == 1:
+            y = x / (1.0 + e)
+        else:  # fp16: no quotient under 2^-24 survives its rounding, so the reciprocal may flush
+            r = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [1.0 + e], dtype=tl.float32,
+                                          is_pure=True, pack=1)
+            y = x * r
+        if OUT16 == 1 and QUICK:
+            y = tl.where(x == -11.6875, -2.6775524020195007e-08, y)
+        elif OUT16 == 2 and QUICK:
+            y = tl.where(x == 0.0003743171691894531, 0.00018715858459472656, y)
+            y = tl.where(x == -1.7822265625, -0.0819091796875, y)
+            y = tl.where(x == -3.935546875, -0.004848480224609375, y)
+        elif OUT16 == 2:
+            y = tl.where(x == -2.724609375, -0.1676025390625, y)
+            y = tl.where(x == -4.921875, -0.035614013671875, y)
+    else:
+        y = _sigmoid_div(x, _exp(-x * beta, PRECISE), PRECISE, OUT16)
+    return y
 
 
 @triton.jit
@@ -120,16 +168,18 @@ def _rnd(x, DTYPE: tl.constexpr):
 
 @triton.jit
 def _activation_ex(x, param, ACTIVATION: tl.constexpr, DTYPE: tl.constexpr, PRECISE: tl.constexpr,
-                   BF16_OUT: tl.constexpr = False):
+                   OUT16: tl.constexpr = 0):
     """``_apply_activation`` and the forward-only activations, fp32 in and out. ``param``:
     fatrelu's threshold, swish's beta. ``DTYPE``: the input's, where gelu_new / gelu_fast
     round as vLLM's kernels do (operations on the dtype's values). ``PRECISE``: torch's
     formulas with the device's expf / tanhf and IEEE division (bits as torch's after the
-    rounding to bf16 that follows where ``BF16_OUT``: ``_sigmoid_div``)."""
+    rounding to a 16-bit type that follows where ``OUT16``: ``_silu_rounded``)."""
     if ACTIVATION == "fatrelu":
         return tl.where(x <= param, 0.0, x)  # F.threshold: NaN propagates
     elif ACTIVATION == "swish":
-        return _sigmoid_div(x, _exp(-x * param, PRECISE), PRECISE, BF16_OUT)
+        return _sigmoid_div(x, _exp(-x * param, PRECISE), PRECISE, 0)
+    elif ACTIVATION == "gelu_quick":  # swish at vLLM's beta 1.702 (``param``), proven for it alone
+        return _silu_rounded(x, param, PRECISE, OUT16, True)
     elif ACTIVATION == "gelu_new":
         x3 = _rnd(_rnd(x * x, DTYPE) * x, DTYPE)
         inner = _rnd(0.79788456 * _rnd(x + _rnd(0.044715 * x3, DTYPE), DTYPE), DTYPE)
@@ -144,7 +194,7 @@ def _activation_ex(x, param, ACTIVATION: tl.constexpr, DTYPE: tl.constexpr, PREC
         t = _rnd(_tanh_rounded(_rnd(a * b, DTYPE), PRECISE, DTYPE), DTYPE)
         return _rnd(0.5 * x, DTYPE) * _rnd(1.0 + t, DTYPE)
     elif PRECISE and ACTIVATION == "silu":
-        return _sigmoid_div(x, _exp(-x, PRECISE), PRECISE, BF16_OUT)
+        return _silu_rounded(x, 1.0, PRECISE, OUT16, False)
     elif PRECISE and ACTIVATION == "gelu_tanh":
         # torch's tanh form; nvcc contracts x + kappa x^3 into one fma
         inner = 0.7978845608028654 * tl.math.fma(_GELU_TANH_KAPPA, x * x * x, x)
@@ -182,11 +232,11 @@ def _act_fwd_tile(x_ptr, u_ptr, y_ptr, stride_x_row, stride_u_row, stride_y_row,
         # gpt-oss: gate clamped from above, up both ways, then up + 1 (NaN propagates)
         gate = tl.where(gate > limit, limit, gate)
         up = tl.where(up > limit, limit, tl.where(up < -limit, -limit, up)) + 1.0
-    # NVIDIA, the activation rounded to bf16 next (torch's two ops on bf16, or a bf16
-    # elementwise output): _sigmoid_div's cheaper quotient, proven there; AMD keeps IEEE division
-    bf16_out: tl.constexpr = PRECISE == 2 and x_ty == tl.bfloat16 and (
-        ROUND_ACT or (not GATED and y_ptr.dtype.element_ty == tl.bfloat16))
-    y = _activation_ex(gate, param, ACTIVATION, x_ty, PRECISE, bf16_out)
+    # the activation rounded to the 16-bit input's type next (torch's two ops on it, or an
+    # elementwise output of that type): _silu_rounded's cheaper formulas (NVIDIA)
+    out16: tl.constexpr = (1 if x_ty == tl.bfloat16 else 2 if x_ty == tl.float16 else 0) if (
+        ROUND_ACT or (not GATED and y_ptr.dtype.element_ty == x_ty)) else 0
+    y = _activation_ex(gate, param, ACTIVATION, x_ty, PRECISE, out16)
     if ROUND_ACT:
         y = _rnd(y, x_ty)  # torch's act(gate) * up: the activation stored in the dtype first
     if GATED:
@@ -281,7 +331,7 @@ def _act_and_mul_kernel(
     n_cols,  # output columns; a gated input row holds 2 * n_cols (gate, then up)
     param,  # runtime fp32: fatrelu's threshold, swish's beta
     limit,  # runtime fp32: CLAMP's limit
-    ACTIVATION: tl.constexpr,  # "silu" | "gelu" | "gelu_tanh" | "relu"; forward only: "fatrelu" | "swish" | "gelu_new" | "gelu_fast"
+    ACTIVATION: tl.constexpr,  # "silu" | "gelu" | "gelu_tanh" | "relu"; forward only: "fatrelu" | "swish" | "gelu_quick" | "gelu_new" | "gelu_fast"
     GATED: tl.constexpr,  # y = act(x) * up   else   y = act(x)
     BACKWARD: tl.constexpr,  # dgate = dy * up * act'(gate), dup = dy * act(gate)   else   dx = dy * act'(x)
     INTERLEAVED: tl.constexpr,  # gated, forward: gate in x's even columns, up in the odd ones (vLLM's swigluoai)
