@@ -402,10 +402,11 @@ def _same_values(got, want, what):
 def test_rounded_silu_and_quick_gelu_every_value(dtype):
     """Every value of the dtype, bit for bit against torch's own ops: silu rounded to the
     dtype before the multiply (silu_and_mul / mul_and_silu's rounded form), quick GELU as
-    vLLM computes it (x / (1 + expf(-1.702 x)), one rounding). On a GPU the bf16 forms
-    divide with div.full, not IEEE division: this proves the rounded quotient the same
-    for every bf16 value (fp16 keeps IEEE division: one value differs with div.full). The
-    interpreter's math is numpy's: there, within two units."""
+    vLLM computes it (x / (1 + expf(-1.702 x)), one rounding). On an NVIDIA GPU the
+    kernels take ex2.approx, div.full (bf16) or a reciprocal (fp16) and patch the inputs
+    where those round apart (``_silu_rounded``): this proves the result torch's for every
+    value, and would catch a patch list that missed one. The interpreter's math is
+    numpy's: there, within two units."""
     v = _every_value(dtype)
     ones = torch.ones_like(v)
     silu = F.silu(v)
