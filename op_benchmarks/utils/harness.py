@@ -3,8 +3,9 @@
 A bench script describes its cases (shape, bytes moved, how to build inputs) and
 its providers (name -> callable factory); ``run`` does the rest:
 
-* times each provider with ``triton.testing.do_bench`` (median, L2 flushed between
-  runs) or, with ``--cudagraph``, by replaying a CUDA graph (no launch overhead);
+* times each provider as ``triton.testing.do_bench`` does (the median of single calls, L2
+  flushed before each, ``do_bench_clean``), with the flush's lines written back before the
+  timed call, or, with ``--cudagraph``, by replaying a CUDA graph (no launch overhead);
 * checks every provider's output against the native reference before timing it;
 * a backward op (named ``<op>_bwd``; ``--direction bwd`` picks them) times
   ``torch.autograd.grad`` through a forward run once beforehand (``backward_of``),
@@ -117,7 +118,55 @@ def _time_ms(fn: Callable, cudagraph: bool, rep: int) -> float:
         return time_backward_cudagraph(fn, rep)
     if cudagraph:
         return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median")
-    return triton.testing.do_bench(fn, warmup=max(rep // 4, 25), rep=rep, return_mode="median")
+    return do_bench_clean(fn, warmup=max(rep // 4, 25), rep=rep)
+
+
+_FLUSH_BYTES = 256 * 2**20  # past the L2 of every GPU benchmarked (H200: 50 MB)
+
+
+@functools.lru_cache(maxsize=1)
+def _flush_buffers() -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.empty(_FLUSH_BYTES // 8, dtype=torch.int64, device=DEVICE),
+            torch.empty(_FLUSH_BYTES // 8, dtype=torch.int64, device=DEVICE))
+
+
+def _flush_l2() -> None:
+    """A cold, clean L2: one buffer zeroed (triton's flush), then another read. The zeroing
+    alone leaves L2's worth of dirty lines that the timed call writes back: under
+    ``triton.testing.do_bench`` an 84 MB device copy reached 79% of a 1 GiB copy's
+    bandwidth on an H200 (93% after this flush), so no kernel between 64 and 128 MB could
+    show 85% of copy."""
+    written, read = _flush_buffers()
+    written.zero_()
+    read.max()
+
+
+def do_bench_clean(fn: Callable, warmup: int = 25, rep: int = 100) -> float:
+    """The median time of ``fn`` in ms, each call timed alone after ``_flush_l2``: triton's
+    ``do_bench`` (as many calls as fit ``warmup`` / ``rep`` ms, the flush counted in the
+    estimate) with a clean flush."""
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        _flush_l2()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    estimate = start.elapsed_time(end) / 5
+    for _ in range(max(1, int(warmup / estimate))):
+        fn()
+    n = max(1, int(rep / estimate))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for s, e in zip(starts, ends):
+        _flush_l2()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
 SWEEP_N = [2**k for k in range(8, 19)]  # 256 .. 262144
