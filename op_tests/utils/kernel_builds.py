@@ -307,6 +307,10 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
         ("dynamic_per_token_quant split",
          lambda: op["dynamic_per_token_quant_fp8_i8"](_meta(1024, 131072, dtype=fp8), _meta(1024, 131072),
                                                       _meta(1024, 1, dtype=f32), None)),
+        *[(f"dynamic_per_token_int8_azp_quant, {m} x {n}: rows in registers, 64 elements a lane",
+           lambda m=m, n=n: op["dynamic_per_token_int8_azp_quant"](
+               _meta(m, n, dtype=torch.int8), _meta(m, n), _meta(m, 1, dtype=f32), _meta(m, 1, dtype=torch.int32)))
+          for m, n in ((16384, 14336), (65536, 4096))],
         ("dynamic_per_token_int8_azp_quant looped",
          lambda: op["dynamic_per_token_int8_azp_quant"](_meta(4, 65536, dtype=torch.int8), _meta(4, 65536),
                                                         _meta(4, 1, dtype=f32), _meta(4, 1, dtype=torch.int32))),
