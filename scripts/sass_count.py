@@ -42,6 +42,7 @@ FMA = {"FMUL", "FADD", "FFMA", "IMAD", "HFMA2", "HADD2", "HMUL2", "IMUL", "FMUL2
 def cases(m: int, n: int) -> dict:
     from aiter_lite.ops.triton import activation as act
     from aiter_lite.ops.triton.quant import quant as qt
+    from aiter_lite.ops.triton.quant import fused_fp8_quant as ffq
     from aiter_lite.ops.triton.quant import mx_quant as mx
 
     x = _meta(m, n)
@@ -64,6 +65,9 @@ def cases(m: int, n: int) -> dict:
         "per_token_fp8": lambda: qt.dynamic_per_token_quant_fp8_i8(
             _meta(m, n, dtype=torch.float8_e4m3fn), x, _meta(m, 1, dtype=torch.float32)),
         "mxfp4": lambda: mx.dynamic_mxfp4_quant(x),
+        "gated_fp8_group": lambda: ffq.fused_rms_gated_fp8_group_quant(x, w, None, _meta(m, n), 1e-6,
+                                                                        out_dtype=torch.float8_e4m3fn,
+                                                                        group_size=128),
         "mxfp8": lambda: mx.dynamic_mxfp8_quant(x, None, torch.float8_e4m3fn),
         "nvfp4": lambda: mx.dynamic_nvfp4_quant(x, _meta(1, dtype=torch.float32)),
         "silu_mxfp4": lambda: mx.act_mul_and_mxfp4_quant(_meta(m, 2 * n), "silu"),

@@ -17,10 +17,23 @@ _GELU_TANH_KAPPA: tl.constexpr = tl.constexpr(0.044715)
 _INV_SQRT_2PI: tl.constexpr = tl.constexpr(0.3989422804014327)  # 1 / sqrt(2 pi)
 
 
+_NEG_LOG2E: tl.constexpr = tl.constexpr(-1.4426950408889634)  # -log2(e), rounded to fp32 where it is used
+
+
+@triton.jit
+def _exp_neg(x):
+    """``exp(-x)`` for a sum with 1 (a sigmoid's ``1 + e``): ``2^(x * -log2 e)``, what
+    tl.exp computes (``(-x) * log2 e`` is the same product) without its fix-up of results
+    below fp32's normals (ex2.approx.ftz on NVIDIA, v_exp_f32 alone on AMD): such an e
+    vanishes in 1 + e, and in 1 - e, so the sums and everything after them keep their
+    bits, for three instructions an element less on NVIDIA."""
+    return tl.exp2(x * _NEG_LOG2E)
+
+
 @triton.jit
 def _silu(x):
     # x * sigmoid(x); for x -> -inf exp overflows to inf and x / inf -> -0, never NaN.
-    return x / (1.0 + tl.exp(-x))
+    return x / (1.0 + _exp_neg(x))
 
 
 @triton.jit
@@ -34,7 +47,7 @@ def _gelu_tanh(x):
     # The sigmoid form has no tanh and no inf/inf: finite for every finite x
     # (x^3 may overflow to +-inf, which only drives exp to 0 or inf).
     u2 = _GELU_TANH_2BETA * (x + _GELU_TANH_KAPPA * x * x * x)
-    return x / (1.0 + tl.exp(-u2))
+    return x / (1.0 + _exp_neg(u2))
 
 
 @triton.jit
@@ -108,9 +121,7 @@ def _silu_rounded(x, beta, PRECISE: tl.constexpr, OUT16: tl.constexpr, QUICK: tl
 
     Everywhere else (fp32, AMD, the interpreter): ``_sigmoid_div`` with ``_exp``."""
     if PRECISE == 2 and OUT16 != 0:
-        t = (x * (0.0 - beta)) * 1.4426950408889634
-        e = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [t], dtype=tl.float32,
-                                      is_pure=True, pack=1)
+        e = _exp_neg(x * beta)
         if OUT16 == 1:
             y = x / (1.0 + e)
         else:  # fp16: no quotient under 2^-24 survives its rounding, so the reciprocal may flush
@@ -137,7 +148,7 @@ def _tanh(x, PRECISE: tl.constexpr):
         return libdevice.tanh(x)
     else:
         # +-1 at the extremes (exp overflows to inf or drops to 0), never NaN
-        return 2.0 / (1.0 + tl.exp(-2.0 * x)) - 1.0
+        return 2.0 / (1.0 + _exp_neg(2.0 * x)) - 1.0
 
 
 @triton.jit
@@ -153,7 +164,7 @@ def _tanh_rounded(x, PRECISE: tl.constexpr, DTYPE: tl.constexpr):
         return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
                                          pack=1)
     elif PRECISE == 2 and DTYPE == tl.float16:
-        e = tl.exp(-2.0 * tl.abs(x))
+        e = _exp_neg(2.0 * tl.abs(x))
         t = (1.0 - e) / (1.0 + e)
         return tl.where(x < 0, -t, t)  # NaN stays NaN
     else:
@@ -252,7 +263,7 @@ def _act_fwd_tile(x_ptr, u_ptr, y_ptr, stride_x_row, stride_u_row, stride_y_row,
 def _activation_and_grad(x, ACTIVATION: tl.constexpr):
     """``(act(x), act'(x))`` in fp32, finite for every finite x (no 0 * inf)."""
     if ACTIVATION == "silu":
-        s = 1.0 / (1.0 + tl.exp(-x))
+        s = 1.0 / (1.0 + _exp_neg(x))
         a = x * s
         # s * (1 + x (1 - s)) written as s + a (1 - s): x -> -inf gives 0 + (-0) * 1, not 0 * -inf
         return a, s + a * (1.0 - s)
@@ -262,7 +273,7 @@ def _activation_and_grad(x, ACTIVATION: tl.constexpr):
     elif ACTIVATION == "gelu_tanh":
         # a = x * sigmoid(2u), u = beta (x + kappa x^3); a' = s + 2 beta x s (1 - s) (1 + 3 kappa x^2)
         u2 = _GELU_TANH_2BETA * (x + _GELU_TANH_KAPPA * x * x * x)
-        s = 1.0 / (1.0 + tl.exp(-u2))
+        s = 1.0 / (1.0 + _exp_neg(u2))
         t = s * (1.0 - s)  # 0 where s saturates: the correction is 0 there, whatever x^2 is
         corr = tl.where(t == 0.0, 0.0, _GELU_TANH_2BETA * x * t * (1.0 + 3.0 * _GELU_TANH_KAPPA * x * x))
         return x * s, s + corr

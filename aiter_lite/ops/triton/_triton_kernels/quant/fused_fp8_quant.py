@@ -34,7 +34,7 @@ the row's RMS (then every value of the row is NaN, as the unfused norm's).
 import triton
 import triton.language as tl
 
-from aiter_lite.ops.triton._triton_kernels.activation import _apply_activation
+from aiter_lite.ops.triton._triton_kernels.activation import _apply_activation, _exp_neg
 from aiter_lite.ops.triton._triton_kernels.quant.quant import _amax, _ceil_pow2, _nan_max, _quantize
 
 
@@ -226,10 +226,10 @@ def _quant_row(x1_ptr, w1_ptr, r1_ptr, r_out_ptr, y1_ptr, q_ptr, s_ptr, x2_ptr, 
 @triton.jit
 def _gate(z, GATE: tl.constexpr):
     if GATE == "silu":
-        return z / (1.0 + tl.exp(-z))
+        return z / (1.0 + _exp_neg(z))
     else:
         tl.static_assert(GATE == "sigmoid")
-        return 1.0 / (1.0 + tl.exp(-z))
+        return 1.0 / (1.0 + _exp_neg(z))
 
 
 @triton.jit
