@@ -86,13 +86,9 @@ def _div(a, b, PRECISE: tl.constexpr):
 
 
 @triton.jit
-def _sigmoid_div(x, e, PRECISE: tl.constexpr, OUT16: tl.constexpr):
-    """``x / (1 + e)`` as torch divides where PRECISE; rounded to a 16-bit type right after
-    (``OUT16``, NVIDIA), div.full's quotient (within 2 ulp): the IEEE division's check and
-    its slow-path branch made silu's rounded forms bound by instructions issued
-    (mul_and_silu 16384 x 14336 bf16 on an H200: 360 us, 330 without). The callers prove
-    the rounded result torch's for every 16-bit input (``_silu_rounded``)."""
-    return _div(x, 1.0 + e, PRECISE and not OUT16)
+def _sigmoid_div(x, e, PRECISE: tl.constexpr):
+    """``x / (1 + e)``, divided as torch divides (IEEE) where PRECISE."""
+    return _div(x, 1.0 + e, PRECISE)
 
 
 @triton.jit
@@ -101,7 +97,9 @@ def _silu_rounded(x, beta, PRECISE: tl.constexpr, OUT16: tl.constexpr, QUICK: tl
     in fp32, where the result is rounded to a 16-bit type next (OUT16: 1 bf16, 2 fp16) on
     NVIDIA (PRECISE == 2): cheaper formulas whose rounded value is torch's for every input
     of that type, enumerated on the GPU (op_tests/triton_tests/test_activation.py, every
-    value). The exponential is ex2.approx.ftz of ``(x * -beta) * log2(e)`` (what tl.exp
+    value). The IEEE division's check and slow-path branch, and expf, made these forms bound
+    by instructions issued (mul_and_silu 16384 x 14336 bf16 on an H200: 360 us; 320.7, the
+    copy's time, now). The exponential is ex2.approx.ftz of ``(x * -beta) * log2(e)`` (what tl.exp
     computes, without its denormal-result fix-up: such an e vanishes in 1 + e); the
     quotient div.full's (bf16), or x times rcp.approx.ftz (fp16: the same rounded values
     as div.full; in bf16 its flushed reciprocal of 1 + e past 2^126 zeroes quotients bf16
@@ -119,7 +117,8 @@ def _silu_rounded(x, beta, PRECISE: tl.constexpr, OUT16: tl.constexpr, QUICK: tl
                      -3.935546875 (0xc3df)
     ========= ====== ==============================================================
 
-    Everywhere else (fp32, AMD, the interpreter): ``_sigmoid_div`` with ``_exp``."""
+    Everywhere else (fp32, AMD, the interpreter): ``_sigmoid_div`` with ``_exp``, IEEE
+    division and expf where PRECISE (AMD: no GPU here to enumerate on)."""
     if PRECISE == 2 and OUT16 != 0:
         e = _exp_neg(x * beta)
         if OUT16 == 1:
@@ -138,7 +137,7 @@ def _silu_rounded(x, beta, PRECISE: tl.constexpr, OUT16: tl.constexpr, QUICK: tl
             y = tl.where(x == -2.724609375, -0.1676025390625, y)
             y = tl.where(x == -4.921875, -0.035614013671875, y)
     else:
-        y = _sigmoid_div(x, _exp(-x * beta, PRECISE), PRECISE, OUT16)
+        y = _sigmoid_div(x, _exp(-x * beta, PRECISE), PRECISE)
     return y
 
 
@@ -188,7 +187,7 @@ def _activation_ex(x, param, ACTIVATION: tl.constexpr, DTYPE: tl.constexpr, PREC
     if ACTIVATION == "fatrelu":
         return tl.where(x <= param, 0.0, x)  # F.threshold: NaN propagates
     elif ACTIVATION == "swish":
-        return _sigmoid_div(x, _exp(-x * param, PRECISE), PRECISE, 0)
+        return _sigmoid_div(x, _exp(-x * param, PRECISE), PRECISE)
     elif ACTIVATION == "gelu_quick":  # swish at vLLM's beta 1.702 (``param``), proven for it alone
         return _silu_rounded(x, param, PRECISE, OUT16, True)
     elif ACTIVATION == "gelu_new":
