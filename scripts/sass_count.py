@@ -141,10 +141,12 @@ def main(argv=None) -> None:
         with use_profile(profile):
             _, launches = record(table[name])
         kernel, grid, kargs, meta = launches[0]
-        elems = meta.get("BLOCK_M", 1) * meta.get("BLOCK_N", 1)  # a persistent program: one tile an iteration
+        # a persistent program: one tile an iteration; group-tiled kernels: BLOCK_G groups of GROUP columns
+        cols = meta.get("BLOCK_N") or meta.get("BLOCK_G", 1) * meta.get("GROUP", 1)
+        elems = meta.get("BLOCK_M", 1) * cols
         r = sass(kernel, kargs, meta, args.target, args.dump, name)
         lanes = 32 * meta["num_warps"]
-        tile = f"{meta.get('BLOCK_M')}x{meta.get('BLOCK_N')}"
+        tile = f"{meta.get('BLOCK_M')}x{cols}"
         print(f"{name:24s} {tile:>14s} {meta['num_warps']:5d} {r['regs']:4d} {r['spills']:5d} {r['total']:6d} "
               f"{r['total'] * lanes / elems:6.1f} {sum(r['hist'][k] for k in ALU) * lanes / elems:6.1f} "
               f"{sum(r['hist'][k] for k in FMA) * lanes / elems:6.1f}")
