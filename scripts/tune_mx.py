@@ -33,7 +33,7 @@ ROW_TILES = [Config(m, n, w) for m, n, w in (
     (1, 2048, 2), (2, 2048, 4), (4, 256, 1), (8, 256, 2), (16, 256, 4),
     (2, 1024, 1), (4, 1024, 2), (8, 1024, 4), (8, 512, 2), (16, 256, 2))]
 # BLOCK_N 0: the row's padded width in registers; else the row in chunks of BLOCK_N (ROW_LOOP)
-RMS_TILES = [Config(1, 0, w) for w in (2, 4, 8)] + [
+RMS_TILES = [Config(m, 0, w) for m, w in ((1, 2), (1, 4), (1, 8), (1, 16), (2, 4), (2, 8), (2, 16), (4, 8), (4, 16))] + [
     Config(m, n, w, ROW_LOOP=True) for m, n, w in ((1, 1024, 1), (2, 1024, 2), (4, 1024, 4), (1, 512, 1),
                                                    (4, 512, 2), (2, 2048, 4))]
 
