@@ -42,9 +42,9 @@ R = qk_rope_head_dim, GPT-J pairs as DeepSeek turns them; the report's D is L + 
 --shape gives TxQHxKHxD (MLA ops: TxHxLxR).
 RoPE reads half-width fp32 cos / sin tables (MAX_POS, R / 2) at random int64 positions.
 Caches, B = --block-size, ceil(T / B) blocks; int64 slot_mapping as vLLM builds it for a prefill
-(--slots blocks: the blocks in a random order, each filled from offset 0 by consecutive tokens)
-or a random permutation of the slots (--slots random: every token in a block of its own, as in
-decode); --layout flash: key and value (blocks, B, KH, D); paged: key
+(--slots blocks: the blocks in a random order, each filled from offset 0 by consecutive tokens;
+batch: sequences of 1-2048 tokens back to back, each so from a block of its own) or a random
+permutation of the slots (--slots random: every token in a block of its own, as in decode); --layout flash: key and value (blocks, B, KH, D); paged: key
 (blocks, KH, D / x, B, x) with x = 16 / c (16-byte chunks), value (blocks, KH, D, B) (shuffled:
 aiter's (blocks, KH, B / x, D, x), rope_cache only); MLA: paged
 (blocks, B, 1, L + R), flash the flat (slots, 1, L + R), shuffled aiter's preshuffled cache
@@ -210,6 +210,16 @@ def fusion_case(op: str, label: str, t: int, hd: tuple, dtype: torch.dtype, layo
         blocks = -(-t // bs)
         if args.slots == "random":
             x["slots"] = torch.randperm(blocks * bs, device=dev)[:t]
+        elif args.slots == "batch":  # sequences of 1-2048 tokens back to back, each in blocks of its own
+            gen = torch.Generator().manual_seed(t)
+            lens = torch.randint(1, 2049, (t,), generator=gen)
+            lens = lens[:int((lens.cumsum(0) < t).sum()) + 1]
+            lens[-1] -= int(lens.sum()) - t
+            blocks = int((-(-lens // bs)).sum())  # a block more a sequence at most
+            order = torch.randperm(blocks, device=dev)
+            starts = torch.cat([torch.zeros(1, dtype=torch.long), (-(-lens // bs)).cumsum(0)[:-1]]).tolist()
+            x["slots"] = torch.cat([(order[s0:s0 + -(-n // bs)][:, None] * bs + torch.arange(bs, device=dev))
+                                    .flatten()[:n] for s0, n in zip(starts, lens.tolist())])
         else:
             order = torch.randperm(blocks, device=dev)
             x["slots"] = (order[:, None] * bs + torch.arange(bs, device=dev)).flatten()[:t]
@@ -631,8 +641,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dtype", nargs="+", default=["bf16"], choices=["bf16", "fp8"],
                    help="cache dtype: bf16, or fp8 (the device's e4m3, scaled)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per cache block")
-    p.add_argument("--slots", default="blocks", choices=["blocks", "random"],
-                   help="slot_mapping: whole blocks in a random order (a prefill), or random slots (decode)")
+    p.add_argument("--slots", default="blocks", choices=["blocks", "batch", "random"],
+                   help="slot_mapping: whole blocks in a random order (a prefill), a batch of prefills (sequences of "
+                        "1-2048 tokens, each from the start of a block of its own), or random slots (decode)")
     p.add_argument("--inplace", type=harness.parse_bool, nargs="?", const=True, default=True, metavar="true|false",
                    help="rope_cache writes Q and K in place (default true, as vLLM calls it)")
     return p

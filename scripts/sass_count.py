@@ -41,6 +41,7 @@ FMA = {"FMUL", "FADD", "FFMA", "IMAD", "HFMA2", "HADD2", "HMUL2", "IMUL", "FMUL2
 
 def cases(m: int, n: int) -> dict:
     from aiter_lite.ops.triton import activation as act
+    from aiter_lite.ops.triton import fusions as fus
     from aiter_lite.ops.triton.quant import quant as qt
     from aiter_lite.ops.triton.quant import fused_fp8_quant as ffq
     from aiter_lite.ops.triton.quant import mx_quant as mx
@@ -74,6 +75,15 @@ def cases(m: int, n: int) -> dict:
         "rms_mxfp4": lambda: mx.fused_rms_mxfp4_quant(x, w, 1e-6),
         "add_rms_mxfp4": lambda: mx.fused_rms_mxfp4_quant(x, w, 1e-6, None, None, 0.0, _meta(m, n)),
         "rms_mxfp8": lambda: mx.fused_rms_mxfp8_quant(x, w, 1e-6),
+        # the classic paged caches: m tokens of n // 128 KV heads of 128, blocks of 16 (a prefill's tiles)
+        "kv_write_classic": lambda: fus.kv_cache_write(
+            _meta(m, n // 128, 128), _meta(m, n // 128, 128), _meta(m // 16, n // 128, 16, 16, 8),
+            _meta(m // 16, n // 128, 128, 16), _meta(m, dtype=torch.int64), None, None, False),
+        "kv_write_classic_fp8": lambda: fus.kv_cache_write(
+            _meta(m, n // 128, 128), _meta(m, n // 128, 128),
+            _meta(m // 16, n // 128, 8, 16, 16, dtype=torch.float8_e4m3fn),
+            _meta(m // 16, n // 128, 128, 16, dtype=torch.float8_e4m3fn), _meta(m, dtype=torch.int64), None, None,
+            False),
         "flatten_mxfp4": lambda: mx.fused_flatten_mxfp4_quant(_meta(m, n // 128, 128)),
         "flatten_mxfp4_strided": lambda: mx.fused_flatten_mxfp4_quant(
             _meta(n // 128, m, 128).transpose(0, 1)),

@@ -371,6 +371,17 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
          lambda: op["kv_cache_write"](_meta(64, 8, 128), _meta(64, 8, 128), _meta(512, 8, 8, 16, 16, dtype=fp8),
                                       _meta(512, 8, 128, 16, dtype=fp8), _meta(64, dtype=torch.int64),
                                       _meta(1, dtype=f32), _meta(1, dtype=f32), False)),
+        # a prefill's tiles of consecutive slots stored run by run (SLOT_TILES): llama3-8B's KV heads, blocks of 16
+        *[(f"kv_cache_write classic layout, prefill tiles, {dt} caches",
+           lambda dt=dt, xw=16 // dt.itemsize: op["kv_cache_write"](
+               _meta(16384, 8, 128), _meta(16384, 8, 128), _meta(1024, 8, 128 // xw, 16, xw, dtype=dt),
+               _meta(1024, 8, 128, 16, dtype=dt), _meta(16384, dtype=torch.int64), None, None, False))
+          for dt in (torch.bfloat16, fp8)],
+        ("fused_qk_rope_reshape_and_cache classic layout, prefill tiles, bf16 caches",
+         lambda: op["fused_qk_rope_reshape_and_cache"](
+             _meta(16384, 32, 128), _meta(16384, 8, 128), _meta(16384, 8, 128), _meta(1024, 8, 16, 16, 8),
+             _meta(1024, 8, 128, 16), _meta(16384, dtype=torch.int64), _meta(16384, dtype=torch.int64),
+             _meta(4096, 64, dtype=f32), _meta(4096, 64, dtype=f32), None, None, True, False, True, None)),
         ("vLLM reshape_and_cache_flash, HND cache view, unscaled",
          lambda: vllm_ops.reshape_and_cache_flash(
              _meta(64, 8, 128), _meta(64, 8, 128), _meta(512, 8, 16, 128).permute(0, 2, 1, 3),

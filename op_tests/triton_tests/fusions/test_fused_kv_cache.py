@@ -21,8 +21,10 @@ import torch
 
 from aiter_lite.ops.native.fusions import fused_kv_cache as native
 from aiter_lite.ops.triton import fusions
+from aiter_lite.ops.triton.fusions import fused_kv_cache
 from aiter_lite.ops.triton.quant import quant_range, supported_quant_dtypes
 from aiter_lite.ops.triton.rope import rope as tr
+from aiter_lite.utils import fast_launch
 from op_tests.utils import DEVICE, DTYPES, ON_GPU, assert_close, by_device
 from op_tests.utils.fusions import FP8, assert_bits, bits, sentinel, tol
 from op_tests.utils.inputs import poison
@@ -138,9 +140,31 @@ def _written(slot_mapping, n_tokens):
     return t, s[t]
 
 
-def _slot_mapping(t, n_slots, mode, dtype):
+def _prefill_slots(t, bs, n_slots):
+    """Slots of a prefill batch for ``t`` tokens: sequences of random lengths, each in cache
+    blocks of its own (random, distinct), token i of a sequence at its blocks' slot start + i;
+    every other sequence starts in the middle of its first block (a chunked prefill going on),
+    and a padding token (-1) follows every third. Tiles of consecutive slots of one block
+    (the classic layout's transposed stores) and tiles that are not, side by side."""
+    blocks = iter(torch.randperm(n_slots // bs).tolist())
+    out, seq = [], 0
+    while len(out) < t:
+        start = (bs // 2 + 1) % bs if seq % 2 else 0
+        n = int(torch.randint(1, 3 * bs, ()))
+        table = [next(blocks) for _ in range((start + n + bs - 1) // bs)]
+        out += [table[(start + i) // bs] * bs + (start + i) % bs for i in range(n)]
+        if seq % 3 == 2:
+            out.append(-1)
+        seq += 1
+    return torch.tensor(out[:t], device=DEVICE)
+
+
+def _slot_mapping(t, n_slots, mode, dtype, bs=16):
     """Distinct random slots for ``t`` tokens. padded: some tokens -1 or another negative;
-    short: no entry for the last 3 tokens (T_slot < T); empty: no entries; negative: all padding."""
+    short: no entry for the last 3 tokens (T_slot < T); empty: no entries; negative: all padding;
+    prefill: _prefill_slots (``n_slots`` at least 4 t + 4 bs)."""
+    if mode == "prefill":
+        return _prefill_slots(t, bs, n_slots).to(dtype)
     s = torch.randperm(n_slots, device=DEVICE)[:t]
     if mode == "padded":
         s[1::3] = -1
@@ -193,7 +217,7 @@ class Case:
     table_layout: str = "2d"                     # (rows, F) or (rows, 1, 1, F)
     offsets: bool = False
     index_dtype: torch.dtype = torch.int64       # slot_mapping, pos, offs
-    slots: str = "all"                           # all, padded, short, empty, negative
+    slots: str = "all"                           # all, padded, short, empty, negative, prefill
     outs: str = "given"                          # given (poisoned q_out / k_out), new (None), inplace (q_out=q)
     zeros: str = "flag"                          # flag (output_zeros), given (a poisoned zeros_out), off
     strided: bool = False                        # q, k, v column views of one qkv with a padded row
@@ -218,9 +242,9 @@ def _check(c: Case):
     q, k, v = _qkv(c)
     cos, sin = _tables(c.width or c.d // 2, c.table_dtype, c.table_layout)
     pos, offs = _indices(c.t, c.index_dtype, c.offsets)
-    nb = (c.t + 3) // c.bs + 2
+    nb = (c.t + 3) // c.bs + 2 if c.slots != "prefill" else 4 * c.t // c.bs + 4
     key_cache, value_cache = _kv_caches(nb, c.bs, c.kh, c.d, c.cache_dtype, c.flash, c.x, c.shuffled)
-    slot_mapping = _slot_mapping(c.t, nb * c.bs, c.slots, c.index_dtype)
+    slot_mapping = _slot_mapping(c.t, nb * c.bs, c.slots, c.index_dtype, c.bs)
     k_scale, v_scale, apply = _scales(c.scale)
     common = (slot_mapping, pos, cos, sin, k_scale, v_scale, c.is_neox, c.flash, apply, offs)
 
@@ -336,6 +360,45 @@ def test_shapes(t, qh, kh, d, bs, flash, is_neox):
 def test_llama3_8b_prefill(cache_dtype, flash):
     _check(Case(t=4096, qh=32, kh=8, d=128, bs=16, cache_dtype=cache_dtype, flash=flash, scale="scaled",
                 offsets=True, slots="padded", index_dtype=torch.int32))
+    _check(Case(t=4096, qh=32, kh=8, d=128, bs=16, cache_dtype=cache_dtype, flash=flash, scale="scaled",
+                slots="prefill", index_dtype=torch.int32))
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float32, *FP8], ids=str)
+@pytest.mark.parametrize("bs", [8, 16, 32])
+def test_classic_slot_tiles(cache_dtype, bs, monkeypatch):
+    """Classic caches: a prefill's tiles (at most two runs of consecutive slots, each in one
+    block) are stored run by run, tokens across the lanes (SLOT_TILES); with the RoPE and
+    unrotated (kv_cache_write) they give the token-by-token stores' bits, on fresh values, with
+    padding tokens, odd head counts and a head dim that is not a power of 2, and the launches
+    take them."""
+    _storable(cache_dtype)
+    t, kh, d = by_device(70, 3000), 3, 80
+    nb = 4 * t // bs + 4
+    slots = _prefill_slots(t, bs, nb * bs)
+    q, k, v = (torch.randn(t, h, d, device=DEVICE, dtype=torch.float16) for h in (2 * kh, kh, kh))
+    cos, sin = _tables(d // 2)
+    pos = torch.randint(0, ROWS // 2, (t,), device=DEVICE)
+    flags = []
+    real_launch = fused_kv_cache.launch
+    monkeypatch.setattr(fused_kv_cache, "launch", lambda *a, **kw: flags.append(kw.get("SLOT_TILES", False))
+                        or real_launch(*a, **kw))
+    out = {}
+    sentinels = [_kv_caches(nb, bs, kh, d, cache_dtype, False) for _ in range(2)]
+    for tiles in (True, False):
+        monkeypatch.setattr(fused_kv_cache, "_SLOT_TILES", tiles)
+        fast_launch.reset()
+        caches = [[c.clone() for c in pair] for pair in sentinels]
+        fusions.fused_qk_rope_reshape_and_cache(q, k, v, *caches[0], slots, pos, cos, sin, None, None, True, False,
+                                                False)
+        fusions.kv_cache_write(k, v, *caches[1], slots, torch.tensor([0.37], device=DEVICE),
+                               torch.tensor([1.7], device=DEVICE), False)
+        out[tiles] = [c for pair in caches for c in pair]
+    tiled = cache_dtype.itemsize >= 2  # fp8 caches write token by token
+    assert flags == [tiled, tiled, False, False]
+    for name, got, want in zip(("rope key_cache", "rope value_cache", "key_cache", "value_cache"), out[True],
+                               out[False]):
+        assert_bits(name, got, want)
 
 
 # (slot_mapping, its dtype): padding slots (< 0), T_slot < T, no entries, all padding

@@ -31,6 +31,7 @@ from aiter_lite import envs
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_kv_cache import _cache_convert_kernel, _rope_cache_kernel
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_qk_concat import NO_EXTRAS, _cat_kernel
 from aiter_lite.ops.triton.fusions._common import (
+    block_shift,
     CACHE_DTYPES,
     check_heads,
     check_out,
@@ -109,6 +110,24 @@ def _cache_strides(key_cache: torch.Tensor, value_cache: torch.Tensor, flash_lay
     return (k[0], k[3], k[1], k[2], k[4]), (v[0], v[3], v[1], v[2], 0)
 
 
+# Classic caches: a program's tokens that are at most two runs of consecutive slots, each in one
+# block (a prefill's), stored run by run with the tokens across the lanes, each channel's run in
+# whole sectors (the kernel's SLOT_TILES); other tiles (decode's scattered slots) token by token.
+_SLOT_TILES = True
+
+
+def _slot_tiles(flash_layout: bool, row_slots: bool, kc_strides: tuple, vc_strides: tuple, x: int,
+                block_t: int, cache_dtype: torch.dtype) -> bool:
+    """Whether a launch takes the kernel's slot tiles: the classic caches (not aiter's 5-D
+    shuffled value cache, not per-sequence rows) of 16- or 32-bit values, each cache entry
+    contiguous (the key cache's offsets x apart, its chunks' channels adjacent; the value
+    cache's offsets adjacent), tiles of 4 tokens at least. fp8 caches write token by token:
+    a value tile of bytes a lane took 128 registers a lane on sm_90 (32 token by token) and
+    measured 1.7x slower on an H200."""
+    return (_SLOT_TILES and not flash_layout and not row_slots and block_t >= 4 and cache_dtype.itemsize >= 2
+            and kc_strides[1] == x and kc_strides[4] == 1 and vc_strides[1] == 1 and vc_strides[4] == 0)
+
+
 @functools.lru_cache(maxsize=1024)
 def classic_launch_config(n_tokens: int, n_q_heads: int, n_kv_heads: int, head_dim: int,
                           profile: DeviceProfile = INTERPRETER) -> RopeLaunchConfig:
@@ -120,16 +139,23 @@ def classic_launch_config(n_tokens: int, n_q_heads: int, n_kv_heads: int, head_d
     next), so each 32-byte sector is shared by the block's tokens: programs of one token
     leave it to the L2 to merge 16 partial writes. Measured on an H200 (llama3-8B, bf16
     cache, prefill slots), T = 32768: 16 x 2 heads x 4 warps 278.9 us (77% of copy)
-    against 476.0 for one token of 8 heads; fp8 cache 220.0 (90%). Storing the tokens across
-    the lanes (whole sectors) measured 3x slower than these per-element stores.
+    against 476.0 for one token of 8 heads; fp8 cache 220.0 (90%). A tile of a prefill's
+    consecutive slots is stored run by run with its tokens across the lanes (_slot_tiles):
+    kv_cache_write, T = 65536, bf16 cache, 188.6 -> 175.4 us (whole blocks) and 219.8 ->
+    205.3 (a batch of prefills), with the block shift in both.
+
+    AMD takes 8 tokens a program on 8 warps: with 16 on 4 the kernel's scalars (some 70
+    arguments) spilled SGPRs under Triton 3.9 on gfx942 (131-164 B into vector lanes, no
+    scratch); 8 on 8 spill none (not measured on an AMD GPU).
     """
+    hip = profile.backend == "hip"
     block_d = next_power_of_2(head_dim)
     block_h = min(next_power_of_2(max(n_q_heads, n_kv_heads, 1)), max(1, 4096 // (16 * block_d)))
-    block_t = min(16, next_power_of_2(max(n_tokens, 1)))
+    block_t = min(8 if hip else 16, next_power_of_2(max(n_tokens, 1)))
     head_blocks = cdiv(n_q_heads, block_h) + cdiv(n_kv_heads, block_h)
     while block_t > 1 and cdiv(n_tokens, block_t) * head_blocks < 2 * grid_sms(profile):
         block_t //= 2
-    return RopeLaunchConfig(block_t, block_h, 4 if block_t * block_h * block_d >= 2048 else 2)
+    return RopeLaunchConfig(block_t, block_h, (8 if hip else 4) if block_t * block_h * block_d >= 2048 else 2)
 
 
 @launcher(mutates=("q_out", "k_out", "zeros_out", "key_cache", "value_cache"))
@@ -175,6 +201,8 @@ def _launch_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_out:
         INT64=max_offset(q, k, v, q_out, k_out, zeros_out) >= 2**31, num_warps=cfg.num_warps,
         **({"ROW_SLOTS": True} if row_slots else {}), **({"K_OUT": False} if k_out is None else {}),
         **({"VC_X": x} if value_cache.dim() == 5 else {}),
+        **({"SLOT_TILES": True} if _slot_tiles(flash_layout, row_slots, kc_strides, vc_strides, x, cfg.BLOCK_T,
+                                               value_cache.dtype) else {}), **block_shift(block_size),
     )
 
 
@@ -341,7 +369,7 @@ def _launch_cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache
         HALF=1, BLOCK_HALF=1, BLOCK_D1=next_power_of_2(d1), BLOCK_D2=next_power_of_2(d2),
         BLOCK_T=block_t, BLOCK_H=block_h, INT64=max_offset(k_nope, k_pe) >= 2**31,
         num_warps=cfg.num_warps, **({"SHUFFLE": shuffle} if shuffle else {}),
-        **({"DIV_SCALE": True} if divide and k_scale is not None else {}),
+        **({"DIV_SCALE": True} if divide and k_scale is not None else {}), **block_shift(block_size),
     )
 
 
@@ -481,7 +509,7 @@ def _launch_qk_rope_cat_and_cache_mla(q_nope: torch.Tensor, q_pe: torch.Tensor, 
             BLOCK_T=block_t, BLOCK_H=block_h,
             INT64=max_offset(q_nope, q_pe, k_nope, k_pe, q_out, k_pe_out, decode_q_pe_out) >= 2**31,
             UPCAST=upcast, OWN_Q1_RANGE=True, A1_IN_PLACE=q_nope_in_place, num_warps=cfg.num_warps,
-            **({"SHUFFLE": shuffle} if shuffle else {}),
+            **({"SHUFFLE": shuffle} if shuffle else {}), **block_shift(block_size),
         )
 
 
@@ -638,6 +666,9 @@ def _launch_kv_cache_write(key: torch.Tensor, value: torch.Tensor, key_cache: to
         BLOCK_D=next_power_of_2(d), BLOCK_T=cfg.BLOCK_T, BLOCK_H=cfg.BLOCK_H,
         INT64=max_offset(key, value) >= 2**31, num_warps=cfg.num_warps, ROTATE=False,
         **({"DIV_SCALE": True} if k_scale is not None or v_scale is not None else {}),
+        **({"SLOT_TILES": True} if _slot_tiles(flash_layout, False, kc_strides, vc_strides, x, cfg.BLOCK_T,
+                                               value_cache.dtype) else {}),
+        **block_shift(block_size),
     )
 
 

@@ -24,6 +24,7 @@ from aiter_lite.ops.triton._triton_kernels.fusions.fused_qkv_split_qk_norm_rope_
     _qkv_norm_rope_cache_kernel,
 )
 from aiter_lite.ops.triton.fusions._common import (
+    block_shift,
     CACHE_DTYPES,
     check_out_dtype,
     check_rope_and_slots,
@@ -103,7 +104,7 @@ def _launch_qkv_norm_rope_cache(qkv: torch.Tensor, q_weight: torch.Tensor, k_wei
         SOFT_ROUND=soft_round(key_cache.dtype), HALF=half, BLOCK_HALF=next_power_of_2(half),
         BLOCK_REST=next_power_of_2(rest) if rest > 0 else 0, BLOCK_D=next_power_of_2(d), BLOCK_T=cfg.BLOCK_T,
         BLOCK_H=cfg.BLOCK_H, INT64=max(max_offset(qkv, q, gate, k, v), n_tokens * qh * d) >= 2**31,
-        num_warps=cfg.num_warps,
+        num_warps=cfg.num_warps, **block_shift(block_size),
     )
 
 

@@ -84,13 +84,68 @@ def _store_chans(base, c, vals, mask, X: tl.constexpr, stride_cx, stride_c):
 
 
 @triton.jit
-def _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size):
+def _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size, BS_SHIFT: tl.constexpr = -1):
     """Each token's (block, offset) in the cache, int64, and whether it writes: tok <
-    n_slot_tokens and 0 <= slot < n_cache_slots (else block 0, offset 0, no write)."""
+    n_slot_tokens and 0 <= slot < n_cache_slots (else block 0, offset 0, no write).
+    BS_SHIFT >= 0: block_size is 2^BS_SHIFT, a shift and a mask (a 64-bit division by a
+    runtime value is a subroutine of some 70 instructions a token)."""
     slot = tl.load(slot_ptr + tok, mask=t_mask & (tok < n_slot_tokens), other=-1).to(tl.int64)
     writes = t_mask & (slot >= 0) & (slot < n_cache_slots)
     slot = tl.where(writes, slot, 0)
+    if BS_SHIFT >= 0:
+        return slot >> BS_SHIFT, slot & ((1 << BS_SHIFT) - 1), writes
     return slot // block_size, slot % block_size, writes
+
+
+@triton.jit
+def _slot_runs(blk, off, writes):
+    """This program's tokens as at most two runs of consecutive slots, each in one cache
+    block (a prefill's tile: a sequence's tokens, across a block's end or into the next
+    sequence): token t of run r writes offset ``o_r + t`` of block ``b_r``. Returns (every
+    writing token in one of the runs, run 1's tokens, its (b, o), run 2's tokens, its (b, o));
+    run 1 holds the first writing token, run 2 the last."""
+    BLOCK_T: tl.constexpr = blk.shape[0]
+    t = tl.arange(0, BLOCK_T)
+    o = off - t
+    t1 = tl.min(tl.where(writes, t, BLOCK_T))
+    t2 = tl.max(tl.where(writes, t, -1))
+    b1 = tl.sum(tl.where(t == t1, blk, 0))
+    o1 = tl.sum(tl.where(t == t1, o, 0))
+    b2 = tl.sum(tl.where(t == t2, blk, 0))
+    o2 = tl.sum(tl.where(t == t2, o, 0))
+    run1 = writes & (blk == b1) & (o == o1)
+    run2 = writes & (blk == b2) & (o == o2) & ~run1
+    runs = tl.sum((writes & ~run1 & ~run2).to(tl.int32)) == 0
+    return runs, run1, b1, o1, run2, b2, o2
+
+
+@triton.jit
+def _store_value_run(vc_ptr, vals, run, b, o, heads, hd_mask, c, svc_blk, svc_h, svc_cx):
+    """A run's tokens of the (BLOCK_T, BLOCK_H, BLOCK_D) tile ``vals`` into the classic value
+    cache [blocks, heads, d, block_size] (offsets adjacent): the tokens are the addresses'
+    contiguous axis, so the compiler stores them across the lanes (the tile turned through
+    shared memory), each channel's run of tokens in whole sectors, where a token's entry
+    alone is one element every ``block_size``."""
+    t = tl.arange(0, vals.shape[0])
+    offs = (heads * svc_h)[None, :, None] + (c * svc_cx)[None, None, :] + t[:, None, None]  # one 64-bit add
+    tl.store((vc_ptr + b * svc_blk + o) + offs, vals, mask=run[:, None, None] & hd_mask)
+
+
+@triton.jit
+def _store_key_run(kc_ptr, chunks, run, b, o, heads, h_mask, head_dim, skc_blk, skc_h, skc_cx):
+    """A run's tokens of ``chunks`` (BLOCK_T, BLOCK_H, chunks, X: the key tile's channels in
+    X-wide chunks) into the classic key cache [blocks, heads, d / X, block_size, X] (its last
+    two axes contiguous): a chunk's run of tokens is one contiguous run of memory, stored X
+    elements (16 bytes) a lane with the tokens across the lanes (the compiler orders the
+    lanes by the addresses' contiguous axis, then the first)."""
+    BLOCK_T: tl.constexpr = chunks.shape[0]
+    NC: tl.constexpr = chunks.shape[2]
+    X: tl.constexpr = chunks.shape[3]
+    ci = tl.arange(0, NC)
+    offs = ((tl.arange(0, BLOCK_T) * X)[:, None, None, None] + (heads * skc_h)[None, :, None, None]
+            + (ci * skc_cx)[None, None, :, None] + tl.arange(0, X)[None, None, None, :])
+    mask = run[:, None, None, None] & h_mask[None, :, None, None] & (ci * X < head_dim)[None, None, :, None]
+    tl.store((kc_ptr + b * skc_blk + o * X) + offs, chunks, mask=mask)
 
 
 @triton.jit
@@ -198,6 +253,9 @@ def _rope_cache_kernel(
     VC_X: tl.constexpr = 1,           # > 1: the value cache's offsets in chunks of VC_X (aiter's 5-D shuffled value cache)
     ROTATE: tl.constexpr = True,      # False: K and V written as they are (no Q heads, no tables)
     DIV_SCALE: tl.constexpr = False,  # cache values divided by the scales (IEEE) rather than times their inverse
+    BS_SHIFT: tl.constexpr = -1,       # block_size = 2^BS_SHIFT (else -1)
+    SLOT_TILES: tl.constexpr = False,  # classic caches (contiguous entries): a tile whose tokens are at most two runs
+                                       # of consecutive slots stored run by run, tokens across the lanes (_slot_runs)
 ):
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     qo_min = tl.cast(qo_min, tl.float32)
@@ -221,11 +279,13 @@ def _rope_cache_kernel(
                 _store_chans(z, c, tl.zeros([BLOCK_T, BLOCK_H, BLOCK_D], zeros_ptr.dtype.element_ty), m, 1, sz_d, 0)
     else:
         if ROW_SLOTS:  # the wrapper keeps slot_mapping's tokens within the cache's rows
-            blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, block_size, block_size)
+            blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, block_size, block_size, BS_SHIFT)
             blk = tl.where(writes, tok.to(tl.int64), 0)
         else:
-            blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size)
+            blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size, BS_SHIFT)
         w_mask = writes[:, None] & th_mask
+        if SLOT_TILES:
+            runs, run1, b1, o1, run2, b2, o2 = _slot_runs(blk, off, writes)
         kc = (kc_ptr + blk * skc_blk + off * skc_off)[:, None] + heads[None, :] * skc_h
         k_inv = 1.0
         if HAS_K_SCALE:
@@ -241,8 +301,18 @@ def _rope_cache_kernel(
         else:
             kh = (k_ptr + tok * sk_t)[:, None] + heads[None, :] * sk_h
             k = tl.load(kh[:, :, None] + c[None, None, :] * sk_d, mask=m & writes[:, None, None], other=0.0)
-            _store_chans(kc, c, _cast(k.to(tl.float32), k_inv, c_min, c_max, kc_ptr.dtype.element_ty, KC_FP8,
-                                      SOFT_ROUND, DIV_SCALE), m & writes[:, None, None], KC_X, skc_cx, skc_c)
+            k = _cast(k.to(tl.float32), k_inv, c_min, c_max, kc_ptr.dtype.element_ty, KC_FP8, SOFT_ROUND, DIV_SCALE)
+            if not SLOT_TILES:
+                _store_chans(kc, c, k, m & writes[:, None, None], KC_X, skc_cx, skc_c)
+            elif runs:
+                chunks = tl.reshape(k, (BLOCK_T, k.shape[1], BLOCK_D // KC_X, KC_X))
+                _store_key_run(kc_ptr, chunks, run1, b1, o1, heads, heads < n_kv_heads, head_dim, skc_blk, skc_h,
+                               skc_cx)
+                if tl.sum(run2.to(tl.int32)) > 0:
+                    _store_key_run(kc_ptr, chunks, run2, b2, o2, heads, heads < n_kv_heads, head_dim, skc_blk, skc_h,
+                                   skc_cx)
+            else:
+                _store_chans(kc, c, k, m & writes[:, None, None], KC_X, skc_cx, skc_c)
         vh = (v_ptr + tok * sv_t)[:, None] + heads[None, :] * sv_h
         v = tl.load(vh[:, :, None] + c[None, None, :] * sv_d, mask=m & writes[:, None, None], other=0.0)
         v_inv = 1.0
@@ -253,8 +323,16 @@ def _rope_cache_kernel(
         else:
             vc = (vc_ptr + blk * svc_blk + off * svc_off)[:, None]
         vc = vc + heads[None, :] * svc_h
-        _store_chans(vc, c, _cast(v.to(tl.float32), v_inv, c_min, c_max, vc_ptr.dtype.element_ty, VC_FP8,
-                                  SOFT_ROUND, DIV_SCALE), m & writes[:, None, None], 1, svc_cx, 0)
+        v = _cast(v.to(tl.float32), v_inv, c_min, c_max, vc_ptr.dtype.element_ty, VC_FP8, SOFT_ROUND, DIV_SCALE)
+        if not SLOT_TILES:
+            _store_chans(vc, c, v, m & writes[:, None, None], 1, svc_cx, 0)
+        elif runs:
+            hd_mask = (heads < n_kv_heads)[None, :, None] & (c < head_dim)[None, None, :]
+            _store_value_run(vc_ptr, v, run1, b1, o1, heads, hd_mask, c, svc_blk, svc_h, svc_cx)
+            if tl.sum(run2.to(tl.int32)) > 0:
+                _store_value_run(vc_ptr, v, run2, b2, o2, heads, hd_mask, c, svc_blk, svc_h, svc_cx)
+        else:
+            _store_chans(vc, c, v, m & writes[:, None, None], 1, svc_cx, 0)
 
 
 @triton.jit(do_not_specialize=["n_rows"])  # n_cols specialized: a row's masks known whole 16-element runs

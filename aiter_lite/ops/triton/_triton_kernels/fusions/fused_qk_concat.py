@@ -151,6 +151,7 @@ def _cat_program(
     OWN_Q1_RANGE: tl.constexpr = False,
     A1_IN_PLACE: tl.constexpr = False,  # the first pair's a already at its destination (neither read nor written)
     DIV_SCALE: tl.constexpr = False,  # the second pair's values divided by the scale (IEEE; vLLM's cache writes)
+    BS_SHIFT: tl.constexpr = -1,  # DEST_SLOTS: block_size = 2^BS_SHIFT (else -1: a division)
 ):
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     q_min = tl.cast(q_min, tl.float32)
@@ -170,7 +171,7 @@ def _cat_program(
                     A1_IN_PLACE)
     else:
         if DEST_SLOTS:
-            blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size)
+            blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size, BS_SHIFT)
         else:
             blk, off, writes = tok, tok * 0, t_mask
         if SHUFFLE > 0:  # a's and b's tiles of 16 tokens; so2_d is 1 (the plane is flat)
@@ -238,6 +239,7 @@ def _cat_kernel(
     OWN_Q1_RANGE: tl.constexpr = False,
     A1_IN_PLACE: tl.constexpr = False,  # the first pair's a already at its destination (neither read nor written)
     DIV_SCALE: tl.constexpr = False,  # the second pair's values divided by the scale (IEEE; vLLM's cache writes)
+    BS_SHIFT: tl.constexpr = -1,  # DEST_SLOTS: block_size = 2^BS_SHIFT (else -1: a division)
 ):
     _cat_program(0, a1_ptr, b1_ptr, o1_ptr, a2_ptr, b2_ptr, o2_ptr, slot_ptr, pos_ptr, cos_ptr, sin_ptr, scale_ptr,
                  sa1_t, sa1_h, sa1_d, sb1_t, sb1_h, sb1_d, so1_t, so1_h, so1_d, sa2_t, sa2_h, sa2_d, sb2_t, sb2_h,
@@ -245,4 +247,5 @@ def _cat_kernel(
                  n_cache_slots, block_size, n_rows, n_heads1, n_heads2, d1, d2, q_min, q_max, bo1_ptr, sbo1_t,
                  sbo1_h, sbo1_d, bo2_ptr, sbo2_t, sbo2_h, sbo2_d, z1_ptr, sz1_t, sz1_h, sz1_d, n_extra, q1_min,
                  q1_max, ROPE, IS_NEOX, REUSE, DEST_SLOTS, HAS_SCALE, O1_FP8, O2_FP8, SOFT_ROUND, HALF, BLOCK_HALF,
-                 BLOCK_D1, BLOCK_D2, BLOCK_T, BLOCK_H, INT64, SHUFFLE, UPCAST, OWN_Q1_RANGE, A1_IN_PLACE, DIV_SCALE)
+                 BLOCK_D1, BLOCK_D2, BLOCK_T, BLOCK_H, INT64, SHUFFLE, UPCAST, OWN_Q1_RANGE, A1_IN_PLACE, DIV_SCALE,
+                 BS_SHIFT)

@@ -112,6 +112,7 @@ def _qkv_norm_rope_cache_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
     INT64: tl.constexpr,
+    BS_SHIFT: tl.constexpr = -1,     # block_size = 2^BS_SHIFT (else -1: a division)
 ):
     # scalars to fp32 (inductor passes Python floats as fp64); tl.cast: a float has no .to in the interpreter
     eps = tl.cast(eps, tl.float32)
@@ -148,7 +149,7 @@ def _qkv_norm_rope_cache_kernel(
         vo = (v_ptr + tok * (n_kv_heads * head_dim))[:, None] + heads[None, :] * head_dim
         _store_chans(vo, c, v, m, 1, 1, 0)
 
-        blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size)
+        blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size, BS_SHIFT)
         w_mask = writes[:, None] & th_mask
         k_inv = tl.math.div_rn(1.0, tl.load(ks_ptr).to(tl.float32)) if HAS_K_SCALE else 1.0
         v_inv = tl.math.div_rn(1.0, tl.load(vs_ptr).to(tl.float32)) if HAS_V_SCALE else 1.0
