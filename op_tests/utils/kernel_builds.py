@@ -520,8 +520,12 @@ def _stderr_to(file):
 
 def _error(e: Exception, diagnostics: str) -> str:
     """A build's error: the exception, its cause, and what the compiler printed ahead of
-    the IR it dumps (``Unsupported conversion from f64 to f8E4M3FN`` and the like)."""
-    lines = [f"{type(e).__name__}: {e}"]
+    the IR it dumps (``Unsupported conversion from f64 to f8E4M3FN`` and the like). A
+    message of several lines (Triton's CompilationError: the place, the source, then why)
+    leads with its first and last lines, so a shortened report still says why."""
+    msg = str(e).splitlines() or [""]
+    lines = [f"{type(e).__name__}: {msg[0]} {msg[-1]}" if len(msg) > 1 else f"{type(e).__name__}: {msg[0]}",
+             *msg[1:-1]]
     cause = e
     while cause.__cause__ is not None:  # a helper's error inside the kernel's: the innermost says why
         cause = cause.__cause__
