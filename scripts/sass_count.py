@@ -76,14 +76,10 @@ def cases(m: int, n: int) -> dict:
         "add_rms_mxfp4": lambda: mx.fused_rms_mxfp4_quant(x, w, 1e-6, None, None, 0.0, _meta(m, n)),
         "rms_mxfp8": lambda: mx.fused_rms_mxfp8_quant(x, w, 1e-6),
         # the classic paged caches: m tokens of n // 128 KV heads of 128, blocks of 16 (a prefill's tiles)
-        "kv_write_classic": lambda: fus.kv_cache_write(
-            _meta(m, n // 128, 128), _meta(m, n // 128, 128), _meta(m // 16, n // 128, 16, 16, 8),
-            _meta(m // 16, n // 128, 128, 16), _meta(m, dtype=torch.int64), None, None, False),
-        "kv_write_classic_fp8": lambda: fus.kv_cache_write(
-            _meta(m, n // 128, 128), _meta(m, n // 128, 128),
-            _meta(m // 16, n // 128, 8, 16, 16, dtype=torch.float8_e4m3fn),
-            _meta(m // 16, n // 128, 128, 16, dtype=torch.float8_e4m3fn), _meta(m, dtype=torch.int64), None, None,
-            False),
+        **{f"kv_write_classic{sfx}": lambda dt=dt, xw=16 // dt.itemsize: fus.kv_cache_write(
+            _meta(m, n // 128, 128), _meta(m, n // 128, 128), _meta(m // 16, n // 128, 128 // xw, 16, xw, dtype=dt),
+            _meta(m // 16, n // 128, 128, 16, dtype=dt), _meta(m, dtype=torch.int64), None, None, False)
+           for sfx, dt in (("", torch.bfloat16), ("_fp8", torch.float8_e4m3fn))},
         "flatten_mxfp4": lambda: mx.fused_flatten_mxfp4_quant(_meta(m, n // 128, 128)),
         "flatten_mxfp4_strided": lambda: mx.fused_flatten_mxfp4_quant(
             _meta(n // 128, m, 128).transpose(0, 1)),
@@ -151,12 +147,14 @@ def main(argv=None) -> None:
         with use_profile(profile):
             _, launches = record(table[name])
         kernel, grid, kargs, meta = launches[0]
-        # a persistent program: one tile an iteration; group-tiled kernels: BLOCK_G groups of GROUP columns
-        cols = meta.get("BLOCK_N") or meta.get("BLOCK_G", 1) * meta.get("GROUP", 1)
-        elems = meta.get("BLOCK_M", 1) * cols
+        # a persistent program: one tile an iteration; group-tiled kernels: BLOCK_G groups of GROUP columns;
+        # the cache writes: BLOCK_T tokens of BLOCK_H heads of BLOCK_D channels
+        cols = (meta.get("BLOCK_N") or meta.get("BLOCK_G", 1) * meta.get("GROUP", 1)
+                * meta.get("BLOCK_H", 1) * meta.get("BLOCK_D", 1))
+        elems = meta.get("BLOCK_M", meta.get("BLOCK_T", 1)) * cols
         r = sass(kernel, kargs, meta, args.target, args.dump, name)
         lanes = 32 * meta["num_warps"]
-        tile = f"{meta.get('BLOCK_M')}x{cols}"
+        tile = f"{meta.get('BLOCK_M', meta.get('BLOCK_T'))}x{cols}"
         print(f"{name:24s} {tile:>14s} {meta['num_warps']:5d} {r['regs']:4d} {r['spills']:5d} {r['total']:6d} "
               f"{r['total'] * lanes / elems:6.1f} {sum(r['hist'][k] for k in ALU) * lanes / elems:6.1f} "
               f"{sum(r['hist'][k] for k in FMA) * lanes / elems:6.1f}")
