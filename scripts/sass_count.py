@@ -80,6 +80,18 @@ def cases(m: int, n: int) -> dict:
             _meta(m, n // 128, 128), _meta(m, n // 128, 128), _meta(m // 16, n // 128, 128 // xw, 16, xw, dtype=dt),
             _meta(m // 16, n // 128, 128, 16, dtype=dt), _meta(m, dtype=torch.int64), None, None, False)
            for sfx, dt in (("", torch.bfloat16), ("_fp8", torch.float8_e4m3fn))},
+        # vLLM's fp8 write: divided by a runtime scale
+        "kv_write_classic_fp8_div": lambda: fus.kv_cache_write(
+            _meta(m, n // 128, 128), _meta(m, n // 128, 128), _meta(m // 16, n // 128, 8, 16, 16, dtype=torch.uint8)
+            .view(torch.float8_e4m3fn), _meta(m // 16, n // 128, 128, 16, dtype=torch.float8_e4m3fn),
+            _meta(m, dtype=torch.int64), _meta(1, dtype=torch.float32), _meta(1, dtype=torch.float32), False),
+        "kv_write_flash_fp8_div": lambda: fus.kv_cache_write(
+            _meta(m, n // 128, 128), _meta(m, n // 128, 128), _meta(m // 16, 16, n // 128, 128, dtype=torch.float8_e4m3fn),
+            _meta(m // 16, 16, n // 128, 128, dtype=torch.float8_e4m3fn), _meta(m, dtype=torch.int64),
+            _meta(1, dtype=torch.float32), _meta(1, dtype=torch.float32), True),
+        # vLLM's convert_fp8: m cache blocks of n elements, bf16 into e4m3 and back
+        "cache_convert": lambda: fus.convert_kv_cache(_meta(m, n, dtype=torch.float8_e4m3fn), x, 1.0),
+        "cache_convert_back": lambda: fus.convert_kv_cache(x, _meta(m, n, dtype=torch.float8_e4m3fn), 1.0),
         "flatten_mxfp4": lambda: mx.fused_flatten_mxfp4_quant(_meta(m, n // 128, 128)),
         "flatten_mxfp4_strided": lambda: mx.fused_flatten_mxfp4_quant(
             _meta(n // 128, m, 128).transpose(0, 1)),

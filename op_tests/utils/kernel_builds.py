@@ -428,6 +428,8 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
         ("sampling top_k_mask_logits", lambda: smp.top_k_mask_logits(_meta(2, 201088), 50)),
         ("convert_kv_cache fp8 decoded",
          lambda: op["convert_kv_cache"](_meta(64, 16, 8, 128), _meta(64, 16, 8, 128, dtype=fp8), 0.5)),
+        ("convert_kv_cache fp8 encoded (divided by the scale)",
+         lambda: op["convert_kv_cache"](_meta(64, 16, 8, 128, dtype=fp8), _meta(64, 16, 8, 128), 0.37)),
         # fused_add_rmsnorm_pad: gpt-oss's 2880 padded to 3072 (a row in registers), a looped row (the width
         # compiled in, and not), a split row
         ("add_rmsnorm_pad gpt-oss",

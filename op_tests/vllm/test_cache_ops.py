@@ -220,7 +220,7 @@ def test_convert_fp8(kv_dtype, dtype, scale, shape):
     cache = (torch.rand(shape, device=DEVICE) * 2 - 1).mul(hi * scale * 1.2).to(dtype)  # some saturate
     cache_fp8 = sentinel(shape, torch.uint8, DEVICE)
     assert ops.convert_fp8(cache_fp8, cache, scale, kv_dtype) is None
-    want = (cache.float() / torch.tensor(scale)).clamp(-hi, hi).to(fmt)
+    want = (cache.float() / torch.tensor(scale, device=DEVICE)).clamp(-hi, hi).to(fmt)  # CUDA: true division
     _assert_cache("quantized", cache_fp8, want.view(torch.uint8))
     back = torch.full(shape, float("nan"), device=DEVICE, dtype=dtype)
     assert ops.convert_fp8(back, cache_fp8, scale, kv_dtype) is None

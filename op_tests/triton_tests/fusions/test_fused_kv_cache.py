@@ -942,6 +942,79 @@ def test_kv_cache_write(cache_dtype, flash, scaled, t, kh, d, bs):
         assert_bits(name, got, want, alt)
 
 
+# An fp8 destination's x / scale in multiplies and FMAs (Markstein's correction): scales in
+# [2^-84, 2^126) directly, others scaled into [1, 2) first. Scales at both ends and just past
+# them, subnormal ones, zero, inf and NaN, powers of 2 and significands of all ones; values at
+# each fp8 rounding midpoint times the scale and the fp32 values either side of it, random
+# quotients, fp32 subnormals, zeros of both signs, inf and NaN.
+DIV_SCALES = [1.0, 0.05, 0.37, -0.5, 2.0**-84, 2.0**-84 * 0.75, 2.0**125 * 1.999, 2.0**126, -(2.0**127) * 1.5,
+              2.0**-100 * 1.3, 2.0**-130, 3 * 2.0**-148, 7.0e-13, 0.0625 * (1 - 2**-24), 3.1e9, 0.0, float("inf"),
+              float("nan")]
+
+
+def _div_inputs(shape, scale, fmt):
+    """fp32 values whose quotients by ``scale`` sit on and beside ``fmt``'s rounding midpoints,
+    span its range, or are special."""
+    n = torch.tensor(shape).prod().item()
+    sc = abs(scale) if 0 < abs(scale) < float("inf") else 1.0  # zero, inf, NaN: unit-scale values
+    q = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(fmt).float()
+    q = q[q.isfinite() & (q >= 0)].unique()
+    mid = ((q[1:] + q[:-1]) / 2).to(DEVICE) * sc
+    x = torch.cat([mid, mid.nextafter(mid + 1), mid.nextafter(mid - 1)])
+    x = torch.cat([x, -x, torch.tensor([2**-130, -(2**-140), 0.0, -0.0, float("inf"), float("-inf"), float("nan")],
+                                       device=DEVICE) * min(sc, 1.0)])[:n]
+    rand = torch.randn(n - x.numel(), device=DEVICE) * torch.exp2(torch.randint(-12, 9, (n - x.numel(),), device=DEVICE))
+    return torch.cat([x, rand * sc])[torch.randperm(n, device=DEVICE)].reshape(shape)
+
+
+def _assert_quotients(name, got, want):
+    """Bit for bit, NaN for NaN (any NaN's bits); fp8's +-0 alike on the interpreter (its fp8
+    rounding drops the sign of zero)."""
+    nan = want.float().isnan()
+    assert torch.equal(got.float().isnan(), nan), f"{name}: NaN where there was none, or none for NaN"
+    b = bits(want)
+    alt = torch.where((b & 0x7F) == 0, torch.zeros_like(b), b).view(want.dtype) if want.dtype in FP8 else None
+    assert_bits(name, torch.where(nan, b, bits(got)).view(want.dtype), want, alt)
+
+
+@pytest.mark.parametrize("scale", DIV_SCALES)
+@pytest.mark.parametrize("cache_dtype", [torch.float32, *FP8])
+def test_kv_cache_write_divides_by_scale(scale, cache_dtype):
+    """The division's fast path (a power-of-2 scale) and its general path, bit for bit against
+    fp32 division, through kv_cache_write's runtime scale and convert_kv_cache's float."""
+    _storable(cache_dtype)
+    t, kh, d, bs = 40, 2, 32, 8
+    fmt = cache_dtype if cache_dtype in FP8 else torch.float8_e4m3fn
+    k, v = _div_inputs((t, kh, d), scale, fmt), _div_inputs((t, kh, d), scale, fmt)
+    slots = torch.randperm(5 * bs, device=DEVICE)[:t]
+    kc, vc = _sentinel((5, bs, kh, d), cache_dtype), _sentinel((5, bs, kh, d), cache_dtype)
+    s = torch.tensor([scale], device=DEVICE)
+    want_k, want_v = kc.clone(), vc.clone()
+    native.kv_cache_write(k, v, want_k, want_v, slots, s, s, True)
+    fusions.kv_cache_write(k, v, kc, vc, slots, s, s, True)
+    got = [("key_cache", kc, want_k), ("value_cache", vc, want_v)]
+    if cache_dtype in FP8 and 0 < scale < float("inf"):  # convert_kv_cache takes positive finite scales only
+        q, want_q = _sentinel(k.shape, cache_dtype), _sentinel(k.shape, cache_dtype)
+        native.convert_kv_cache(want_q, k, scale)
+        fusions.convert_kv_cache(q, k, scale)
+        got.append(("converted", q, want_q))
+    for name, g, want in got:
+        _assert_quotients(name, g, want)
+
+
+@pytest.mark.parametrize("fp8", FP8)
+def test_convert_kv_cache_every_bf16(fp8):
+    """Every bf16 value (NaN, inf, subnormals, both zeros) divided by fresh scales across
+    [2^-70, 2^70], each into fp8 bit for bit as fp32 division and saturation give."""
+    _storable(fp8)
+    x = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).to(DEVICE).reshape(64, 1024)
+    for scale in torch.exp2(torch.rand(6) * 140 - 70).tolist():
+        q, want = _sentinel(x.shape, fp8), _sentinel(x.shape, fp8)
+        native.convert_kv_cache(want, x, scale)
+        fusions.convert_kv_cache(q, x, scale)
+        _assert_quotients(f"scale {scale!r}", q, want)
+
+
 @pytest.mark.parametrize("fp8", FP8)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_convert_kv_cache(fp8, dtype):

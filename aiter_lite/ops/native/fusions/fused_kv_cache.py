@@ -196,9 +196,10 @@ def kv_cache_write(key, value, key_cache, value_cache, slot_mapping, k_scale=Non
 
 
 def convert_kv_cache(output, input, scale=1.0):
-    """An fp8 output: input / scale, saturated; else the fp8 input times scale."""
+    """An fp8 output: input / scale, saturated; else the fp8 input times scale. The scale
+    lives on input's device: CUDA divides by a CPU scalar as a multiply by its reciprocal."""
     if output.dtype.itemsize == 1:
-        output.copy_(_divided(input, torch.tensor(scale, dtype=torch.float32), output.dtype))
+        output.copy_(_divided(input, torch.tensor(scale, dtype=torch.float32, device=input.device), output.dtype))
     else:
         output.copy_((input.float() * torch.tensor(scale, dtype=torch.float32)).to(output.dtype))
     return None

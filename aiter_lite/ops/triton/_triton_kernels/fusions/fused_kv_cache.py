@@ -34,12 +34,67 @@ from aiter_lite.ops.triton._triton_kernels.rope.rope import (
 
 
 @triton.jit
+def _pow2(j):
+    """fp32 2^j for an integer j in [-126, 127]."""
+    return ((j + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _corrected(x, q0, s, r):
+    """Markstein's correction of q0 = RN(x r), r = RN(1 / s): the remainder q0 s - x is exact
+    (one FMA) while everything stays normal, and RN(q0 - (q0 s - x) r) is then RN(x / s)."""
+    return tl.math.fma(tl.math.fma(q0, s, x * -1.0), -r, q0)  # x * -1: an FFMA operand negation, no FADD
+
+
+@triton.jit
+def _div_by(x, s):
+    """fp32 ``x / s`` for an fp8 destination, as IEEE division rounds it, in multiplies and FMAs
+    (``div_rn`` is some 10 instructions an element and a slow-path call whose register saves
+    spill the whole kernel). The runtime scalar ``s`` picks a uniform branch:
+
+    * s in [2^-84, 2^126): ``_corrected`` over q0 = x * RN(1 / s). Every quotient an fp8
+      value can tell apart (|x / s| >= 2^-17) has x >= 2^-101, so an exact remainder; smaller
+      ones stay within an ulp with their sign (fp8 zero alike), zeros keep their sign (the
+      remainder of +-0 is +0), and a quotient past 2^100 (inf, an overflow: the remainder
+      would be NaN) keeps q0, which saturates alike.
+    * any other s: s = m 2^k with m in [1, 2) (a subnormal s normalized first), and
+      x / s = (x 2^-k) / m: x scaled by two powers of 2 (exact, or an overflow or underflow
+      whose quotient saturates or flushes alike), then corrected as above where q0 lies in
+      [2^-100, 2^100]. Zero, inf and NaN scales divide as x * (1 / s) does: inf, 0 or NaN."""
+    bits = s.to(tl.int32, bitcast=True)
+    e = (bits >> 23) & 0xFF
+    if (e >= 127 - 84) & (e < 127 + 126):
+        r = tl.math.div_rn(1.0, s)
+        q0 = x * r
+        y = tl.where(tl.abs(q0) <= 2.0**100, _corrected(x, q0, s, r), q0)
+    else:
+        special = (e == 255) | ((bits & 0x7FFFFFFF) == 0)
+        sub = (e == 0) & ~special
+        sn = tl.where(sub, s * 2.0**64, s)
+        k = ((sn.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127 - tl.where(sub, 64, 0)
+        m = ((sn.to(tl.int32, bitcast=True) & -2139095041) | (127 << 23)).to(tl.float32, bitcast=True)  # 0x807FFFFF
+        j1 = tl.minimum(tl.maximum(-k, -126), 126)
+        p1 = tl.where(special, 1.0, _pow2(j1))
+        p2 = tl.where(special, 1.0, _pow2(-k - j1))
+        m = tl.where(special, s, m)
+        r = tl.math.div_rn(1.0, m)
+        xs = x * p1 * p2
+        q0 = xs * r
+        a = tl.abs(q0)
+        y = tl.where((a >= 2.0**-100) & (a <= 2.0**100), _corrected(xs, q0, m, r), q0)
+    return y
+
+
+@triton.jit
 def _cast(x, inv_scale, q_min, q_max, dtype: tl.constexpr, IS_FP8: tl.constexpr, SOFT_ROUND: tl.constexpr,
           DIV: tl.constexpr = False):
     """fp32 ``x * inv_scale`` in ``dtype``: fp8 saturated to [q_min, q_max] (as the quant ops).
     DIV: ``inv_scale`` is the scale itself, ``x`` divided by it (IEEE, vLLM's cache writes)."""
     if DIV:
-        x = tl.math.div_rn(x, inv_scale)
+        if IS_FP8:
+            x = _div_by(x, inv_scale)
+        else:
+            x = tl.math.div_rn(x, inv_scale)
         inv_scale = 1.0
     if IS_FP8:
         return _quantize(x, inv_scale, q_min, q_max, dtype, SOFT_ROUND)
