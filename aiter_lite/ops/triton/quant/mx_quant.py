@@ -156,14 +156,17 @@ _TILE = {"mxfp4": 4096, "nvfp4": 4096, "mxfp8": 2048, "act": 1024, "mxfp4_16": 2
 _MAX_BLOCK_N = {"mxfp4": 1024, "nvfp4": 512, "mxfp8": 1024, "act": 512, "mxfp4_16": 512}
 _PER_LANE = 32
 # A row in registers at _ROW_PER_LANE elements a lane, 2 warps at least, at most 8 (a 2048
-# row: 2 warps; 7168, padded to 8192: 8; 16384: 8, 64 a lane; 4 at 16384 measured 44%, 16
-# not measured). Measured on the H200 (tune_mx.py) at 2048 / 7168 columns: RMSNorm + MXFP4
-# 52 / 55% of copy (64 a lane: 44 / 56%), with a residual 73 / 86% (64 a lane: 76 / 76%),
+# row: 2 warps; 7168, padded to 8192: 8; 16384: 16 on NVIDIA, below; 4 at 16384 measured
+# 44%). Measured on the H200 (tune_mx.py) at 2048 / 7168 columns: RMSNorm + MXFP4 52 / 55% of copy (64 a lane: 44 / 56%), with a residual 73 / 86% (64 a lane: 76 / 76%),
 # + MXFP8 69 / 71% (64 a lane: 59 / 66%). The row in 1024- or 2048-column chunks (read
 # twice, the loops unrolled by 1-8; measured on the H100 with lanes sharing blocks) measured
 # 45-60% with MXFP4 and 53-74% with MXFP8: per-chunk reductions and layout changes cost more
 # than the padded row's masked lanes.
 _ROW_PER_LANE = 32
+# Rows past 8192 columns on NVIDIA: 16 warps (32 elements a lane). H200, 16384 columns:
+# RMSNorm + MXFP4 79.3 us against 80.2 on 8 warps, with a residual 134.0 against 150.3,
+# RMSNorm + MXFP8 80.5 against 83.2 (tune_mx.py). AMD keeps 8 (not measured there).
+_ROW_16_WARPS_PAST = 8192
 # The interpreter runs programs one after another, each op a numpy call: fewer, larger tiles
 # (rows of a padded scale buffer included) are faster there.
 _INTERPRETER_TILE = 16384
@@ -196,7 +199,8 @@ def mx_quant_launch_config(producer: str, fmt: str, n_rows: int, n_cols: int,
     if producer == "rms":
         block_n = next_power_of_2(max(n_cols, group))
         block_m = min(max(tile // block_n, 1), next_power_of_2(max(n_rows, 1))) if profile.interpreter else 1
-        return MxQuantLaunchConfig(block_m, block_n, profile.warps_for(block_m * block_n, _ROW_PER_LANE, lo=2, hi=8))
+        hi = 16 if block_n > _ROW_16_WARPS_PAST and profile.backend == "cuda" else 8
+        return MxQuantLaunchConfig(block_m, block_n, profile.warps_for(block_m * block_n, _ROW_PER_LANE, lo=2, hi=hi))
     block_n = min(max(next_power_of_2(n_cols), group), _MAX_BLOCK_N[kind])
     block_m = min(max(tile // block_n, 1), next_power_of_2(max(n_rows, 1)))
     if not profile.interpreter:
