@@ -38,7 +38,8 @@ def _ue8m0_group_quant(y: torch.Tensor, group: int, dtype: torch.dtype):
     amax = blocks.abs().amax(-1)
     nan = blocks.isnan().any(-1)
     lo, hi = quant_range(dtype)
-    up = ((amax / hi).view(torch.int32) + 0x7FFFFF) & 0x7F800000
+    ratio = amax / torch.full((), hi, device=amax.device)  # an IEEE division on CUDA too (see quant._scale)
+    up = (ratio.view(torch.int32) + 0x7FFFFF) & 0x7F800000
     scale = up.view(torch.float32)
     inv = torch.where(scale == 0, torch.zeros_like(scale), 1.0 / torch.where(scale == 0, 1.0, scale))
     inv = torch.where(nan, float("nan"), inv)
