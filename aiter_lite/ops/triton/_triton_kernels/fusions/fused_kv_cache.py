@@ -49,8 +49,9 @@ def _corrected(x, q0, s, r):
 @triton.jit
 def _div_by(x, s):
     """fp32 ``x / s`` for an fp8 destination, as IEEE division rounds it, in multiplies and FMAs
-    (``div_rn`` is some 10 instructions an element and a slow-path call whose register saves
-    spill the whole kernel). The runtime scalar ``s`` picks a uniform branch:
+    (``div_rn`` is some 10 instructions an element and a slow-path call; kept as this
+    function's fallback branch, its calls' register saves spilled the whole conversion kernel
+    on sm_90). The runtime scalar ``s`` picks a uniform branch:
 
     * s in [2^-84, 2^126): ``_corrected`` over q0 = x * RN(1 / s). Every quotient an fp8
       value can tell apart (|x / s| >= 2^-17) has x >= 2^-101, so an exact remainder; smaller
