@@ -25,7 +25,7 @@ import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from aiter_lite.ops.triton._triton_kernels.fusions.fused_bmm_rope_kv_cache import _mla_bmm_rope_cache_kernel
-from aiter_lite.ops.triton.fusions._common import check_out_dtype, fp8_range, max_offset, soft_round
+from aiter_lite.ops.triton.fusions._common import block_shift, check_out_dtype, fp8_range, max_offset, soft_round
 from aiter_lite.ops.triton.fusions.fused_kv_cache import (
     _launch_qk_rope_cat_and_cache_mla,
     _mla_rope_cache_checks,
@@ -180,6 +180,7 @@ def _launch_mla_bmm_rope_cat_cache(q_nope: torch.Tensor, w_k: torch.Tensor, w_k_
         BLOCK_HALF=next_power_of_2(max(half, 1)), BLOCK_D1=next_power_of_2(n), BLOCK_D2=next_power_of_2(d2),
         BLOCK_T=bt_q, BLOCK_H=bh_q, BLOCK_TK=bt_k, BLOCK_HK=bh_k,
         INT64=max_offset(q_pe, k_nope, k_rope, q_out, k_pe_out, decode_q_pe_out) >= 2**31, SHUFFLE=shuffle,
+        **block_shift(block_size),
         **({"TMA": True, "BLOCK_K": step, "STAGES": cfg.num_stages or 3} if tma else {}))
     stages = {"num_stages": cfg.num_stages} if cfg.num_stages and not tma else {}
 

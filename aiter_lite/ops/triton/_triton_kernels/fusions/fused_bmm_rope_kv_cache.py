@@ -281,6 +281,7 @@ def _mla_bmm_rope_cache_kernel(
     TMA: tl.constexpr = False,       # the matmul's n_bmm programs persistent, on descriptors (_mla_bmm_tma_tile)
     BLOCK_K: tl.constexpr = 64,      # TMA: input channels a step
     STAGES: tl.constexpr = 1,        # TMA: the tile loop's pipeline depth
+    BS_SHIFT: tl.constexpr = -1,     # block_size = 2^BS_SHIFT (else -1: a division)
 ):
     """MLA's absorbed query, its RoPE and the latent-cache write: the grid's first n_bmm
     programs the matmul's, the next n_q_progs q_pe's rotation into q_out beside the latent
@@ -315,7 +316,7 @@ def _mla_bmm_rope_cache_kernel(
                          bo1_ptr, sbo1_t, sbo1_h, sbo1_d, bo2_ptr, sbo2_t, sbo2_h, sbo2_d, z1_ptr, sz1_t, sz1_h,
                          sz1_d, n_extra, o_min, o_max,
                          True, IS_NEOX, REUSE, True, HAS_SCALE, O_FP8, C_FP8, C_SOFT_ROUND, HALF, BLOCK_HALF,
-                         BLOCK_D1, BLOCK_D2, BLOCK_T, BLOCK_H, INT64, SHUFFLE, False, True, True)
+                         BLOCK_D1, BLOCK_D2, BLOCK_T, BLOCK_H, INT64, SHUFFLE, False, True, True, False, BS_SHIFT)
     else:
         if PARTS != 1:  # the cache writes: the second pair only (no first-pair heads)
             _cat_program(n_bmm + n_q_progs, out_ptr, qpe_ptr, out_ptr, kn_ptr, kpe_ptr, kv_ptr, slot_ptr, pos_ptr,
@@ -325,4 +326,4 @@ def _mla_bmm_rope_cache_kernel(
                          c_min, c_max, bo1_ptr, sbo1_t, sbo1_h, sbo1_d, bo2_ptr, sbo2_t, sbo2_h, sbo2_d, z1_ptr,
                          sz1_t, sz1_h, sz1_d, n_extra, o_min, o_max,
                          True, IS_NEOX, REUSE, True, HAS_SCALE, O_FP8, C_FP8, C_SOFT_ROUND, HALF, BLOCK_HALF,
-                         BLOCK_D1, BLOCK_D2, BLOCK_TK, BLOCK_HK, INT64, SHUFFLE, False, True, True)
+                         BLOCK_D1, BLOCK_D2, BLOCK_TK, BLOCK_HK, INT64, SHUFFLE, False, True, True, False, BS_SHIFT)

@@ -23,6 +23,7 @@ converts a whole cache to or from fp8 (vLLM's ``convert_fp8``).
 import triton
 import triton.language as tl
 
+from aiter_lite.ops.triton._triton_kernels.quant.mx_quant import _pow2
 from aiter_lite.ops.triton._triton_kernels.quant.quant import _quantize
 from aiter_lite.ops.triton._triton_kernels.rope.rope import (
     _load_part,
@@ -31,12 +32,6 @@ from aiter_lite.ops.triton._triton_kernels.rope.rope import (
     _token_rows,
     _turn,
 )
-
-
-@triton.jit
-def _pow2(j):
-    """fp32 2^j for an integer j in [-126, 127]."""
-    return ((j + 127) << 23).to(tl.float32, bitcast=True)
 
 
 @triton.jit
