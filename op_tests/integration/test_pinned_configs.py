@@ -202,8 +202,9 @@ def _cases():
         "fusions reduce QK-norm rope SWA write": (swa_write._launch_reduce_qk_norm_rope_swa,
                                                   (_r(2, t, 3 * 16), _e(t, 3, 16), _r(t, 16), _r(16), None, pos,
                                                    cos, sin, torch.arange(t, device=DEVICE),
-                                                   torch.zeros(t, device=DEVICE, dtype=torch.int64),
-                                                   torch.zeros(1, device=DEVICE, dtype=torch.int64), _e(1, 8, 16),
+                                                   # a sequence (window) a token: two tokens on one entry race
+                                                   torch.arange(t, device=DEVICE), torch.arange(t, device=DEVICE),
+                                                   _e(t, 8, 16),
                                                    [16, cos.stride(0), cos.stride(1), 8, 8], [1e-6, 1e-6], [True]),
                                                   RopeLaunchConfig(2, 2, 1)),
         "rope 3-D": (rope_3d._launch_rope_3d,

@@ -231,6 +231,12 @@ def cases(fp8: torch.dtype = torch.float8_e4m3fn, tiny: bool = True) -> list[tup
                _meta(*shape, dtype=fp8), _meta(4096, dtype=torch.int64), 16, 2, 256, False,
                _meta(4096, dtype=torch.int64), True, True, _meta(1, dtype=f32), _meta(1, dtype=f32), 1e-6, gl, lay))
           for gl, lay, shape in (("interleaved", "HND", (300, 2, 16, 256)), ("blocked", "NHD", (300, 16, 2, 256)))],
+        ("fused_qkv_split_qk_norm_rope_cache, Qwen3-Next decode (K / V programs on Q's tile), bf16 cache",
+         lambda: fused_qkv_split_qk_norm_rope_cache(
+             _meta(16, (16 * 2 + 2 * 2) * 256), _meta(256), _meta(256), _meta(4096, 32, dtype=f32),
+             _meta(4096, 32, dtype=f32), _meta(16, dtype=torch.int64), _meta(300, 16, 2, 256),
+             _meta(300, 16, 2, 256), _meta(16, dtype=torch.int64), 16, 2, 256, False,
+             None, True, True, None, None, 1e-6, "interleaved", "NHD")),
         *[(f"fused_qk_rope_cosine_cache_llama, llama3-8B decode, {what}",
            lambda flash=flash: fused_qk_rope_cosine_cache_llama(
                _meta(64, 32, 128), _meta(64, 8, 128), _meta(64, 8, 128),

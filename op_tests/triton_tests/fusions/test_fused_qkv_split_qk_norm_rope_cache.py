@@ -180,9 +180,12 @@ def test_position_outside_the_table():
     assert q[1].isnan().all() and not q[[0, 2]].isnan().any() and not v.isnan().any()
 
 
-@pytest.mark.parametrize("cfg", [RopeLaunchConfig(1, 1, 1), RopeLaunchConfig(4, 2, 2), RopeLaunchConfig(2, 4, 4)])
+@pytest.mark.parametrize("cfg", [RopeLaunchConfig(1, 1, 1), RopeLaunchConfig(4, 2, 2), RopeLaunchConfig(2, 4, 4),
+                                 RopeLaunchConfig(2, 8, 4)])
 def test_pinned_launch_config(cfg, monkeypatch):
-    """Every tile computes the same values (tokens and heads past the ends masked)."""
+    """Every tile computes the same values (tokens and heads past the ends masked), K / V
+    blocks of fewer heads and more tokens than Q's included (8 Q heads a block, KV 2 or 1:
+    groups of 8 / 16 tokens over 7 / 5 tokens)."""
     import importlib
 
     mod = importlib.import_module("aiter_lite.ops.triton.fusions.fused_qkv_split_qk_norm_rope_cache")
@@ -190,6 +193,25 @@ def test_pinned_launch_config(cfg, monkeypatch):
     monkeypatch.setattr(mod, "rope_launch_config", lambda *a: cfg)
     _check(_args(7, 6, 3, 96, gated=True))
     _check(_args(5, 4, 2, 64, width=8, is_neox=False))
+    _check(_args(7, 10, 2, 64, cache_dtype=torch.float8_e4m3fn, scales=True))
+    _check(_args(5, 3, 1, 32, layout="NHD", bs=4))
+    _check(_args(40, 4, 1, 64, layout="NHD", bs=8))  # (2, 8, 4) and (2, 4, 4): KV blocks of 4 tokens x 1 head
+
+
+def test_kv_tile():
+    """K / V programs hold the KV heads and the tokens that fill a Q tile, fewer while the
+    KV programs would not number two an SM; Q's tile where that leaves fewer token-heads
+    than warps."""
+    from aiter_lite.ops.triton.fusions.fused_qkv_split_qk_norm_rope_cache import _kv_tile
+    from aiter_lite.ops.triton.rope.rope import rope_launch_config
+    from aiter_lite.spec.device import H100, INTERPRETER
+
+    assert _kv_tile(40, 1, RopeLaunchConfig(2, 8, 4), INTERPRETER) == (1, 4)
+    assert _kv_tile(40, 3, RopeLaunchConfig(2, 8, 4), INTERPRETER) == (4, 4)
+    assert _kv_tile(12, 3, RopeLaunchConfig(2, 8, 4), INTERPRETER) == (4, 2)
+    for t, want in ((16384, (2, 4)), (2048, (2, 4)), (128, (8, 1)), (1, (8, 1))):  # Q's tile: 2 < 4 warps
+        assert _kv_tile(t, 2, rope_launch_config(t, 16, 2, 256, H100), H100) == want
+    assert _kv_tile(16384, 8, rope_launch_config(16384, 32, 8, 128, H100), H100) == (8, 2)
 
 
 def test_aiter_weight_rule():

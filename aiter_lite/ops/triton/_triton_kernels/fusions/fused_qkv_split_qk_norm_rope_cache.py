@@ -4,8 +4,9 @@ write, in one launch (Qwen3 / Qwen3-Next / Gemma 3 attention input).
 ``qkv`` rows are ``[q heads (with their gates) | k heads | v heads]``, each head D wide; Q
 head h starts at column ``h * sq_h`` and its gate ``gate_off`` further on (gates
 interleaved: sq_h = 2 D, gate_off = D; blocked: sq_h = D, gate_off = QH D). A program takes
-BLOCK_T tokens and BLOCK_H heads of Q (normalized, rotated into q_out; gates copied) or of
-K and V (K normalized and rotated into k_out, V copied into v_out, both written at the
+BLOCK_T tokens and BLOCK_H heads of Q (normalized, rotated into q_out; gates copied) or
+BLOCK_TK tokens and BLOCK_HK heads of K and V (a tile of the same size where KV heads are
+fewer than BLOCK_H; K normalized and rotated into k_out, V copied into v_out, both written at the
 token's slot of the caches). Caches are addressed by (block, offset, head, channel)
 strides, so HND and NHD are one kernel.
 
@@ -24,9 +25,42 @@ from aiter_lite.ops.triton._triton_kernels.fusions.fused_kv_cache import (
     _slots,
     _store_chans,
     _store_pairs,
-    _two_part_block,
 )
 from aiter_lite.ops.triton._triton_kernels.rope.rope import _load_part, _pair_cols, _tables, _token_rows, _turn
+
+
+@triton.jit
+def _q_kv_block(n_q_heads, n_kv_heads, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
+                BLOCK_TK: tl.constexpr, BLOCK_HK: tl.constexpr, INT64: tl.constexpr):
+    """This program's place in a grid of BLOCK_TK-token groups, each its Q blocks (BLOCK_T
+    tokens x BLOCK_H heads, the group's token blocks in turn) then its KV blocks (BLOCK_TK
+    tokens x BLOCK_HK heads): (a Q block, the head index of the Q block or the KV block,
+    its first token). Neighbouring programs read neighbouring rows."""
+    n_qh = tl.cdiv(n_q_heads, BLOCK_H)
+    n_q = (BLOCK_TK // BLOCK_T) * n_qh
+    per = n_q + tl.cdiv(n_kv_heads, BLOCK_HK)
+    pid = tl.program_id(0)
+    group = pid // per
+    r = pid % per
+    is_q = r < n_q
+    if BLOCK_TK == BLOCK_T:  # a Q block a head block (decode): no more runtime divisions
+        hb = tl.where(is_q, r, r - n_q)
+        t0 = group * BLOCK_T
+    else:
+        hb = tl.where(is_q, r % n_qh, r - n_q)
+        t0 = group * BLOCK_TK + tl.where(is_q, (r // n_qh) * BLOCK_T, 0)
+    if INT64:
+        t0 = t0.to(tl.int64)
+    return is_q, hb, t0
+
+
+@triton.jit
+def _tile(hb, t0, n_heads, n_tokens, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
+    """(heads, tokens, token mask, token x head mask) of a BLOCK_T x BLOCK_H block."""
+    heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    tok = t0 + tl.arange(0, BLOCK_T)
+    t_mask = tok < n_tokens
+    return heads, tok, t_mask, t_mask[:, None] & (heads < n_heads)[None, :]
 
 
 @triton.jit
@@ -109,8 +143,10 @@ def _qkv_norm_rope_cache_kernel(
     BLOCK_HALF: tl.constexpr,
     BLOCK_REST: tl.constexpr,        # >= head_dim - R, power of 2 (0: none)
     BLOCK_D: tl.constexpr,           # >= head_dim, power of 2
-    BLOCK_T: tl.constexpr,
+    BLOCK_T: tl.constexpr,           # a Q block: BLOCK_T tokens x BLOCK_H heads
     BLOCK_H: tl.constexpr,
+    BLOCK_TK: tl.constexpr,          # a K / V block: BLOCK_TK tokens (a multiple of BLOCK_T) x BLOCK_HK heads
+    BLOCK_HK: tl.constexpr,
     INT64: tl.constexpr,
     BS_SHIFT: tl.constexpr = -1,     # block_size = 2^BS_SHIFT (else -1: a division)
 ):
@@ -118,8 +154,9 @@ def _qkv_norm_rope_cache_kernel(
     eps = tl.cast(eps, tl.float32)
     c_min = tl.cast(c_min, tl.float32)
     c_max = tl.cast(c_max, tl.float32)
-    first, heads, tok, t_mask, th_mask = _two_part_block(n_q_heads, n_kv_heads, n_tokens, BLOCK_T, BLOCK_H, INT64)
+    first, hb, t0 = _q_kv_block(n_q_heads, n_kv_heads, BLOCK_T, BLOCK_H, BLOCK_TK, BLOCK_HK, INT64)
     if first:
+        heads, tok, t_mask, th_mask = _tile(hb, t0, n_q_heads, n_tokens, BLOCK_T, BLOCK_H)
         o1, o2, rest = _norm_rope_heads(qkv_ptr, stride_qkv_t, sq_h, qw_ptr, tok, t_mask, heads, th_mask, pos_ptr,
                                         off_ptr, cos_ptr, sin_ptr, n_rows, stride_t_r, stride_t_f, eps, head_dim,
                                         HAS_OFFSETS, IS_NEOX, REUSE, HALF, BLOCK_HALF, BLOCK_REST, BLOCK_T)
@@ -133,32 +170,33 @@ def _qkv_norm_rope_cache_kernel(
             g = (qkv_ptr + tok * stride_qkv_t + gate_off)[:, None] + heads[None, :] * sq_h
             go = (gate_ptr + tok * (n_q_heads * head_dim))[:, None] + heads[None, :] * head_dim
             _store_chans(go, c, tl.load(g[:, :, None] + c[None, None, :], mask=m), m, 1, 1, 0)
-    else:
+    else:  # its own names: Triton merges the values two branches both assign, and these differ in shape
+        kheads, ktok, kt_mask, kth_mask = _tile(hb, t0, n_kv_heads, n_tokens, BLOCK_TK, BLOCK_HK)
         k_base = qkv_ptr + k_col
-        o1, o2, rest = _norm_rope_heads(k_base, stride_qkv_t, head_dim, kw_ptr, tok, t_mask, heads, th_mask,
+        k1, k2, krest = _norm_rope_heads(k_base, stride_qkv_t, head_dim, kw_ptr, ktok, kt_mask, kheads, kth_mask,
                                         pos_ptr, off_ptr, cos_ptr, sin_ptr, n_rows, stride_t_r, stride_t_f, eps,
-                                        head_dim, HAS_OFFSETS, IS_NEOX, REUSE, HALF, BLOCK_HALF, BLOCK_REST, BLOCK_T)
+                                        head_dim, HAS_OFFSETS, IS_NEOX, REUSE, HALF, BLOCK_HALF, BLOCK_REST, BLOCK_TK)
         k_ty = k_ptr.dtype.element_ty
-        ko = (k_ptr + tok * (n_kv_heads * head_dim))[:, None] + heads[None, :] * head_dim
-        _store_head(ko, o1.to(k_ty), o2.to(k_ty), rest.to(k_ty), th_mask, head_dim, 1, HALF, BLOCK_HALF,
+        ko = (k_ptr + ktok * (n_kv_heads * head_dim))[:, None] + kheads[None, :] * head_dim
+        _store_head(ko, k1.to(k_ty), k2.to(k_ty), krest.to(k_ty), kth_mask, head_dim, 1, HALF, BLOCK_HALF,
                     BLOCK_REST, IS_NEOX)
         c = tl.arange(0, BLOCK_D)
-        m = th_mask[:, :, None] & (c < head_dim)[None, None, :]
-        vh = (k_base + n_kv_heads * head_dim + tok * stride_qkv_t)[:, None] + heads[None, :] * head_dim
-        v = tl.load(vh[:, :, None] + c[None, None, :], mask=m)
-        vo = (v_ptr + tok * (n_kv_heads * head_dim))[:, None] + heads[None, :] * head_dim
-        _store_chans(vo, c, v, m, 1, 1, 0)
+        km = kth_mask[:, :, None] & (c < head_dim)[None, None, :]
+        vh = (k_base + n_kv_heads * head_dim + ktok * stride_qkv_t)[:, None] + kheads[None, :] * head_dim
+        v = tl.load(vh[:, :, None] + c[None, None, :], mask=km)
+        vo = (v_ptr + ktok * (n_kv_heads * head_dim))[:, None] + kheads[None, :] * head_dim
+        _store_chans(vo, c, v, km, 1, 1, 0)
 
-        blk, off, writes = _slots(slot_ptr, tok, t_mask, n_slot_tokens, n_cache_slots, block_size, BS_SHIFT)
-        w_mask = writes[:, None] & th_mask
+        blk, off, writes = _slots(slot_ptr, ktok, kt_mask, n_slot_tokens, n_cache_slots, block_size, BS_SHIFT)
+        w_mask = writes[:, None] & kth_mask
         k_inv = tl.math.div_rn(1.0, tl.load(ks_ptr).to(tl.float32)) if HAS_K_SCALE else 1.0
         v_inv = tl.math.div_rn(1.0, tl.load(vs_ptr).to(tl.float32)) if HAS_V_SCALE else 1.0
         c_ty = kc_ptr.dtype.element_ty
-        kc = (kc_ptr + blk * skc_b + off * skc_o)[:, None] + heads[None, :].to(tl.int64) * skc_h
-        _store_head(kc, _cast(o1, k_inv, c_min, c_max, c_ty, K_FP8, SOFT_ROUND),
-                    _cast(o2, k_inv, c_min, c_max, c_ty, K_FP8, SOFT_ROUND),
-                    _cast(rest, k_inv, c_min, c_max, c_ty, K_FP8, SOFT_ROUND), w_mask, head_dim, skc_d, HALF,
+        kc = (kc_ptr + blk * skc_b + off * skc_o)[:, None] + kheads[None, :].to(tl.int64) * skc_h
+        _store_head(kc, _cast(k1, k_inv, c_min, c_max, c_ty, K_FP8, SOFT_ROUND),
+                    _cast(k2, k_inv, c_min, c_max, c_ty, K_FP8, SOFT_ROUND),
+                    _cast(krest, k_inv, c_min, c_max, c_ty, K_FP8, SOFT_ROUND), w_mask, head_dim, skc_d, HALF,
                     BLOCK_HALF, BLOCK_REST, IS_NEOX)
-        vc = (vc_ptr + blk * svc_b + off * svc_o)[:, None] + heads[None, :].to(tl.int64) * svc_h
+        vc = (vc_ptr + blk * svc_b + off * svc_o)[:, None] + kheads[None, :].to(tl.int64) * svc_h
         _store_chans(vc, c, _cast(v.to(tl.float32), v_inv, c_min, c_max, vc_ptr.dtype.element_ty, V_FP8,
-                                  SOFT_ROUND), m & writes[:, None, None], 1, svc_d, 0)
+                                  SOFT_ROUND), km & writes[:, None, None], 1, svc_d, 0)
