@@ -84,10 +84,11 @@ def _sm_count(profile) -> int:
 
 
 def _list_cap(k_t, k_v, profile) -> int:
-    """The list a row's top-k survivors go to (0: none): k + ties, at least 256 (the
-    interpreter: 32, its sort of a list being slow, and the tests' rows short)."""
+    """The list a row's top-k survivors go to (0: none): k + ties, at least 256; a top_k a
+    row, 1024 (the interpreter: 32 and 64, its sort of a list being slow, and the tests' rows
+    short: their rows of ties then overflow the list, as long rows do on a GPU)."""
     if k_t is not None:
-        return _LIST_ROWS
+        return 64 if profile.interpreter and _LIST_ROWS else _LIST_ROWS
     least = 32 if profile.interpreter else _LIST_MIN
     return max(least, next_power_of_2(2 * k_v)) if k_v <= _LIST_K else 0
 

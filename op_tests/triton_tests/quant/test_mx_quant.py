@@ -398,9 +398,15 @@ def test_fused_rms_mxfp4_quant(m, n, dtype, options):
     assert all(torch.equal(t, b) for t, b in zip((x, w, x2, w2, r), before))
 
 
-@pytest.mark.parametrize("cfg", [tri.MxQuantLaunchConfig(1, 64, 1, ROW_LOOP=True),
-                                 tri.MxQuantLaunchConfig(2, 128, 2, ROW_LOOP=True)], ids=str)
-@pytest.mark.parametrize("options", ["plain", "res1, x2, out1, shuffled", "padded", "mxfp8"])
+_LOOP_1 = tri.MxQuantLaunchConfig(1, 64, 1, ROW_LOOP=True)
+_LOOP_2 = tri.MxQuantLaunchConfig(2, 128, 2, ROW_LOOP=True)
+
+
+# The padded and shuffled scales take 256 rows (a program a row with BLOCK_M 1: 131 s of the
+# interpreter for the two cases): their padding is checked on 2-row programs, whose chunks of
+# 128 also end past the row (200 columns) in padding columns.
+@pytest.mark.parametrize("options, cfg", [(o, c) for o in ("plain", "res1, x2, out1", "mxfp8") for c in (_LOOP_1, _LOOP_2)]
+                         + [(o, _LOOP_2) for o in ("res1, x2, out1, shuffled", "padded")], ids=str)
 def test_fused_rms_row_loop(options, cfg, monkeypatch):
     """The norm's rows in chunks (the sum of squares, then each chunk read again and
     quantized) give the reference's results: a partial last chunk, a residual, the
@@ -417,9 +423,10 @@ def test_fused_rms_row_loop(options, cfg, monkeypatch):
             assert torch.equal(got[1], want[1]), "scales"
             _assert_codes(got[0], want[0], "values")
             return
-        args = {"plain": (x, w, 1e-6), "padded": (x, w, 1e-6, None, None, 0.0, None, False, True)}.get(
+        args = {"plain": (x, w, 1e-6), "padded": (x, w, 1e-6, None, None, 0.0, None, False, True),
+                "res1, x2, out1": (x, w, 1e-6, x2, w2, 1e-5, r, False, False, True)}.get(
             options, (x, w, 1e-6, x2, w2, 1e-5, r, True, False, True))
-        layout = "shuffled" if "shuffled" in options else options
+        layout = "shuffled" if "shuffled" in options else "padded" if options == "padded" else "plain"
         _assert_rms4(fused_mxfp4_quant.fused_rms_mxfp4_quant(*args), native.fused_rms_mxfp4_quant(*args),
                      torch.bfloat16, f"row loop {options}", m, n, layout)
     finally:
