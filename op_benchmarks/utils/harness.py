@@ -404,12 +404,13 @@ def run(
                     fn.release()
         # Providers take turns, round after round: a slow drift of clocks or a
         # noisy neighbour then hits every provider alike rather than one of them.
-        times = {name: [] for name in fns}
-        if not ON_GPU:  # the interpreter's smoke run: the checked call's time (it means nothing), no second call
+        if ON_GPU:
+            times = {name: [] for name in fns}
+            for _ in range(max(args.rounds, 1)):
+                for name, fn in fns.items():
+                    times[name].append(_time_ms(fn, args.cudagraph, args.rep))
+        else:  # the interpreter's smoke run: the checked call's time (it means nothing), no second call
             times = {name: [first_ms[name]] for name in fns}
-        for _ in range(max(args.rounds, 1) if ON_GPU else 0):
-            for name, fn in fns.items():
-                times[name].append(_time_ms(fn, args.cudagraph, args.rep))
         for name, ts in times.items():
             ms = statistics.median(ts)
             rows.append(dict(bench=bench, op=case.op, model=case.label, **case.dims,

@@ -17,6 +17,8 @@ dtype before RoPE. Where aiter is limited this does more, and checks it:
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 
@@ -70,6 +72,7 @@ def infer_rope_cache_triton_block_t(T: int, device: torch.device) -> int:
     return max(1, min(triton.next_power_of_2(cdiv(T, 2 * max(sms, 1))), 32))
 
 
+@functools.lru_cache(maxsize=1024)  # host work of every unplanned launch, as rope_launch_config's
 def _kv_tile(n_tokens: int, kvh: int, cfg: RopeLaunchConfig, profile) -> tuple[int, int]:
     """Heads and tokens of a K / V program: the KV heads (up to BLOCK_H) and BLOCK_T tokens
     times the heads they leave of a Q tile, halved (down to BLOCK_T) until the KV programs
@@ -126,7 +129,8 @@ def _launch_qkv_norm_rope_cache(qkv: torch.Tensor, q_weight: torch.Tensor, k_wei
         K_FP8=key_cache.dtype.itemsize == 1, V_FP8=value_cache.dtype.itemsize == 1,
         SOFT_ROUND=soft_round(key_cache.dtype), HALF=half, BLOCK_HALF=next_power_of_2(half),
         BLOCK_REST=next_power_of_2(rest) if rest > 0 else 0, BLOCK_D=next_power_of_2(d), BLOCK_T=cfg.BLOCK_T,
-        BLOCK_H=cfg.BLOCK_H, BLOCK_TK=block_tk, BLOCK_HK=block_hk, INT64=max(max_offset(qkv, q, gate, k, v), n_tokens * qh * d) >= 2**31,
+        BLOCK_H=cfg.BLOCK_H, BLOCK_TK=block_tk, BLOCK_HK=block_hk,
+        INT64=max(max_offset(qkv, q, gate, k, v), n_tokens * qh * d) >= 2**31,
         num_warps=cfg.num_warps, **block_shift(block_size),
     )
 
