@@ -37,6 +37,11 @@ def _args(m=5, heads=4, d=64, r=32, *, splitk=0, dtype=torch.bfloat16, weights=T
         if m > 2:
             wi[1] = -1  # a row not written
         seqs = 3
+        # Distinct positions mod win: two tokens of one sequence on one window entry would race (a
+        # sequence's last win tokens never share one).
+        assert m <= win
+        args["positions"] = torch.randperm(win, device=DEVICE)[:m] + win * torch.randint(0, ROWS // win, (m,),
+                                                                                            device=DEVICE)
         args.update(write_indices=wi, batch_id_per_token=torch.randint(0, seqs, (m + 2,), device=DEVICE),
                     state_slot_mapping=torch.tensor([2, -1, 4][:seqs], device=DEVICE),
                     swa_kv=_sentinel((slots, win, d), dtype), win=win)
