@@ -329,13 +329,18 @@ def _mla_part(op: str, name: str, t, ref: torch.Tensor | None) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=1024)
-def mla_launch_config(n_tokens: int, n_heads: int, d: int) -> RopeLaunchConfig:
+def mla_launch_config(n_tokens: int, n_heads: int, d: int, profile: DeviceProfile = INTERPRETER) -> RopeLaunchConfig:
     """Tokens and heads per program for the MLA cache write (entries ``d`` wide): 4096
     elements, 2 warps. H200, DeepSeek-V3's 576-wide latent, T = 32768: 4 tokens x 2 warps
-    22.2 us (81% of copy) against 24.1 with 4 warps and 25.2 for one token a program."""
+    22.2 us (81% of copy) against 24.1 with 4 warps and 25.2 for one token a program. At
+    decode the heads a program halve until the grid has two programs an SM (one token's 128
+    Q heads were 8 programs of 16): DeepSeek-V3's ``fused_qk_rope_cat_and_cache_mla`` under
+    CUDA graphs at T = 16 2.55 -> 2.38 us; T = 1 (2.0 us) and 128 unchanged."""
     block_d = next_power_of_2(d)
     block_h = min(next_power_of_2(n_heads), 16)
     block_t = max(1, min(next_power_of_2(n_tokens), 4096 // (block_h * block_d)))
+    while block_h > 1 and cdiv(n_tokens, block_t) * cdiv(n_heads, block_h) < 2 * grid_sms(profile):
+        block_h //= 2
     return RopeLaunchConfig(block_t, block_h, 2 if block_t * block_h * block_d <= 4096 else 4)
 
 
@@ -352,7 +357,7 @@ def _launch_cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache
     d2 = k_pe.shape[2]
     if n_tokens == 0:
         return
-    cfg = config or mla_launch_config(n_tokens, n_heads, d1 + d2)
+    cfg = config or mla_launch_config(n_tokens, n_heads, d1 + d2, device_profile(k_nope.device))
     block_t, block_h = cfg.BLOCK_T, cfg.BLOCK_H
     sb = k_pe.stride()
     sb = (sb[0], 0 if k_pe.shape[1] == 1 else sb[1], sb[2])
@@ -488,7 +493,7 @@ def _launch_qk_rope_cat_and_cache_mla(q_nope: torch.Tensor, q_pe: torch.Tensor, 
         if n <= 0 or (rope and not rope_part):
             continue
         heads1 = qh if rope else 0
-        cfg = config or mla_launch_config(n, max(heads1, kh), d1 + d2)
+        cfg = config or mla_launch_config(n, max(heads1, kh), d1 + d2, device_profile(q_nope.device))
         block_t, block_h = cfg.BLOCK_T, cfg.BLOCK_H
         kn, kp, kpo, slots = k_nope[lo:hi], k_pe[lo:hi], k_pe_out[lo:hi], slot_mapping[lo:hi]
         sb = kp.stride()
