@@ -2,6 +2,8 @@
 the answers a profile in use gives on meta tensors (no GPU needed). The builds themselves
 are scripts/check_targets.py's (CI runs its fast form)."""
 
+import importlib
+
 import pytest
 import torch
 
@@ -9,6 +11,7 @@ from aiter_lite.library import OPS
 from aiter_lite.ops.triton import softmax as sm_mod
 from aiter_lite.ops.triton.activation import act_launch_config
 from aiter_lite.ops.triton.quant.quant import dynamic_per_tensor_launch_config, per_token_launch_config
+from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig
 from aiter_lite.ops.triton.topk import topk_launch_config
 from aiter_lite.spec.device import A100, H100, H200, INTERPRETER, MI300X, PROFILES, device_profile, use_profile
 from op_benchmarks.utils.op_args import TINY, op_args
@@ -82,3 +85,17 @@ def test_waiting_kernels_declare_what_must_be_resident():
         assert k.co_resident({"n_segs": 7, "PHASE": 0, "grid": 700}) == 7
         assert k.co_resident({"n_segs": 7, "PHASE": 1, "grid": 700}) == 1
     assert _dynamic_per_tensor_kernel.co_resident({"PHASE": 0, "grid": 300}) == 300
+
+
+@pytest.mark.parametrize("profile", PROFILES.values(), ids=PROFILES)
+def test_swa_write_configs_fit_each_profile(profile):
+    swa = importlib.import_module("aiter_lite.ops.triton.fusions.fused_reduce_qk_norm_rope_swa_write")
+    for m in (1, 16, 2048, 65536):
+        for heads in (1, 3, 32, 128):
+            for e in (33, 192, 576, 4160, 65600):  # padded head widths, up to a head wider than a program's lanes
+                cfg = swa.swa_launch_config(m, heads, e, profile)
+                assert cfg.num_warps * profile.warp_size <= 1024, (profile.name, m, heads, e, cfg)
+                assert cfg.BLOCK_H <= 8 and cfg.BLOCK_T * cfg.BLOCK_H * e <= max(4096, cfg.BLOCK_H * e), (m, heads, e,
+                                                                                                            cfg)
+    if profile.backend == "cuda":  # DeepSeek-V3's 128 heads of 576: one token's 8 heads on 2 warps (measured best)
+        assert swa.swa_launch_config(16384, 128, 576, profile) == RopeLaunchConfig(1, 8, 2)

@@ -68,6 +68,8 @@ def swa_launch_config(n_tokens: int, n_heads: int, head_elems: int,
     against 70% for one token's 32 heads on 2 warps and 77-83% for 16 heads or 8 tokens."""
     e = max(head_elems, 1)
     block_h = min(next_power_of_2(max(n_heads, 1)), _SWA_HEADS)
+    while block_h > 1 and cdiv(block_h * e, _SWA_WARP) > profile.max_warps:  # very wide heads
+        block_h //= 2
     fill = max(1, _SWA_TOKENS_TILE // (block_h * e))
     block_t = min(1 << (fill.bit_length() - 1), next_power_of_2(max(n_tokens, 1)))
     programs_per_token_block = cdiv(n_heads, block_h) + 1  # the last: the KV rows
@@ -75,7 +77,8 @@ def swa_launch_config(n_tokens: int, n_heads: int, head_elems: int,
         block_t //= 2
     tile = block_t * block_h * e
     # one warp only for a small tile: 1536 elements of 192-wide heads (2 split-K slices) on one spilled 8 B on sm_120
-    return RopeLaunchConfig(block_t, block_h, 1 if tile <= 1024 else max(2, next_power_of_2(cdiv(tile, _SWA_WARP))))
+    return profile.fit(RopeLaunchConfig(block_t, block_h,
+                                         1 if tile <= 1024 else max(2, next_power_of_2(cdiv(tile, _SWA_WARP)))))
 
 
 @launcher(mutates=("q_out", "kv", "swa_kv"))
