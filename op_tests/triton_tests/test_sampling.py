@@ -395,8 +395,9 @@ def test_compiled_callers_get_the_launches_results():
     # torch's default generator compiles whole as torch.rand and sampling_from_uniform, one
     # with a generator is a graph break that runs the launches as they are.
     backend = "inductor" if ON_GPU else "aot_eager"
-    p = _probs(3, 300)
-    logits = torch.randn(3, 300, device=DEVICE) * 3
+    n = by_device(100, 300)  # the interpreter: a row one chunk of 128 (300: 512, 4x the work a launch)
+    p = _probs(3, n)
+    logits = torch.randn(3, n, device=DEVICE) * 3
     for name, fn, x in (("top_k_renorm_probs", lambda a: smp.top_k_renorm_probs(a, 5), p),
                         ("top_p_renorm_probs", lambda a: smp.top_p_renorm_probs(a, torch.tensor(
                             [0.5, 0.9, 0.3], device=DEVICE)), p),
