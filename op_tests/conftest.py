@@ -29,7 +29,23 @@ if envs.test_compile():
     swap_in_compiled("inductor" if ON_GPU else "aot_eager")
 
 
+# The interpreter's slowest tests (5-30 s each), run first on the CPU: xdist hands out the rest
+# as workers free up, so the workers end within a short test of each other rather than one
+# waiting on a long test sent last. (Order only: every test runs as before.)
+_SLOW_ON_THE_INTERPRETER = {
+    "test_every_pair_to_one_expert_and_the_limit", "test_draws_stay_in_the_kept_set_and_follow_it",
+    "test_compiled_callers_get_the_launches_results", "test_long_row_paths_on_short_rows", "test_gated_any_tile",
+    "test_pinned_launch_config", "test_bench_runs", "test_bench_host_runs", "test_fused_rms_row_loop",
+    "test_a_pinned_launch_compiles_whole", "test_cross_entropy_reduced_in_the_launch",
+    "test_aiters_calling_convention", "test_top_k_survivor_lists_and_the_whole_row_path",
+    "test_from_uniform_rows_indices_temperature_and_edge_numbers", "test_patched_bf16_within_hf_noise",
+    "test_fuzz",
+}
+
+
 def pytest_collection_modifyitems(config, items):
+    if not ON_GPU:  # a stable sort: the slow ones first, each group in collection order
+        items.sort(key=lambda item: getattr(item, "originalname", item.name) not in _SLOW_ON_THE_INTERPRETER)
     if envs.test_compile():
         skip = pytest.mark.skip(reason="a host check of index values, which compiled calls skip (AITER_TEST_COMPILE=1)")
         for item in items:
