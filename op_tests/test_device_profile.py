@@ -93,9 +93,12 @@ def test_swa_write_configs_fit_each_profile(profile):
     for m in (1, 16, 2048, 65536):
         for heads in (1, 3, 32, 128):
             for e in (33, 192, 576, 4160, 65600):  # padded head widths, up to a head wider than a program's lanes
-                cfg = swa.swa_launch_config(m, heads, e, profile)
-                assert cfg.num_warps * profile.warp_size <= 1024, (profile.name, m, heads, e, cfg)
-                assert cfg.BLOCK_H <= 8 and cfg.BLOCK_T * cfg.BLOCK_H * e <= max(4096, cfg.BLOCK_H * e), (m, heads, e,
-                                                                                                            cfg)
-    if profile.backend == "cuda":  # DeepSeek-V3's 128 heads of 576: one token's 8 heads on 2 warps (measured best)
-        assert swa.swa_launch_config(16384, 128, 576, profile) == RopeLaunchConfig(1, 8, 2)
+                for padded in (False, True):
+                    cfg = swa.swa_launch_config(m, heads, e, profile, padded)
+                    assert cfg.num_warps * profile.warp_size <= 1024, (profile.name, m, heads, e, cfg)
+                    assert cfg.BLOCK_H <= 8 and cfg.BLOCK_T * cfg.BLOCK_H * e <= max(4096, cfg.BLOCK_H * e), (
+                        m, heads, e, padded, cfg)
+    if profile.backend == "cuda":  # measured best on the H200 (the config's docstring)
+        assert swa.swa_launch_config(16384, 128, 576, profile) == RopeLaunchConfig(1, 8, 2)  # DeepSeek-V3
+        assert swa.swa_launch_config(16384, 64, 576, profile, True) == RopeLaunchConfig(1, 2, 1)  # 448 + 64 channels
+        assert swa.swa_launch_config(16384, 8, 320, profile, True) == RopeLaunchConfig(1, 4, 1)  # 192 + 64

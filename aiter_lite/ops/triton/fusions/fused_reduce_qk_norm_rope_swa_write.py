@@ -51,34 +51,49 @@ _SWA = ("write_indices", "batch_id_per_token", "state_slot_mapping", "swa_kv")
 _SWA_HEADS = 8  # Q heads a program, at most
 _SWA_TOKENS_TILE = 4096  # (padded) elements a program's tokens fill up to (narrow heads)
 _SWA_WARP = 2304  # elements a warp: 72 a lane
+_SWA_PADDED_TILE = 1280  # a padded head's one-warp tile: 36-40 elements a lane
 
 
 @functools.lru_cache(maxsize=1024)
 def swa_launch_config(n_tokens: int, n_heads: int, head_elems: int,
-                      profile: DeviceProfile = INTERPRETER) -> RopeLaunchConfig:
+                      profile: DeviceProfile = INTERPRETER, padded: bool = False) -> RopeLaunchConfig:
     """Tokens and Q heads per program: up to ``_SWA_HEADS`` heads of ``head_elems`` (padded:
     the unrotated part's and both rotated halves' power-of-2 blocks), tokens while the tile
     stays within ``_SWA_TOKENS_TILE`` elements, halved until the grid has two programs an SM,
     and a warp for every ``_SWA_WARP`` elements (about 72 a lane), at least 2 past 1024.
+    ``padded``: the unrotated part's block is wider than the part (448 channels held as
+    512); then heads and tokens fill one warp's ``_SWA_PADDED_TILE`` elements instead.
 
     H200, bf16, rope 64, T = 16384 (% of copy): 128 heads of 576, one token's 8 heads on 2
-    warps 95%, against 46% for the RoPE ops' tile (2 heads on 4 warps: that sizes a head by
+    warps 95-96%, against 46% for the RoPE ops' tile (2 heads on 4 warps: that sizes a head by
     1024, the width's power of 2), 75-81% for 8 or 16 heads on 4 warps, 78% for 2 tokens of 4
-    heads; 32 heads of 128, 4 tokens of 8 heads on 2 warps 88% (2 tokens on 1 warp: 91%),
-    against 70% for one token's 32 heads on 2 warps and 77-83% for 16 heads or 8 tokens."""
+    heads, 93% for 2 heads on one warp; 32 heads of 128, 4 tokens of 8 heads on 2 warps 87-88%
+    (2 tokens on 1 warp: 91%), against 70% for one token's 32 heads on 2 warps and 77-83% for
+    16 heads or 8 tokens. Padded heads (448 + 64 held as 576; 192 + 64 as 320) run best on
+    one warp of 1152-1280 elements: 64 heads of 512 86.8% (2 heads) against 84.0% for the
+    wide tile (8 heads on 2 warps), 16 heads of 512 88.7% against 76.3%, 8 heads of 256 76.3%
+    (2 tokens of 2 heads; 4 heads 75.6%) against 64.5%."""
     e = max(head_elems, 1)
-    block_h = min(next_power_of_2(max(n_heads, 1)), _SWA_HEADS)
-    while block_h > 1 and cdiv(block_h * e, _SWA_WARP) > profile.max_warps:  # very wide heads
-        block_h //= 2
-    fill = max(1, _SWA_TOKENS_TILE // (block_h * e))
-    block_t = min(1 << (fill.bit_length() - 1), next_power_of_2(max(n_tokens, 1)))
+    if padded and e <= _SWA_PADDED_TILE:
+        block_h = min(next_power_of_2(max(n_heads, 1)), _SWA_HEADS, 1 << ((_SWA_PADDED_TILE // e).bit_length() - 1))
+        fill = max(1, _SWA_PADDED_TILE // (block_h * e))
+        block_t = min(1 << (fill.bit_length() - 1), next_power_of_2(max(n_tokens, 1)))
+        warps = 1
+    else:
+        block_h = min(next_power_of_2(max(n_heads, 1)), _SWA_HEADS)
+        while block_h > 1 and cdiv(block_h * e, _SWA_WARP) > profile.max_warps:  # very wide heads
+            block_h //= 2
+        fill = max(1, _SWA_TOKENS_TILE // (block_h * e))
+        block_t = min(1 << (fill.bit_length() - 1), next_power_of_2(max(n_tokens, 1)))
+        warps = 0
     programs_per_token_block = cdiv(n_heads, block_h) + 1  # the last: the KV rows
     while block_t > 1 and cdiv(n_tokens, block_t) * programs_per_token_block < 2 * grid_sms(profile):
         block_t //= 2
     tile = block_t * block_h * e
     # one warp only for a small tile: 1536 elements of 192-wide heads (2 split-K slices) on one spilled 8 B on sm_120
-    return profile.fit(RopeLaunchConfig(block_t, block_h,
-                                         1 if tile <= 1024 else max(2, next_power_of_2(cdiv(tile, _SWA_WARP)))))
+    if not warps:
+        warps = 1 if tile <= 1024 else max(2, next_power_of_2(cdiv(tile, _SWA_WARP)))
+    return profile.fit(RopeLaunchConfig(block_t, block_h, warps))
 
 
 @launcher(mutates=("q_out", "kv", "swa_kv"))
@@ -100,7 +115,8 @@ def _launch_reduce_qk_norm_rope_swa(q: torch.Tensor, q_out: torch.Tensor, kv: to
     swa = swa_kv is not None
     nope = d - 2 * half
     block_half, block_nope = next_power_of_2(half), next_power_of_2(max(nope, 1))
-    cfg = config or swa_launch_config(n_tokens, qh, block_nope + 2 * block_half, device_profile(q.device))
+    cfg = config or swa_launch_config(n_tokens, qh, block_nope + 2 * block_half, device_profile(q.device),
+                                      0 < nope < block_nope)
     launch(
         _reduce_qk_norm_rope_swa_kernel, (cdiv(n_tokens, cfg.BLOCK_T) * (cdiv(qh, cfg.BLOCK_H) + 1),),
         q, q_out, kv, kv if q_weight is None else q_weight, kv if kv_weight is None else kv_weight, pos, cos, sin,
