@@ -3,6 +3,7 @@
     python op_benchmarks/bench_sampling.py                                   # batch 1..256, 4 vocabularies
     python op_benchmarks/bench_sampling.py --op top_k_top_p -M 1 64 --cudagraph
     python op_benchmarks/bench_sampling.py --shape 256x262144 --providers triton,native,softmax
+    python op_benchmarks/bench_sampling.py --model llama3-8B,qwen2.5-7B -M 1 16   # those models' vocabularies
 
 Shapes are (M, N): M rows (requests), N the vocabulary. Ops:
     top_k_top_p   top_k_top_p_sampling_from_logits(logits, 50, 0.9): a token a row
@@ -148,10 +149,11 @@ def main(argv=None):
     p = harness.make_parser(__doc__.splitlines()[0], ("M", "N"))
     p.add_argument("--op", nargs="+", choices=OPS, default=list(OPS))
     args = p.parse_args(argv)
-    if args.model:
-        raise SystemExit("bench_sampling: give --shape MxN or -M (rows; the vocabularies are fixed)")
-    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shape] if args.shape else \
-        [(m, n) for n in DEFAULT_N for m in (args.M or DEFAULT_M)]
+    if args.shape:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shape]
+    else:  # --model: each model's vocabulary
+        vocabs = sorted({c["vocab_size"] for c in harness.load_models(args.model, []).values()}) or DEFAULT_N
+        shapes = [(m, n) for n in vocabs for m in (args.M or DEFAULT_M)]
     cases = [_case(op, m, n) for op in args.op for m, n in shapes]
     tiny = [_case(op, 3, 100) for op in args.op]
     return harness.run(args, "sampling", cases, PROVIDERS, tiny)
