@@ -115,6 +115,39 @@ def _reuse_interpreter_types() -> None:
     builder.get_block_ty = lambda self, dtype, shape: block_type(dtype, shape)
     block.with_element_ty = lambda self, scalar_ty: block_type(scalar_ty, self.shape)
 
+    # A tensor's shape: the same constexprs for every tensor of a shape (``tensor.__init__``
+    # builds a ``tl.tuple`` of new ones, with its tuple type, for each: a fifth of the time
+    # in the RoPE fuzz cases). Only for the constructor this was written against (Triton
+    # 3.6 - 3.9), whose shape tuple nothing in the interpreter changes afterwards.
+    import hashlib
+    import inspect
+    import math
+
+    core = tl.core
+    if hashlib.sha1(inspect.getsource(core.tensor.__init__).encode()).hexdigest() != _TENSOR_INIT_SHA1:
+        return
+    def shape_of(shape):
+        return core.constexpr(math.prod(shape)), core.tuple([core.constexpr(s) for s in shape])
+
+    scalar = shape_of(())
+
+    def tensor_init(self, handle, type):
+        if type.is_block():  # kept on the block type (one object a dtype and shape, above)
+            made = type.__dict__.get("_aiter_lite_shape")
+            if made is None:
+                made = type._aiter_lite_shape = shape_of(type.shape)
+        else:
+            made = scalar
+        self.handle = handle
+        self.numel, self.shape = made
+        self.type = type
+        self.dtype = type.scalar
+
+    core.tensor.__init__ = tensor_init
+
+
+_TENSOR_INIT_SHA1 = "918c80e8ee879fd341cc10e430862e14d8f7368b"
+
 
 if os.environ.get("TRITON_INTERPRET") == "1":
     _patch_triton_language_once_a_launch()
