@@ -14,6 +14,7 @@ from aiter_lite.ops.triton.quant.quant import dynamic_per_tensor_launch_config, 
 from aiter_lite.ops.triton.rope.rope import RopeLaunchConfig
 from aiter_lite.ops.triton.topk import topk_launch_config
 from aiter_lite.spec.device import A100, H100, H200, INTERPRETER, MI300X, PROFILES, device_profile, use_profile
+from aiter_lite.utils.launch import next_power_of_2
 from op_benchmarks.utils.op_args import TINY, op_args
 
 
@@ -102,3 +103,18 @@ def test_swa_write_configs_fit_each_profile(profile):
         assert swa.swa_launch_config(16384, 128, 576, profile) == RopeLaunchConfig(1, 8, 2)  # DeepSeek-V3
         assert swa.swa_launch_config(16384, 64, 576, profile, True) == RopeLaunchConfig(1, 2, 1)  # 448 + 64 channels
         assert swa.swa_launch_config(16384, 8, 320, profile, True) == RopeLaunchConfig(1, 4, 1)  # 192 + 64
+
+
+@pytest.mark.parametrize("profile", PROFILES.values(), ids=PROFILES)
+def test_mla_configs_fit_each_profile(profile):
+    from aiter_lite.ops.triton.fusions.fused_kv_cache import mla_launch_config
+
+    for m in (1, 16, 2048, 65536):
+        for heads in (1, 3, 16, 128):
+            for d in (32, 576, 1024, 8192):  # the parts' padded width: up to a head wider than the tile
+                cfg = mla_launch_config(m, heads, d, profile)
+                assert cfg.num_warps * profile.warp_size <= 1024 and cfg.BLOCK_H <= next_power_of_2(heads), cfg
+                assert cfg.BLOCK_T * cfg.BLOCK_H * d <= max(2304, d), (m, heads, d, cfg)
+    if profile.backend == "cuda":  # measured best on the H200 (the config's docstring)
+        assert mla_launch_config(16384, 128, 576, profile) == RopeLaunchConfig(1, 4, 2)  # DeepSeek-V3's Q heads
+        assert mla_launch_config(32768, 1, 576, profile) == RopeLaunchConfig(4, 1, 2)  # its latent write

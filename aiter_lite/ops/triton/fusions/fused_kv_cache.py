@@ -330,18 +330,26 @@ def _mla_part(op: str, name: str, t, ref: torch.Tensor | None) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=1024)
 def mla_launch_config(n_tokens: int, n_heads: int, d: int, profile: DeviceProfile = INTERPRETER) -> RopeLaunchConfig:
-    """Tokens and heads per program for the MLA cache write (entries ``d`` wide): 4096
-    elements, 2 warps. H200, DeepSeek-V3's 576-wide latent, T = 32768: 4 tokens x 2 warps
-    22.2 us (81% of copy) against 24.1 with 4 warps and 25.2 for one token a program. At
-    decode the heads a program halve until the grid has two programs an SM (one token's 128
-    Q heads were 8 programs of 16): DeepSeek-V3's ``fused_qk_rope_cat_and_cache_mla`` under
-    CUDA graphs at T = 16 2.55 -> 2.38 us; T = 1 (2.0 us) and 128 unchanged."""
-    block_d = next_power_of_2(d)
-    block_h = min(next_power_of_2(n_heads), 16)
-    block_t = max(1, min(next_power_of_2(n_tokens), 4096 // (block_h * block_d)))
-    while block_h > 1 and cdiv(n_tokens, block_t) * cdiv(n_heads, block_h) < 2 * grid_sms(profile):
-        block_h //= 2
-    return RopeLaunchConfig(block_t, block_h, 2 if block_t * block_h * block_d <= 4096 else 4)
+    """Tokens and heads per program for the MLA cache write and its RoPE + concat (entries
+    ``d`` wide: the two parts' power-of-2 blocks, 512 + 64 for DeepSeek-V3's latent): heads,
+    then tokens, while the tile stays within ``_MLA_TILE`` elements, on 2 warps (36 elements a
+    lane; 4 for a head wider than 4096).
+
+    H200, DeepSeek-V3 (128 heads of 576), ``fused_qk_rope_cat_and_cache_mla``: 4 heads on 2
+    warps against the old tile (16 heads on 4 warps, sized as 1024 wide, heads halved at
+    decode until the grid had two programs an SM): CUDA graphs T = 1 / 16 / 128 / 2048 1.81
+    / 2.36 / 6.61 / 149.1 us against 2.00 / 2.39 / 6.58 / 152.7; eager T = 16384 98.0% of
+    copy against 94.9%; 1, 2 or 8 heads a program were slower at one token count or more.
+    The latent write alone (one head): 4 tokens on 2 warps, as before (T = 32768: 81% of
+    copy; 2-16 tokens on 1-4 warps 76-81%)."""
+    d = max(d, 1)
+    block_h = max(1, min(next_power_of_2(max(n_heads, 1)), 1 << max(0, (_MLA_TILE // d).bit_length() - 1)))
+    fill = max(1, _MLA_TILE // (block_h * d))
+    block_t = min(1 << (fill.bit_length() - 1), next_power_of_2(max(n_tokens, 1)))
+    return profile.fit(RopeLaunchConfig(block_t, block_h, 2 if block_t * block_h * d <= 4096 else 4))
+
+
+_MLA_TILE = 2304
 
 
 @launcher(mutates=("kv_cache",))
@@ -357,7 +365,8 @@ def _launch_cat_and_cache_mla(k_nope: torch.Tensor, k_pe: torch.Tensor, kv_cache
     d2 = k_pe.shape[2]
     if n_tokens == 0:
         return
-    cfg = config or mla_launch_config(n_tokens, n_heads, d1 + d2, device_profile(k_nope.device))
+    cfg = config or mla_launch_config(n_tokens, n_heads, next_power_of_2(d1) + next_power_of_2(d2),
+                                      device_profile(k_nope.device))
     block_t, block_h = cfg.BLOCK_T, cfg.BLOCK_H
     sb = k_pe.stride()
     sb = (sb[0], 0 if k_pe.shape[1] == 1 else sb[1], sb[2])
@@ -493,7 +502,8 @@ def _launch_qk_rope_cat_and_cache_mla(q_nope: torch.Tensor, q_pe: torch.Tensor, 
         if n <= 0 or (rope and not rope_part):
             continue
         heads1 = qh if rope else 0
-        cfg = config or mla_launch_config(n, max(heads1, kh), d1 + d2, device_profile(q_nope.device))
+        cfg = config or mla_launch_config(n, max(heads1, kh), next_power_of_2(d1) + next_power_of_2(d2),
+                                          device_profile(q_nope.device))
         block_t, block_h = cfg.BLOCK_T, cfg.BLOCK_H
         kn, kp, kpo, slots = k_nope[lo:hi], k_pe[lo:hi], k_pe_out[lo:hi], slot_mapping[lo:hi]
         sb = kp.stride()
