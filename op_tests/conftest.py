@@ -149,9 +149,32 @@ def _reuse_interpreter_types() -> None:
 _TENSOR_INIT_SHA1 = "918c80e8ee879fd341cc10e430862e14d8f7368b"
 
 
+def _skip_dropped_overflow_checks() -> None:
+    """Integer add / sub / mul check int32 overflow by redoing the operation in int64 and
+    building a ``device_assert`` of the range, which the interpreter then drops: its options
+    have ``debug`` off, fixed. The whole check is skipped while ``debug`` is off, as the
+    assert would be (its own assertions cannot fail after the type checks before it): the
+    same results, at 40-45% less time in the RoPE fuzz cases and ``test_per_tensor``."""
+    from triton.runtime import interpreter as interp
+
+    semantic = getattr(interp, "interpreter_semantic", None)
+    check = getattr(type(semantic), "binary_op_sanitize_overflow_impl", None)
+    if semantic is None or check is None or getattr(semantic, "_aiter_lite_overflow", False):
+        return
+
+    def overflow_check(lhs, rhs, binary_op):
+        if semantic.builder.options.debug:
+            return check(semantic, lhs, rhs, binary_op)
+        return None
+
+    semantic.binary_op_sanitize_overflow_impl = overflow_check
+    semantic._aiter_lite_overflow = True
+
+
 if os.environ.get("TRITON_INTERPRET") == "1":
     _patch_triton_language_once_a_launch()
     _reuse_interpreter_types()
+    _skip_dropped_overflow_checks()
 
 from aiter_lite import envs  # noqa: E402
 from op_tests.utils import DEVICE, ON_GPU  # noqa: E402
