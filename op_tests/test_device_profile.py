@@ -118,3 +118,15 @@ def test_mla_configs_fit_each_profile(profile):
     if profile.backend == "cuda":  # measured best on the H200 (the config's docstring)
         assert mla_launch_config(16384, 128, 576, profile) == RopeLaunchConfig(1, 4, 2)  # DeepSeek-V3's Q heads
         assert mla_launch_config(32768, 1, 576, profile) == RopeLaunchConfig(4, 1, 2)  # its latent write
+
+
+def test_halve_until_filled():
+    """Halves a power-of-2 block, not below its floor, until the grid has two programs an SM."""
+    from aiter_lite.utils.launch import halve_until_filled
+
+    sms = H100.sms
+    assert halve_until_filled(16, lambda b: 8192 // b, H100) == 16  # 512 programs already fill 2 x 132
+    assert halve_until_filled(16, lambda b: 64 // b, H100) == 1  # never filled: down to 1
+    assert halve_until_filled(16, lambda b: 64 // b, H100, floor=4) == 4
+    assert halve_until_filled(8, lambda b: (2 * sms * 4) // b, H100) == 4  # filled at 4
+    assert halve_until_filled(8, lambda b: 1, INTERPRETER) == 1  # the interpreter's own small count

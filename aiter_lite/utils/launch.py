@@ -7,6 +7,8 @@ launch on a slow host, which eager decode pays on every call.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from aiter_lite.spec.device import DeviceProfile, device_profile
@@ -25,6 +27,16 @@ def grid_sms(profile: DeviceProfile, interpreter_sms: int = 4) -> int:
     """SMs to size a grid for: the profile's, or ``interpreter_sms`` in the interpreter
     (whose programs run one after another: each config's own small number)."""
     return interpreter_sms if profile.interpreter else profile.sms
+
+
+def halve_until_filled(block: int, programs: Callable[[int], int], profile: DeviceProfile, floor: int = 1) -> int:
+    """``block`` (a power of 2: tokens, heads) halved, not below ``floor``, until
+    ``programs(block)`` programs give the grid two programs an SM: at decode sizes more,
+    smaller programs."""
+    want = 2 * grid_sms(profile)
+    while block > floor and programs(block) < want:
+        block //= 2
+    return block
 
 
 _stream_buffers: dict = {}

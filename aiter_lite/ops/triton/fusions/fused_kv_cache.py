@@ -50,7 +50,7 @@ from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.spec.quant import FP8_DTYPES
 from aiter_lite.utils.checks import check_bool, check_int, check_same_device
 from aiter_lite.utils.fast_launch import launch
-from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
+from aiter_lite.utils.launch import cdiv, halve_until_filled, next_power_of_2
 from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
@@ -153,8 +153,7 @@ def classic_launch_config(n_tokens: int, n_q_heads: int, n_kv_heads: int, head_d
     block_h = min(next_power_of_2(max(n_q_heads, n_kv_heads, 1)), max(1, 4096 // (16 * block_d)))
     block_t = min(8 if hip else 16, next_power_of_2(max(n_tokens, 1)))
     head_blocks = cdiv(n_q_heads, block_h) + cdiv(n_kv_heads, block_h)
-    while block_t > 1 and cdiv(n_tokens, block_t) * head_blocks < 2 * grid_sms(profile):
-        block_t //= 2
+    block_t = halve_until_filled(block_t, lambda t: cdiv(n_tokens, t) * head_blocks, profile)
     return RopeLaunchConfig(block_t, block_h, (8 if hip else 4) if block_t * block_h * block_d >= 2048 else 2)
 
 

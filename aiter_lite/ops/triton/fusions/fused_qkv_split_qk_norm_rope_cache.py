@@ -50,7 +50,7 @@ from aiter_lite.utils.checks import (
     check_unit_last_stride,
 )
 from aiter_lite.utils.fast_launch import launch
-from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
+from aiter_lite.utils.launch import cdiv, halve_until_filled, next_power_of_2
 from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
@@ -87,8 +87,7 @@ def _kv_tile(n_tokens: int, kvh: int, cfg: RopeLaunchConfig, profile) -> tuple[i
     fewer token-heads than warps."""
     block_hk = min(cfg.BLOCK_H, next_power_of_2(kvh))
     block_tk = cfg.BLOCK_T * (cfg.BLOCK_H // block_hk)
-    while block_tk > cfg.BLOCK_T and cdiv(n_tokens, block_tk) * cdiv(kvh, block_hk) < 2 * grid_sms(profile):
-        block_tk //= 2
+    block_tk = halve_until_filled(block_tk, lambda t: cdiv(n_tokens, t) * cdiv(kvh, block_hk), profile, cfg.BLOCK_T)
     if block_tk * block_hk < cfg.num_warps:  # a head's reduction would span warps (shared memory): Q's tile
         return cfg.BLOCK_H, cfg.BLOCK_T
     return block_hk, block_tk

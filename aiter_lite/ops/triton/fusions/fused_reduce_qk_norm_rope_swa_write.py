@@ -38,7 +38,7 @@ from aiter_lite.utils.checks import (
     check_unit_last_stride,
 )
 from aiter_lite.utils.fast_launch import launch
-from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
+from aiter_lite.utils.launch import cdiv, halve_until_filled, next_power_of_2
 from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
@@ -87,8 +87,7 @@ def swa_launch_config(n_tokens: int, n_heads: int, head_elems: int,
         block_t = min(1 << (fill.bit_length() - 1), next_power_of_2(max(n_tokens, 1)))
         warps = 0
     programs_per_token_block = cdiv(n_heads, block_h) + 1  # the last: the KV rows
-    while block_t > 1 and cdiv(n_tokens, block_t) * programs_per_token_block < 2 * grid_sms(profile):
-        block_t //= 2
+    block_t = halve_until_filled(block_t, lambda t: cdiv(n_tokens, t) * programs_per_token_block, profile)
     tile = block_t * block_h * e
     # one warp only for a small tile: 1536 elements of 192-wide heads (2 split-K slices) on one spilled 8 B on sm_120
     if not warps:

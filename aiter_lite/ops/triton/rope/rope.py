@@ -43,7 +43,7 @@ from aiter_lite.utils.checks import (
     host_check_wanted,
 )
 from aiter_lite.utils.fast_launch import launch
-from aiter_lite.utils.launch import cdiv, grid_sms, next_power_of_2
+from aiter_lite.utils.launch import cdiv, halve_until_filled, next_power_of_2
 from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
@@ -112,9 +112,7 @@ def rope_launch_config(n_tokens: int, n_heads: int, n_heads2: int, head_dim: int
     tile = _TILE.get(block_d, 1024)
     block_t = min(max(1, tile // (block_h * block_d)), next_power_of_2(max(n_tokens, 1)))
     head_blocks = cdiv(n_heads, block_h) + cdiv(n_heads2, block_h)
-    want = 2 * grid_sms(profile)
-    while block_t > 1 and cdiv(n_tokens, block_t) * head_blocks < want:
-        block_t //= 2
+    block_t = halve_until_filled(block_t, lambda t: cdiv(n_tokens, t) * head_blocks, profile)
     warps = 4 if block_t * block_h * block_d > 2048 or block_h * block_d >= 2048 else 2
     return RopeLaunchConfig(block_t, block_h, warps)
 
