@@ -126,6 +126,7 @@ def _reuse_interpreter_types() -> None:
     core = tl.core
     if hashlib.sha1(inspect.getsource(core.tensor.__init__).encode()).hexdigest() != _TENSOR_INIT_SHA1:
         return
+
     def shape_of(shape):
         return core.constexpr(math.prod(shape)), core.tuple([core.constexpr(s) for s in shape])
 
@@ -133,13 +134,13 @@ def _reuse_interpreter_types() -> None:
 
     def tensor_init(self, handle, type):
         if type.is_block():  # kept on the block type (one object a dtype and shape, above)
-            made = type.__dict__.get("_aiter_lite_shape")
-            if made is None:
-                made = type._aiter_lite_shape = shape_of(type.shape)
+            numel_shape = type.__dict__.get("_aiter_lite_shape")
+            if numel_shape is None:
+                numel_shape = type._aiter_lite_shape = shape_of(type.shape)
         else:
-            made = scalar
+            numel_shape = scalar
         self.handle = handle
-        self.numel, self.shape = made
+        self.numel, self.shape = numel_shape
         self.type = type
         self.dtype = type.scalar
 

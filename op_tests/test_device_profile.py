@@ -130,3 +130,16 @@ def test_halve_until_filled():
     assert halve_until_filled(16, lambda b: 64 // b, H100, floor=4) == 4
     assert halve_until_filled(8, lambda b: (2 * sms * 4) // b, H100) == 4  # filled at 4
     assert halve_until_filled(8, lambda b: 1, INTERPRETER) == 1  # the interpreter's own small count
+
+
+def test_fill_tile():
+    """Heads, then tokens, powers of 2 within the tile; at least one of each."""
+    from aiter_lite.utils.launch import fill_tile, prev_power_of_2
+
+    assert [prev_power_of_2(n) for n in (0, 1, 2, 3, 1280, 2304)] == [1, 1, 2, 2, 1024, 2048]
+    assert fill_tile(16384, 128, 576, 2304) == (1, 4)  # DeepSeek-V3's Q heads
+    assert fill_tile(32768, 1, 576, 2304) == (4, 1)  # its latent write
+    assert fill_tile(16384, 64, 576, 1280, 8) == (1, 2)
+    assert fill_tile(16384, 128, 32, 2304, 8) == (8, 8)
+    assert fill_tile(3, 1, 32, 2304) == (4, 1)  # tokens: as many as there are, rounded up
+    assert fill_tile(1, 3, 8192, 2304) == (1, 1)  # a head wider than the tile

@@ -23,6 +23,22 @@ def next_power_of_2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 1 else 1
 
 
+def prev_power_of_2(n: int) -> int:
+    """Largest power of two <= n (1 for n <= 1)."""
+    return 1 << (n.bit_length() - 1) if n > 1 else 1
+
+
+def fill_tile(n_tokens: int, n_heads: int, width: int, tile: int, max_heads: int | None = None) -> tuple[int, int]:
+    """(tokens, heads) a program, powers of 2: heads of ``width`` elements (at most
+    ``max_heads``, and as many as there are), then tokens (as many as there are), while the
+    tile stays within ``tile`` elements; at least one of each."""
+    block_h = min(next_power_of_2(max(n_heads, 1)), prev_power_of_2(tile // max(width, 1)))
+    if max_heads is not None:
+        block_h = min(block_h, max_heads)
+    block_t = min(prev_power_of_2(tile // (block_h * max(width, 1))), next_power_of_2(max(n_tokens, 1)))
+    return block_t, block_h
+
+
 def grid_sms(profile: DeviceProfile, interpreter_sms: int = 4) -> int:
     """SMs to size a grid for: the profile's, or ``interpreter_sms`` in the interpreter
     (whose programs run one after another: each config's own small number)."""

@@ -50,7 +50,7 @@ from aiter_lite.spec.device import INTERPRETER, DeviceProfile, device_profile
 from aiter_lite.spec.quant import FP8_DTYPES
 from aiter_lite.utils.checks import check_bool, check_int, check_same_device
 from aiter_lite.utils.fast_launch import launch
-from aiter_lite.utils.launch import cdiv, halve_until_filled, next_power_of_2
+from aiter_lite.utils.launch import cdiv, fill_tile, halve_until_filled, next_power_of_2
 from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
@@ -342,9 +342,7 @@ def mla_launch_config(n_tokens: int, n_heads: int, d: int, profile: DeviceProfil
     The latent write alone (one head): 4 tokens on 2 warps, as before (T = 32768: 81% of
     copy; 2-16 tokens on 1-4 warps 76-81%)."""
     d = max(d, 1)
-    block_h = max(1, min(next_power_of_2(max(n_heads, 1)), 1 << max(0, (_MLA_TILE // d).bit_length() - 1)))
-    fill = max(1, _MLA_TILE // (block_h * d))
-    block_t = min(1 << (fill.bit_length() - 1), next_power_of_2(max(n_tokens, 1)))
+    block_t, block_h = fill_tile(n_tokens, n_heads, d, _MLA_TILE)
     return profile.fit(RopeLaunchConfig(block_t, block_h, 2 if block_t * block_h * d <= 4096 else 4))
 
 

@@ -38,7 +38,7 @@ from aiter_lite.utils.checks import (
     check_unit_last_stride,
 )
 from aiter_lite.utils.fast_launch import launch
-from aiter_lite.utils.launch import cdiv, halve_until_filled, next_power_of_2
+from aiter_lite.utils.launch import cdiv, fill_tile, halve_until_filled, next_power_of_2, prev_power_of_2
 from aiter_lite.utils.launcher import launcher
 from aiter_lite.utils.logger import debug_on, log_call
 from aiter_lite.utils.registry import public_op
@@ -74,24 +74,19 @@ def swa_launch_config(n_tokens: int, n_heads: int, head_elems: int,
     wide tile (8 heads on 2 warps), 16 heads of 512 88.7% against 76.3%, 8 heads of 256 76.3%
     (2 tokens of 2 heads; 4 heads 75.6%) against 64.5%."""
     e = max(head_elems, 1)
-    if padded and e <= _SWA_PADDED_TILE:
-        block_h = min(next_power_of_2(max(n_heads, 1)), _SWA_HEADS, 1 << ((_SWA_PADDED_TILE // e).bit_length() - 1))
-        fill = max(1, _SWA_PADDED_TILE // (block_h * e))
-        block_t = min(1 << (fill.bit_length() - 1), next_power_of_2(max(n_tokens, 1)))
-        warps = 1
+    one_warp = padded and e <= _SWA_PADDED_TILE
+    if one_warp:
+        block_t, block_h = fill_tile(n_tokens, n_heads, e, _SWA_PADDED_TILE, _SWA_HEADS)
     else:
         block_h = min(next_power_of_2(max(n_heads, 1)), _SWA_HEADS)
         while block_h > 1 and cdiv(block_h * e, _SWA_WARP) > profile.max_warps:  # very wide heads
             block_h //= 2
-        fill = max(1, _SWA_TOKENS_TILE // (block_h * e))
-        block_t = min(1 << (fill.bit_length() - 1), next_power_of_2(max(n_tokens, 1)))
-        warps = 0
+        block_t = min(prev_power_of_2(_SWA_TOKENS_TILE // (block_h * e)), next_power_of_2(max(n_tokens, 1)))
     programs_per_token_block = cdiv(n_heads, block_h) + 1  # the last: the KV rows
     block_t = halve_until_filled(block_t, lambda t: cdiv(n_tokens, t) * programs_per_token_block, profile)
     tile = block_t * block_h * e
     # one warp only for a small tile: 1536 elements of 192-wide heads (2 split-K slices) on one spilled 8 B on sm_120
-    if not warps:
-        warps = 1 if tile <= 1024 else max(2, next_power_of_2(cdiv(tile, _SWA_WARP)))
+    warps = 1 if one_warp or tile <= 1024 else max(2, next_power_of_2(cdiv(tile, _SWA_WARP)))
     return profile.fit(RopeLaunchConfig(block_t, block_h, warps))
 
 
