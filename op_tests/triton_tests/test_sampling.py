@@ -301,7 +301,7 @@ def test_top_k_survivor_lists_and_the_whole_row_path(from_logits, k_rows, top_p,
     # call with lists turned off.
     from aiter_lite.utils import fast_launch as fl
 
-    rows, n = 7, by_device(300, 32000)
+    rows, n = 8, by_device(300, 32000)
     x = torch.randn(rows, n, device=DEVICE) * 3
     x[1] = 0.5  # every value tied: more survivors than a list holds
     x[2] = float("-inf")
@@ -309,10 +309,15 @@ def test_top_k_survivor_lists_and_the_whole_row_path(from_logits, k_rows, top_p,
     x[3, 17] = float("nan")
     x[5] = torch.randint(-3, 3, (n,), device=DEVICE).float()  # ties at the k-th value
     x[6] = x[6].bfloat16().float()
+    # sixteen distinct values close together in eight of the bound's groups (columns 256 apart
+    # share one), ties below: every value reaches the bound, so the row overflows its list
+    # though its top-k are 9 of the sixteen
+    x[7] = 0.25
+    x[7, [c + h for c in range(8) for h in (0, 256)]] = 3.0 + 0.01 * torch.randperm(16, device=DEVICE).float()
     if not from_logits:
         x = torch.softmax(x, -1)
         x[3, 17] = float("nan")
-    k = torch.tensor([9, 9, 9, 9, n, 9, 0], device=DEVICE, dtype=torch.int64) if k_rows else 9  # int64: read as given
+    k = torch.tensor([9, 9, 9, 9, n, 9, 0, 9], device=DEVICE, dtype=torch.int64) if k_rows else 9  # int64: read as given
     call = smp.top_k_top_p_sampling_from_logits if from_logits else smp.top_k_top_p_sampling_from_probs
     filters = {"top_k": k} if top_p is None else {"top_k": k, "top_p": top_p}
     if top_p is None:
@@ -326,6 +331,16 @@ def test_top_k_survivor_lists_and_the_whole_row_path(from_logits, k_rows, top_p,
     want = ref.sample(x, u, from_logits=from_logits, **filters)
     assert torch.equal(got, want) and torch.equal(whole, want)
     assert got[3] == -1 and got[2] in (5, 70, 200)
+    # the overflowing row's threshold, draw by draw: 48 requests of it
+    idx = torch.full((48,), 7, device=DEVICE, dtype=torch.int32)
+    k7 = k[idx] if k_rows else k
+    with fl.plans_off():
+        got = call(x, k7, *list(filters.values())[1:],
+                   indices=idx, generator=_gen(4))
+    u = torch.rand(48, device=DEVICE, generator=_gen(4))
+    want = ref.sample(x[idx.long()], u, from_logits=from_logits, **dict(filters, top_k=k7))
+    assert torch.equal(got, want)
+    assert len(set(got.tolist())) > 4  # (draws over the row's top-k, not one token)
 
 
 def _per_row(value, rows: int, integer: bool):

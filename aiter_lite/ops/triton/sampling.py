@@ -24,16 +24,19 @@
   number or one a row; below 1e-5 the row's greedy token (its first largest logit), as
   vLLM's sampler.
 
-Complexity: O(vocab) a pass, no sort. A row is cut into slices spread over the GPU (a
-batch of one fills every SM). A threshold is a 16-way search of the values' keys (the
+Complexity: O(vocab) a pass, no sort of a row. A row is cut into slices spread over the GPU
+(a batch of one fills every SM). A threshold is a 16-way search of the values' keys (the
 logits' own, or the probabilities'), a launch a step: 8 for fp32 values, 5 for fp16, 4 for
-bf16. Top-k (``top_k_first``, drawing) then lists each row's survivors (k and its ties,
-with mass) where they fit (2k, at least 256; 1024 for a top_k a row), and top-p and the draw
-run over the list, one program a row: top-k + top-p from bf16 logits is 6 launches. A row
-whose survivors do not fit: with a top_k number (ties of the k-th value), its list program
-draws from the whole row; with a top_k a row (one may keep everything), the whole-row
-launches follow (the row's softmax stats, top-p's search, the draw). Top-p alone from fp32
-probabilities: 8 search launches and the draw (the kept mass is the search's last
+bf16 (top-k's counts by a histogram a step). Top-k when drawing (``top_k_first``) takes no
+search: a pass finds a lower bound of each row's k-th largest value (the k-th largest of
+the largest values of 2k groups or more), a second lists the values at or above it (the
+top-k and a few more) where they fit (2k, at least 256; 1024 for a top_k a row), and
+top-k, top-p and the draw run over the list, one program a row: top-k + top-p from logits
+is 4 launches, two of them a pass over the rows. A row whose candidates do not fit (ties at
+the k-th value): with a top_k number its list program draws from the whole row; with a
+top_k a row (one may keep everything), the searches and whole-row launches follow for such
+rows (the row's softmax stats, top-k's and top-p's searches, the draw). Top-p alone from
+fp32 probabilities: 8 search launches and the draw (the kept mass is the search's last
 weighing). A repeated call (a serving loop's) replays its launches from a launch plan.
 torch.compile does not trace the launches: the registered forms (renorm, mask,
 ``sampling_from_uniform``) compile whole as their registered op, and a drawing form with
@@ -46,8 +49,9 @@ from __future__ import annotations
 
 import torch
 
-from aiter_lite.ops.triton._triton_kernels.sampling import (_compact_kernel, _finish_kernel, _list_kernel,
-                                                            _mass_kernel, _search_kernel, _stats_kernel)
+from aiter_lite.ops.triton._triton_kernels.sampling import (_bound_kernel, _clear_kernel, _compact_kernel,
+                                                            _finish_kernel, _list_kernel, _mass_kernel, _search_kernel,
+                                                            _stats_kernel)
 from aiter_lite import envs
 from aiter_lite.utils.checks import (check_bool, check_choice, check_int, check_real, check_same_device,
                                      check_triton_device, host_check_wanted)
@@ -75,6 +79,12 @@ _LIST_K = 1024  # a top_k number up to it lists (a list of 2k, at least _LIST_MI
 _LIST_MIN = 256
 _LIST_ROWS = 1024  # the list of a top_k a row
 _LIST_ROWS_INTERPRETER = 64  # the interpreter's (its sort of a list is slow; the tests' rows of ties overflow it)
+# Top-k's bound (``_bound_kernel``): the k-th largest of the largest values of G groups of a row
+_GROUPS_MIN, _GROUPS_MAX, _GROUPS_ROWS = 256, 2048, 512
+_BLOCK_CLEAR = 1024
+_PASS_BYTES = 4096  # the bound's and the candidates' passes: a step's values (4 warps: 32 bytes a lane)
+_PASS_WARPS = 4
+_BOUND_BYTES, _BOUND_WARPS = 1024, 4
 _MAX_PARTS = 256  # slices a row at most
 _PROGRAMS_PER_SM = 4  # rows x slices aimed at (a program's passes wait on their loads: more slices, more
 _MANY_ROWS = 64        # in flight); from 64 rows twice as many (H200: 5-10% faster there, 1-6% slower at 16)
@@ -85,13 +95,22 @@ def _sm_count(profile) -> int:
 
 
 def _list_cap(k_t, k_v, profile) -> int:
-    """The list a row's top-k survivors go to (0: none): k + ties, at least 256; a top_k a
-    row, 1024 (the interpreter: 32 and 64, its sort of a list being slow, and the tests' rows
+    """The list a row's top-k candidates go to (0: none): 2k, at least 256; a top_k a row,
+    1024 (the interpreter: 32 and 64, its sort of a list being slow, and the tests' rows
     short: their rows of ties then overflow the list, as long rows do on a GPU)."""
     if k_t is not None:
         return min(_LIST_ROWS, _LIST_ROWS_INTERPRETER) if profile.interpreter else _LIST_ROWS
     least = 32 if profile.interpreter else _LIST_MIN
     return max(least, next_power_of_2(2 * k_v)) if k_v <= _LIST_K else 0
+
+
+def _groups(k_t, k_v) -> int:
+    """The top-k bound's groups a row (``_bound_kernel``): twice k's power of 2, at least 256 (a
+    row's candidates then about 1.05-1.4 k on random rows); 512 for a top_k a row (such rows up
+    to k of about 400 fit the list of 1024; larger ones take the searches)."""
+    if k_t is not None:
+        return _GROUPS_ROWS
+    return min(_GROUPS_MAX, max(_GROUPS_MIN, 2 * next_power_of_2(max(k_v, 1))))
 
 
 @planned
@@ -111,56 +130,68 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
     steps = _STEPS[x.dtype]
     sums = from_logits and mode == "sample"  # the softmax's max and sum
     cap = _list_cap(k_t, k_v, profile) if mode == "sample" and top_k and not joint else 0
-    # a top_k number: a row whose survivors overflow its list (ties) is drawn by _list_kernel's one
+    # a top_k number: a row whose candidates overflow its list (ties) is drawn by _list_kernel's one
     # program; a top_k a row: by the whole-row launches (a row whose k keeps everything is common)
     whole = cap > 0 and k_t is None
-    f32 = torch.empty(parts * n_out * (4 + 2 * steps * _WAYS + 1) + n_out * cap, dtype=torch.float32,
-                      device=x.device)
+    f32 = torch.empty(parts * n_out * (4 + 2 * steps * _WAYS + 1), dtype=torch.float32, device=x.device)
     bounds = torch.empty(2 * steps * n_out * 2, dtype=torch.int64, device=x.device)
-    stats, kpart, ppart, mass, list_v = f32.split([parts * n_out * 4, steps * n_out * parts * _WAYS,
-                                                   steps * n_out * parts * _WAYS, n_out * parts, n_out * cap])
-    list_i = torch.empty(n_out * cap, dtype=torch.int32, device=x.device)
+    stats, kpart, ppart, mass = f32.split([parts * n_out * 4, steps * n_out * parts * _WAYS,
+                                           steps * n_out * parts * _WAYS, n_out * parts])
     kbounds, pbounds = bounds.split(steps * n_out * 2)
     grid = (n_out, parts)
     flags = dict(HAS_TEMP=temp, T_TENSOR=t_t is not None, HAS_INDICES=idx is not None)
     keyed = dict(WAYS=_WAYS, STEPS=steps, PB=pb, CAP=max(cap, 1))
-    if (sums or min_p or mode == "mask") and not cap:
-        launch(_stats_kernel, grid, x, stats, idx, t_t, x.stride(0), n, slice_len, parts, t_v, SUMS=sums,
-               **flags, BLOCK=block, num_warps=4)
+    cnt = kbounds  # (unread without a list)
+    if cap:
+        # top-k's candidates listed first: the bound's groups (each row's largest keys) and the count, cleared
+        groups = _groups(k_t, k_v)
+        # 32 bytes of values a lane a step (loads in flight: a step waits on its loads)
+        pass_block = min(_PASS_BYTES // x.element_size(), next_power_of_2(slice_len))
+        work = torch.empty(n_out * (groups + 1 + cap), dtype=torch.int32, device=x.device)
+        gmax, cnt, listed = work.split([n_out * groups, n_out, n_out * cap])
+        cleared = n_out * (groups + 1)
+        launch(_clear_kernel, (cdiv(cleared, _BLOCK_CLEAR),), work, cleared, BLOCK=_BLOCK_CLEAR,
+               num_warps=4)
+        launch(_bound_kernel, grid, x, gmax, idx, t_t, x.stride(0), n, slice_len, t_v, FROM_LOGITS=from_logits,
+               **flags, G=groups, R=max(1, min(_BOUND_BYTES // x.element_size(), pass_block) // groups),
+               num_warps=_BOUND_WARPS)
+        launch(_compact_kernel, grid, x, gmax, cnt, listed, idx, k_t, t_t, x.stride(0), n, slice_len, k_v,
+               t_v, FROM_LOGITS=from_logits, K_TENSOR=k_t is not None, **flags, G=groups, CAP=cap,
+               BLOCK=pass_block, KEY_BITS=4 * steps, num_warps=_PASS_WARPS)
+    if (sums or min_p or mode == "mask") and not whole:
+        launch(_stats_kernel, grid, x, stats, cnt, idx, t_t, k_t, x.stride(0), n, slice_len, parts, t_v, k_v,
+               SUMS=sums, **flags, LIST=cap > 0, K_TENSOR=k_t is not None, CAP=max(cap, 1), BLOCK=block,
+               num_warps=4)
     for count, on, goal, goal_t in ((True, top_k, k_v, k_t), (False, top_p, p_v, p_t)):
-        if not on or (not count and whole):
+        if not on or whole:
             continue
         # top-p's floor: the top-k search (top-k's own search has none: top-p's buffers, unread, so that
         # no kernel is handed the buffer it writes a second time)
         part, bnd, fpart, fbnd = (kpart, kbounds, ppart, pbounds) if count else (ppart, pbounds, kpart, kbounds)
         fgoal_t = None if count else k_t
         for step in range(steps):
-            launch(_search_kernel, grid, x, stats, part, bnd, fpart, fbnd, idx, t_t, goal_t, fgoal_t, x.stride(0), n,
-                   slice_len, parts, step, goal, k_v, t_v, COUNT=count, FLOOR=not count and top_k and not joint,
-                   LIST=not count and cap > 0, FROM_LOGITS=from_logits, GOAL_TENSOR=goal_t is not None,
-                   FGOAL_TENSOR=fgoal_t is not None, **flags, **keyed, BLOCK=min(_BLOCK_TEST, block),
-                   SB=min(_BLOCK_SEARCH, block),
-                   num_warps=_SEARCH_WARPS)
-        if count and cap:
-            launch(_compact_kernel, grid, x, stats, kpart, kbounds, list_v, list_i, idx, k_t, t_t, x.stride(0), n,
-                   slice_len, parts, k_v, t_v, FROM_LOGITS=from_logits, K_TENSOR=k_t is not None, **flags,
-                   STATS=sums and not whole, **keyed, BLOCK=block, num_warps=4)
+            launch(_search_kernel, grid, x, stats, part, bnd, fpart, fbnd, cnt, idx, t_t, goal_t, fgoal_t,
+                   x.stride(0), n, slice_len, parts, step, goal, k_v, t_v, COUNT=count,
+                   FLOOR=not count and top_k and not joint, LIST=cap > 0, FROM_LOGITS=from_logits,
+                   GOAL_TENSOR=goal_t is not None, FGOAL_TENSOR=fgoal_t is not None, **flags, **keyed,
+                   BLOCK=min(_BLOCK_TEST, block), SB=min(_BLOCK_SEARCH, block), num_warps=_SEARCH_WARPS)
     common = dict(FROM_LOGITS=from_logits, TOP_K=top_k, TOP_P=top_p, MIN_P=min_p, K_TENSOR=k_t is not None,
                   P_TENSOR=p_t is not None, MINP_TENSOR=m_t is not None, **flags, LIST=cap > 0, **keyed, BLOCK=block)
     # top-p's search weighed the kept mass already where its threshold is the last (not joint, no min-p)
     searched = top_p and not min_p and not (top_k and joint)
     if mode != "mask" and not searched and not whole:
-        launch(_mass_kernel, grid, x, stats, kpart, kbounds, ppart, pbounds, mass, idx, k_t, p_t, m_t, t_t,
+        launch(_mass_kernel, grid, x, stats, kpart, kbounds, ppart, pbounds, mass, cnt, idx, k_t, p_t, m_t, t_t,
                x.stride(0), n, slice_len, parts, k_v, p_v, m_v, t_v, **common, num_warps=4)
     if not whole:
-        launch(_finish_kernel, grid, x, out, stats, kpart, kbounds, ppart, pbounds, mass, idx, u, k_t,
+        launch(_finish_kernel, grid, x, out, stats, kpart, kbounds, ppart, pbounds, mass, cnt, idx, u, k_t,
                p_t, m_t, t_t, x.stride(0), 1 if mode == "sample" else n, n, slice_len, parts, k_v, p_v, m_v, t_v,
                MODE=mode, SEARCHED_MASS=searched, **common, BLOCK_S=min(_BLOCK_SCAN, block), num_warps=4)
     if cap:
-        launch(_list_kernel, (n_out,), x, out, kpart, kbounds, list_v, list_i, idx, u, k_t, p_t, t_t, x.stride(0), n,
-               parts, k_v, p_v, t_v, FROM_LOGITS=from_logits, TOP_P=top_p, K_TENSOR=k_t is not None,
-               P_TENSOR=p_t is not None, **flags, WHOLE=whole, **keyed, BLOCK=block,
-               SB=min(_BLOCK_SEARCH, block), num_warps=max(8 if whole else 4, min(16, cap // 128)))
+        launch(_list_kernel, (n_out,), x, out, cnt, listed, idx, u, k_t, p_t, t_t, x.stride(0), n, k_v, p_v,
+               t_v, FROM_LOGITS=from_logits, TOP_P=top_p, K_TENSOR=k_t is not None, P_TENSOR=p_t is not None,
+               **flags, WHOLE=whole, WAYS=_WAYS, STEPS=steps, CAP=cap, BLOCK=block, SB=min(_BLOCK_SEARCH, block),
+               KEY_BITS=4 * steps,
+               num_warps=max(8 if whole else 4, min(16, cap // (4 * profile.warp_size))))  # 4 entries a lane
 
 
 # torch.compile does not trace the launches: Inductor, handed the searches' chain of kernels that

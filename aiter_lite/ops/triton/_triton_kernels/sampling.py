@@ -5,7 +5,8 @@ row, a masked row, or one token drawn by the inverse CDF.
 A row is split into ``n_parts`` slices (a multiple of the chunk each), one program a
 (row, slice): a few rows spread over the whole GPU, many rows a slice or two each. The
 programs of a row meet only through small buffers that one launch writes and the next
-reads (no atomics: every sum is taken in a fixed order, so a draw is deterministic):
+reads (every sum is taken in a fixed order, so a draw is deterministic; the atomics of
+the top-k lists only place candidates, which the list's program sorts):
 
 * ``_stats_kernel``: each slice's max, ``sum(exp((x - max) / t))`` (FROM_LOGITS: the
   row's softmax, combined by every later launch), the first index of its max, a NaN flag;
@@ -16,11 +17,15 @@ reads (no atomics: every sum is taken in a fixed order, so a draw is determinist
   (``part``, summed over the slices in order), its slice 0 records the interval
   (``bounds``), and it writes its own slice's sums for the WAYS candidates. WAYS^STEPS
   spans the keys' bits: the last interval holds one value's key. Every value tied with the threshold is kept;
-* ``_compact_kernel`` (top-k, drawing): the row's top-k survivors with mass listed in index
-  order, each slice at the count of the slices before it, where they fit the list; a row
-  that does not fit gets the stats instead; ``_list_kernel``: one program a listed row,
-  its softmax, top-p by a sort of the list, the draw (``_row_draw``: one program over the
-  whole row, for a row that does not fit where no whole-row launches follow);
+* top-k when drawing, before any search: ``_bound_kernel``, a lower bound of the row's
+  top-k threshold (the k-th largest of G groups' largest keys, a maximum a value);
+  ``_compact_kernel``, the values with mass at or above it (the top-k and a few more:
+  about 1.05-1.4 k on random rows) listed by an atomic count, where they fit the list;
+  ``_list_kernel``: one program a listed row, the list sorted into index order, the k-th
+  largest and top-p by threshold searches over it, the softmax and the draw
+  (``_row_draw`` after ``_row_kth``: one program over the whole row, for a row that does
+  not fit where no whole-row launches follow; with a top_k a row the searches below run
+  for the rows not listed, the listed ones skipped);
 * ``_mass_kernel``: each slice's kept mass (the draw's CDF across slices, the
   renormalization's divisor), where the top-p search's last weighing is not it;
 * ``_finish_kernel`` (MODE) "sample": the slice holding ``u * mass`` (u the row's uniform
@@ -168,15 +173,20 @@ def _slice_stats(x_row, out, lo, hi, inv_t, SUMS: tl.constexpr, BLOCK: tl.conste
 
 
 @triton.jit
-def _stats_kernel(x_ptr, stats_ptr, idx_ptr, t_ptr, stride_x, n_cols, slice_len, n_parts, t_val,
-                  SUMS: tl.constexpr, HAS_TEMP: tl.constexpr, T_TENSOR: tl.constexpr, HAS_INDICES: tl.constexpr,
+def _stats_kernel(x_ptr, stats_ptr, cnt_ptr, idx_ptr, t_ptr, k_ptr, stride_x, n_cols, slice_len, n_parts, t_val,
+                  k_val, SUMS: tl.constexpr, HAS_TEMP: tl.constexpr, T_TENSOR: tl.constexpr,
+                  HAS_INDICES: tl.constexpr, LIST: tl.constexpr, K_TENSOR: tl.constexpr, CAP: tl.constexpr,
                   BLOCK: tl.constexpr):
-    """Each slice's stats (``_slice_stats``)."""
+    """Each slice's stats (``_slice_stats``); LIST: not of rows drawn from their lists."""
     t_val = tl.cast(t_val, tl.float32)
     pid, row, inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
-    lo = part * slice_len
-    _slice_stats(x_ptr + row * stride_x, stats_ptr + (pid * n_parts + part) * STAT_W, lo,
-                 tl.minimum(lo + slice_len, n_cols), inv_t, SUMS, BLOCK)
+    work = part >= 0  # true
+    if LIST:
+        work = _listed(cnt_ptr, pid, n_cols, k_ptr, k_val, K_TENSOR, CAP) == 0
+    if work:
+        lo = part * slice_len
+        _slice_stats(x_ptr + row * stride_x, stats_ptr + (pid * n_parts + part) * STAT_W, lo,
+                     tl.minimum(lo + slice_len, n_cols), inv_t, SUMS, BLOCK)
 
 
 @triton.jit
@@ -266,17 +276,38 @@ def _searched_mass(part_ptr, bounds_ptr, pid, n_out, n_parts, n_cols, p_ptr, p_v
 
 
 @triton.jit
-def _listed(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, K_TENSOR: tl.constexpr,
-            WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr, CAP: tl.constexpr):
-    """(whether the row's top-k survivors fit its list, the top-k threshold, each slice's count of
-    them (PB,)): the last search launch's per-slice counts at the threshold's candidate."""
-    thr, best, live, _goal_v = _search_result(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val,
-                                              True, K_TENSOR, WAYS, STEPS, PB)
-    j = tl.arange(0, PB)
-    base = kpart_ptr + (((STEPS - 1) * n_out + pid) * n_parts) * WAYS
-    counts = tl.load(base + j * WAYS + best, mask=j < n_parts, other=0.0)
-    counts = tl.where(live, counts, 0.0).to(tl.int32)  # a search that does not apply wrote none
-    return live & (tl.sum(counts, 0) <= CAP), thr, counts
+def _k_of(k_ptr, pid, k_val, n_cols, K_TENSOR: tl.constexpr):
+    """(the row's top_k (int64), whether it filters: 0 < k < n_cols)."""
+    k = tl.load(k_ptr + pid).to(tl.int64) if K_TENSOR else tl.cast(k_val, tl.int64)
+    return k, (k > 0) & (k < n_cols)
+
+
+@triton.jit
+def _listed(cnt_ptr, pid, n_cols, k_ptr, k_val, K_TENSOR: tl.constexpr, CAP: tl.constexpr):
+    """Whether the row's top-k candidates fit its list (``_compact_kernel``): its top-k
+    filters and at most CAP values reached the row's bound."""
+    _k, live = _k_of(k_ptr, pid, k_val, n_cols, K_TENSOR)
+    return live & (tl.load(cnt_ptr + pid) <= CAP)
+
+
+@triton.jit
+def _top_threshold(keys, w, goal, KEY_BITS: tl.constexpr):
+    """The largest key t whose values' weight ``sum(w, keys >= t)`` reaches ``goal`` (and is
+    positive): with w = 1 and goal = k, the k-th largest of ``keys`` (1-D int32); the lowest
+    key where none does. WAYS candidates a step over the key range, a reduction a step (16
+    ways, 4 or 2: as many as keep WAYS x the keys at 4096), over the keys' top KEY_BITS bits
+    (bf16 / fp16 values' keys leave the low 16 / 13 alone)."""
+    N: tl.constexpr = keys.shape[0]
+    BITS: tl.constexpr = 4 if N <= 256 else (2 if N <= 1024 else 1)
+    WAYS: tl.constexpr = 1 << BITS
+    j = tl.arange(0, WAYS).to(tl.int64)
+    lo = tl.full([], -2147483648, tl.int64)  # the answer at or above lo
+    for s in tl.static_range((KEY_BITS + BITS - 1) // BITS):
+        step = 1 << (32 - BITS * (s + 1))  # ... and below lo + WAYS step
+        mids = (lo + j * step).to(tl.int32)
+        sums = tl.sum(tl.where(keys[None, :] >= mids[:, None], w, 0), 1)
+        lo = lo + tl.max(tl.where((sums >= goal) & (sums > 0), j, 0), 0) * step
+    return lo.to(tl.int32)
 
 
 @triton.jit
@@ -297,6 +328,9 @@ def _weigh(x_row, first, last, lo, hi, floor, mx, rse, inv_t, FROM_LOGITS: tl.co
     hi_c = tl.minimum(hi, 2147483647).to(tl.int32)  # a NaN's key (2^31 - 1): above, counted by all
     lo_c = tl.maximum(lo.to(tl.int32), floor)
     cols = tl.arange(0, BLOCK)
+    if COUNT:
+        return _count(x_row, first, last, lo, wstep, hi_c, lo_c, floor, mx, rse, inv_t, FROM_LOGITS, AS_PROBS, WAYS,
+                      BLOCK)
     cols_s = tl.arange(0, SB)
     above = tl.zeros([BLOCK], dtype=tl.float32)
     acc = tl.zeros([WAYS, SB], dtype=tl.float32)
@@ -315,15 +349,39 @@ def _weigh(x_row, first, last, lo, hi, floor, mx, rse, inv_t, FROM_LOGITS: tl.co
 
 
 @triton.jit
+def _count(x_row, first, last, lo, wstep, hi_c, lo_c, floor, mx, rse, inv_t, FROM_LOGITS: tl.constexpr,
+           AS_PROBS: tl.constexpr, WAYS: tl.constexpr, BLOCK: tl.constexpr):
+    """``_weigh``'s counts (top-k): a histogram of the keys inside the interval over the WAYS
+    candidates' buckets, summed from the top. A counting search's intervals span a power of 2
+    keys (2^32 or 2^31, a WAYS-th of the last each launch), so a key's bucket is its offset
+    from ``lo`` shifted: a few instructions a value where weighing the candidates one by one
+    takes three a candidate."""
+    shift = (wstep.to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 127  # log2(wstep), a power of 2
+    lo_u = lo.to(tl.int32).to(tl.uint32, bitcast=True)
+    cols = tl.arange(0, BLOCK)
+    above = tl.zeros([BLOCK], dtype=tl.int32)
+    hist = tl.zeros([WAYS], dtype=tl.int32)
+    for start in range(first, last, BLOCK):
+        v, p, mask = _values(x_row, start + cols, last, mx, rse, inv_t, FROM_LOGITS, AS_PROBS)
+        k = _vkey(v, p, FROM_LOGITS)
+        has = mask & (_weight(v, p, FROM_LOGITS, True) > 0)
+        above += (has & (k >= hi_c) & (k >= floor)).to(tl.int32)
+        bucket = (k.to(tl.uint32, bitcast=True) - lo_u) >> shift.to(tl.uint32)  # (inside: [0, WAYS))
+        hist += tl.histogram(bucket.to(tl.int32), WAYS, mask=has & (k >= lo_c) & (k < hi_c))
+    return (tl.cumsum(hist, 0, reverse=True) + tl.sum(above, 0)).to(tl.float32)
+
+
+@triton.jit
 def _search_kernel(
     x_ptr, stats_ptr, part_ptr, bounds_ptr,
-    fpart_ptr, fbounds_ptr,       # FLOOR / LIST: the finished top-k search
+    fpart_ptr, fbounds_ptr,       # FLOOR: the finished top-k search
+    cnt_ptr,                      # LIST: each row's count of top-k candidates (_compact_kernel)
     idx_ptr, t_ptr, goal_ptr, fgoal_ptr,
     stride_x, n_cols, slice_len, n_parts, step,
     goal_val, fgoal_val, t_val,
     COUNT: tl.constexpr,          # top-k (count keys); else top-p (weigh probabilities)
     FLOOR: tl.constexpr,          # top-p of what top-k kept
-    LIST: tl.constexpr,           # rows whose top-k survivors were listed are done: skipped
+    LIST: tl.constexpr,           # rows whose top-k candidates were listed are drawn from the list: skipped
     FROM_LOGITS: tl.constexpr,    # keys of the logits (sign-ordered), weights their softmax
     GOAL_TENSOR: tl.constexpr,
     FGOAL_TENSOR: tl.constexpr,
@@ -355,8 +413,10 @@ def _search_kernel(
     if not COUNT:
         work = work | (step == 0)  # a top-p search's first launch weighs the mass its goal divides
     if LIST:
-        listed, _t, _c = _listed(fpart_ptr, fbounds_ptr, pid, n_out, n_parts, n_cols, fgoal_ptr, fgoal_val,
-                                 FGOAL_TENSOR, WAYS, STEPS, PB, CAP)
+        if COUNT:
+            listed = _listed(cnt_ptr, pid, n_cols, goal_ptr, goal_val, GOAL_TENSOR, CAP)
+        else:
+            listed = _listed(cnt_ptr, pid, n_cols, fgoal_ptr, fgoal_val, FGOAL_TENSOR, CAP)
         work = work & (listed == 0)
     if work:
         floor = lo.to(tl.int32)
@@ -377,21 +437,16 @@ def _search_kernel(
 
 @triton.jit
 def _kept_threshold(stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, k_ptr, p_ptr, minp_ptr,
-                    pid, n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t, kthr,
+                    pid, n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t,
                     FROM_LOGITS: tl.constexpr, TOP_K: tl.constexpr, TOP_P: tl.constexpr,
                     MIN_P: tl.constexpr, K_TENSOR: tl.constexpr, P_TENSOR: tl.constexpr,
-                    MINP_TENSOR: tl.constexpr, K_KNOWN: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr,
-                    PB: tl.constexpr):
-    """The row's kept key: every filter's threshold (keys of one kind: ``_vkey``); ``K_KNOWN``:
-    top-k's is ``kthr``, read already (``_listed``), not taken from its search again."""
+                    MINP_TENSOR: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr):
+    """The row's kept key: every filter's threshold (keys of one kind: ``_vkey``)."""
     lo, _hi = _initial(FROM_LOGITS)
     thr = lo.to(tl.int32)
     if TOP_K:
-        if K_KNOWN:
-            thr = tl.maximum(thr, kthr)
-        else:
-            thr = tl.maximum(thr, _threshold(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, True,
-                                             K_TENSOR, WAYS, STEPS, PB))
+        thr = tl.maximum(thr, _threshold(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, True,
+                                         K_TENSOR, WAYS, STEPS, PB))
     if TOP_P:
         thr = tl.maximum(thr, _threshold(ppart_ptr, pbounds_ptr, pid, n_out, n_parts, n_cols, p_ptr, p_val, False,
                                          P_TENSOR, WAYS, STEPS, PB))
@@ -405,7 +460,7 @@ def _kept_threshold(stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, k
 
 @triton.jit
 def _mass_kernel(
-    x_ptr, stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, mass_ptr,
+    x_ptr, stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, mass_ptr, cnt_ptr,
     idx_ptr, k_ptr, p_ptr, minp_ptr, t_ptr,
     stride_x, n_cols, slice_len, n_parts,
     k_val, p_val, minp_val, t_val,
@@ -420,15 +475,12 @@ def _mass_kernel(
     pid, row, inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
     n_out = tl.num_programs(0)
     work = part >= 0  # true
-    kthr = part  # unread unless LIST
     if LIST:
-        listed, kthr, _c = _listed(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, K_TENSOR, WAYS,
-                                   STEPS, PB, CAP)
-        work = listed == 0
+        work = _listed(cnt_ptr, pid, n_cols, k_ptr, k_val, K_TENSOR, CAP) == 0
     if work:
         thr = _kept_threshold(stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, k_ptr, p_ptr, minp_ptr,
-                              pid, n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t, kthr, FROM_LOGITS, TOP_K,
-                              TOP_P, MIN_P, K_TENSOR, P_TENSOR, MINP_TENSOR, LIST, WAYS, STEPS, PB)
+                              pid, n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t, FROM_LOGITS, TOP_K,
+                              TOP_P, MIN_P, K_TENSOR, P_TENSOR, MINP_TENSOR, WAYS, STEPS, PB)
         mx = tl.full([], 0.0, tl.float32)
         rse = tl.full([], 1.0, tl.float32)
         if FROM_LOGITS:
@@ -446,54 +498,89 @@ def _mass_kernel(
 
 
 @triton.jit
-def _compact_kernel(
-    x_ptr, stats_ptr, kpart_ptr, kbounds_ptr, list_v_ptr, list_i_ptr,
-    idx_ptr, k_ptr, t_ptr,
-    stride_x, n_cols, slice_len, n_parts, k_val, t_val,
-    FROM_LOGITS: tl.constexpr, K_TENSOR: tl.constexpr, HAS_TEMP: tl.constexpr, T_TENSOR: tl.constexpr,
-    HAS_INDICES: tl.constexpr, STATS: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr,
-    CAP: tl.constexpr, BLOCK: tl.constexpr,
-):
-    """A row's top-k survivors with mass, in index order, listed (``list_v``: the logit or the
-    probability, ``list_i``: its column) where at most CAP; each slice writes its own at the
-    count of the slices before it (the last search launch's). A row that does not fit (or
-    whose top-k does not apply) gets its slices' stats instead (STATS), as ``_stats_kernel``
-    writes them, for the launches over the whole row that follow."""
-    t_val = tl.cast(t_val, tl.float32)
-    pid, row, inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
-    n_out = tl.num_programs(0)
-    listed, thr, counts = _listed(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, K_TENSOR,
-                                  WAYS, STEPS, PB, CAP)
-    x_row = x_ptr + row * stride_x
-    first = part * slice_len
-    last = tl.minimum(first + slice_len, n_cols)
-    if listed:
-        j = tl.arange(0, PB)
-        at = tl.sum(tl.where(j < part, counts, 0), 0)
-        cols = tl.arange(0, BLOCK)
-        for start in range(first, last, BLOCK):
-            v, p, mask = _values(x_row, start + cols, last, 0.0, 1.0, 1.0, FROM_LOGITS, not FROM_LOGITS)
-            keep = mask & (_vkey(v, p, FROM_LOGITS) >= thr) & (_weight(v, p, FROM_LOGITS, True) > 0)
-            pos = at + tl.cumsum(keep.to(tl.int32), 0) - 1
-            tl.store(list_v_ptr + pid * CAP + pos, p, mask=keep)
-            tl.store(list_i_ptr + pid * CAP + pos, start + cols, mask=keep)
-            at += tl.sum(keep.to(tl.int32), 0)
-    elif STATS:
-        _slice_stats(x_row, stats_ptr + (pid * n_parts + part) * STAT_W, first, last, inv_t, True, BLOCK)
+def _clear_kernel(ptr, n, BLOCK: tl.constexpr):
+    """``ptr[:n] = 0`` (int32): the top-k bound's groups and the lists' counts, before a call's launches."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(ptr + offs, tl.zeros([BLOCK], tl.int32), mask=offs < n)
 
 
 @triton.jit
-def _list_draw(list_v_ptr, list_i_ptr, u_ptr, p_ptr, pid, count, p_val, inv_t, greedy,
-               FROM_LOGITS: tl.constexpr, TOP_P: tl.constexpr, P_TENSOR: tl.constexpr, CAP: tl.constexpr):
-    """A row's token from its listed top-k survivors (index order): their softmax (FROM_LOGITS)
-    or probabilities; top-p over them by a sort (the reference's: the first sorted value
-    whose running mass reaches ``top_p`` of theirs, its tie group kept); the draw's inverse
-    CDF in index order. -1 where a NaN is listed or no mass is left; greedy: the first
-    largest."""
+def _bound_kernel(x_ptr, gmax_ptr, idx_ptr, t_ptr, stride_x, n_cols, slice_len, t_val, FROM_LOGITS: tl.constexpr,
+                  HAS_TEMP: tl.constexpr, T_TENSOR: tl.constexpr, HAS_INDICES: tl.constexpr, G: tl.constexpr,
+                  R: tl.constexpr):
+    """A lower bound of each row's top-k threshold, cheap to take: the row cut into G groups
+    (column c in group ``(c - slice start) % G`` of every slice), each group's largest key.
+    Those are G distinct values, so the k-th largest of them (k <= G) is at most the row's k-th
+    largest. A slice takes its groups' largest values (a maximum a value, NaN kept) and merges
+    their keys into the row's G (``gmax``, zeroed: keys stored as ``key ^ 2^31``, unsigned)."""
+    t_val = tl.cast(t_val, tl.float32)
+    pid, row, _inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
+    x_row = x_ptr + row * stride_x
+    first = part * slice_len
+    last = tl.minimum(first + slice_len, n_cols)
+    cols = tl.arange(0, R * G)  # R runs of the G groups a step: a maximum a value, no reduction
+    acc = tl.full([R * G], float("-inf"), tl.float32)
+    for start in range(first, last, R * G):
+        _v, p, _mask = _values(x_row, start + cols, last, 0.0, 1.0, 1.0, FROM_LOGITS, not FROM_LOGITS)
+        acc = tl.maximum(acc, p, propagate_nan=tl.PropagateNan.ALL)  # (logits: p is v; past the row: -inf / 0)
+    acc = tl.reshape(acc, [R, G])
+    top = tl.where(tl.max((acc != acc).to(tl.int32), 0) > 0, float("nan"), tl.max(acc, 0))
+    keys = _vkey(top, top, FROM_LOGITS)
+    g_row = (gmax_ptr + pid * G).to(tl.pointer_type(tl.uint32), bitcast=True)
+    tl.atomic_max(g_row + tl.arange(0, G), (keys ^ -2147483648).to(tl.uint32, bitcast=True))
+
+
+@triton.jit
+def _compact_kernel(
+    x_ptr, gmax_ptr, cnt_ptr, list_ptr,
+    idx_ptr, k_ptr, t_ptr,
+    stride_x, n_cols, slice_len, k_val, t_val,
+    FROM_LOGITS: tl.constexpr, K_TENSOR: tl.constexpr, HAS_TEMP: tl.constexpr, T_TENSOR: tl.constexpr,
+    HAS_INDICES: tl.constexpr, G: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, KEY_BITS: tl.constexpr,
+):
+    """A row's top-k candidates: every value with mass whose key reaches the row's bound (the
+    k-th largest of ``_bound_kernel``'s G keys, or every value where k > G), listed
+    (their columns) in the order they reach the row's count (``cnt``, zeroed; it counts past CAP: such a row is not listed).
+    The candidates hold the row's top-k and its ties; _list_kernel sorts them."""
+    t_val = tl.cast(t_val, tl.float32)
+    pid, row, _inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
+    k, live = _k_of(k_ptr, pid, k_val, n_cols, K_TENSOR)
+    if live:
+        bound = tl.full([], -2147483648, tl.int32)
+        if k <= G:
+            g_row = (gmax_ptr + pid * G).to(tl.pointer_type(tl.uint32), bitcast=True)
+            gk = tl.load(g_row + tl.arange(0, G)).to(tl.int32, bitcast=True) ^ -2147483648
+            bound = _top_threshold(gk, 1, k, KEY_BITS)
+        x_row = x_ptr + row * stride_x
+        first = part * slice_len
+        last = tl.minimum(first + slice_len, n_cols)
+        cols = tl.arange(0, BLOCK)
+        for start in range(first, last, BLOCK):  # no reduction a step: loads as in a plain pass
+            v, p, mask = _values(x_row, start + cols, last, 0.0, 1.0, 1.0, FROM_LOGITS, not FROM_LOGITS)
+            keep = mask & (_vkey(v, p, FROM_LOGITS) >= bound) & (_weight(v, p, FROM_LOGITS, True) > 0)
+            # each candidate its own place (few lanes: most values of a long row are below the bound)
+            pos = tl.atomic_add(cnt_ptr + pid + tl.zeros_like(cols), 1, mask=keep)
+            keep = keep & (pos < CAP)
+            tl.store(list_ptr + pid * CAP + pos, start + cols, mask=keep)
+
+
+@triton.jit
+def _list_draw(x_row, n_cols, list_ptr, u_ptr, p_ptr, pid, count, k, p_val, inv_t, greedy,
+               FROM_LOGITS: tl.constexpr, TOP_P: tl.constexpr, P_TENSOR: tl.constexpr, CAP: tl.constexpr,
+               KEY_BITS: tl.constexpr):
+    """A row's token from its ``count`` listed top-k candidates: sorted into index order, the
+    top-k of them kept (the k-th largest key and its ties; all where fewer than k), their
+    softmax (FROM_LOGITS) or probabilities; top-p over them (the largest value whose values
+    at or above it hold ``top_p`` of their mass, its tie group kept: the reference's first
+    sorted value whose running mass reaches it); the draw's inverse CDF in index order. -1
+    where a NaN is kept or no mass is left; greedy: the first largest."""
     r = tl.arange(0, CAP)
     m = r < count
-    v = tl.load(list_v_ptr + pid * CAP + r, mask=m, other=0.0)
-    col = tl.load(list_i_ptr + pid * CAP + r, mask=m, other=0)
+    # index order: the listed columns sorted (the unlisted last), their values read again
+    col = tl.sort(tl.where(m, tl.load(list_ptr + pid * CAP + r, mask=m, other=0), 2147483647), 0)
+    _x, v, _mask = _values(x_row, col, n_cols, 0.0, 1.0, 1.0, FROM_LOGITS, not FROM_LOGITS)
+    key = _vkey(v, v, FROM_LOGITS)
+    m = m & (key >= _top_threshold(key, tl.where(m, 1, 0), k, KEY_BITS))
     bad = tl.max(tl.where(m & (v != v), 1, 0), 0) > 0
     mx = tl.max(tl.where(m & (v == v), v, float("-inf")), 0)
     if FROM_LOGITS:
@@ -503,13 +590,12 @@ def _list_draw(list_v_ptr, list_i_ptr, u_ptr, p_ptr, pid, count, p_val, inv_t, g
     keep = m & (p > 0)
     if TOP_P:
         top_p = tl.load(p_ptr + pid).to(tl.float32) if P_TENSOR else tl.cast(p_val, tl.float32)
-        srt = tl.sort(p, 0, descending=True)
-        run = tl.cumsum(srt, 0)
-        at = tl.minimum(tl.sum(tl.where(run < top_p * tl.sum(p, 0), 1, 0), 0), tl.maximum(count - 1, 0))
-        t = tl.sum(tl.where(r == at, srt, 0.0), 0)
-        t = tl.where(top_p >= 1.0, 0.0, t)  # top_p >= 1: every survivor
-        t = tl.where(top_p == top_p, t, float("inf"))  # NaN: none
-        keep = keep & (p >= t)
+        # the largest value whose values at or above it hold top_p of the mass (its ties kept; top_p
+        # <= 0: the largest group), by the values' keys (logits: the logits', as the whole-row search)
+        t = _top_threshold(key, p, top_p * tl.sum(p, 0), KEY_BITS)
+        t = tl.where(top_p >= 1.0, -2147483648, t)  # top_p >= 1: every survivor
+        t = tl.where(top_p == top_p, t, 2147483647)  # NaN: none
+        keep = keep & (key >= t)
     kp = tl.where(keep, p, 0.0)
     mass = tl.sum(kp, 0)
     run = tl.cumsum(kp, 0)
@@ -584,32 +670,46 @@ def _row_draw(x_row, n_cols, kthr, u_ptr, p_ptr, pid, p_val, inv_t, greedy, FROM
 
 
 @triton.jit
+def _row_kth(x_row, n_cols, k, FROM_LOGITS: tl.constexpr, WAYS: tl.constexpr, STEPS: tl.constexpr,
+             BLOCK: tl.constexpr, SB: tl.constexpr):
+    """A row's top-k threshold key by one program: the search's STEPS counts over the whole row."""
+    lo, hi = _initial(FROM_LOGITS)
+    goal = k.to(tl.float32)
+    for _s in tl.static_range(STEPS):
+        sums = _weigh(x_row, 0, n_cols, lo, hi, lo.to(tl.int32), 0.0, 1.0, 1.0, FROM_LOGITS, not FROM_LOGITS, True,
+                      WAYS, BLOCK, SB)
+        lo, hi, _best = _narrow(lo, hi, sums, goal, goal == goal, WAYS)
+    return lo.to(tl.int32)
+
+
+@triton.jit
 def _list_kernel(
-    x_ptr, out_ptr, kpart_ptr, kbounds_ptr, list_v_ptr, list_i_ptr, idx_ptr, u_ptr, k_ptr, p_ptr, t_ptr,
-    stride_x, n_cols, n_parts, k_val, p_val, t_val,
+    x_ptr, out_ptr, cnt_ptr, list_ptr, idx_ptr, u_ptr, k_ptr, p_ptr, t_ptr,
+    stride_x, n_cols, k_val, p_val, t_val,
     FROM_LOGITS: tl.constexpr, TOP_P: tl.constexpr, K_TENSOR: tl.constexpr, P_TENSOR: tl.constexpr,
     HAS_TEMP: tl.constexpr, T_TENSOR: tl.constexpr, HAS_INDICES: tl.constexpr,
-    WHOLE: tl.constexpr,          # a row whose survivors overflow its list: drawn here (_row_draw)
-    WAYS: tl.constexpr, STEPS: tl.constexpr, PB: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr,
-    SB: tl.constexpr,
+    WHOLE: tl.constexpr,          # a row whose candidates overflow its list: drawn here (_row_kth, _row_draw)
+    WAYS: tl.constexpr, STEPS: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, SB: tl.constexpr,
+    KEY_BITS: tl.constexpr,       # the keys' bits that differ: 32 (fp32 values), 20 (fp16), 16 (bf16)
 ):
-    """A row's token where its top-k survivors were listed (``_list_draw``); one program a row."""
+    """A row's token where its top-k candidates were listed (``_list_draw``); one program a row."""
     t_val = tl.cast(t_val, tl.float32)
     pid, row, inv_t, _part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
     greedy = _greedy(t_ptr, pid, t_val, HAS_TEMP, T_TENSOR)
-    listed, kthr, counts = _listed(kpart_ptr, kbounds_ptr, pid, tl.num_programs(0), n_parts, n_cols, k_ptr, k_val,
-                                   K_TENSOR, WAYS, STEPS, PB, CAP)
-    if listed:
-        tl.store(out_ptr + pid, _list_draw(list_v_ptr, list_i_ptr, u_ptr, p_ptr, pid, tl.sum(counts, 0), p_val, inv_t,
-                                           greedy, FROM_LOGITS, TOP_P, P_TENSOR, CAP))
+    k, _live = _k_of(k_ptr, pid, k_val, n_cols, K_TENSOR)
+    x_row = x_ptr + row * stride_x
+    if _listed(cnt_ptr, pid, n_cols, k_ptr, k_val, K_TENSOR, CAP):
+        tl.store(out_ptr + pid, _list_draw(x_row, n_cols, list_ptr, u_ptr, p_ptr, pid, tl.load(cnt_ptr + pid), k,
+                                           p_val, inv_t, greedy, FROM_LOGITS, TOP_P, P_TENSOR, CAP, KEY_BITS))
     elif WHOLE:
-        tl.store(out_ptr + pid, _row_draw(x_ptr + row * stride_x, n_cols, kthr, u_ptr, p_ptr, pid, p_val, inv_t,
-                                          greedy, FROM_LOGITS, TOP_P, P_TENSOR, WAYS, STEPS, BLOCK, SB))
+        kthr = _row_kth(x_row, n_cols, k, FROM_LOGITS, WAYS, STEPS, BLOCK, SB)
+        tl.store(out_ptr + pid, _row_draw(x_row, n_cols, kthr, u_ptr, p_ptr, pid, p_val, inv_t, greedy, FROM_LOGITS,
+                                          TOP_P, P_TENSOR, WAYS, STEPS, BLOCK, SB))
 
 
 @triton.jit
 def _finish_kernel(
-    x_ptr, out_ptr, stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, mass_ptr,
+    x_ptr, out_ptr, stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, mass_ptr, cnt_ptr,
     idx_ptr, u_ptr, k_ptr, p_ptr, minp_ptr, t_ptr,
     stride_x, stride_out, n_cols, slice_len, n_parts,
     k_val, p_val, minp_val, t_val,
@@ -627,31 +727,28 @@ def _finish_kernel(
     n_out = tl.num_programs(0)
     greedy = _greedy(t_ptr, pid, t_val, HAS_TEMP, T_TENSOR)
     listed = part < 0  # false
-    kthr = part  # unread unless LIST
     if LIST:  # rows drawn from their lists: _list_kernel's
-        listed, kthr, _c = _listed(kpart_ptr, kbounds_ptr, pid, n_out, n_parts, n_cols, k_ptr, k_val, K_TENSOR, WAYS,
-                                   STEPS, PB, CAP)
+        listed = _listed(cnt_ptr, pid, n_cols, k_ptr, k_val, K_TENSOR, CAP)
     if listed == 0:
         _finish_slice(x_ptr, out_ptr, stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, mass_ptr, u_ptr,
                       k_ptr, p_ptr, minp_ptr, stride_x, stride_out, n_cols, slice_len, n_parts, k_val, p_val,
-                      minp_val, pid, row, inv_t, part, n_out, greedy, kthr, MODE, SEARCHED_MASS, FROM_LOGITS, TOP_K,
-                      TOP_P, MIN_P, K_TENSOR, P_TENSOR, MINP_TENSOR, LIST, WAYS, STEPS, PB, BLOCK, BLOCK_S)
+                      minp_val, pid, row, inv_t, part, n_out, greedy, MODE, SEARCHED_MASS, FROM_LOGITS, TOP_K,
+                      TOP_P, MIN_P, K_TENSOR, P_TENSOR, MINP_TENSOR, WAYS, STEPS, PB, BLOCK, BLOCK_S)
 
 
 @triton.jit
 def _finish_slice(x_ptr, out_ptr, stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, mass_ptr, u_ptr,
                   k_ptr, p_ptr, minp_ptr, stride_x, stride_out, n_cols, slice_len, n_parts, k_val, p_val,
-                  minp_val, pid, row, inv_t, part, n_out, greedy, kthr, MODE: tl.constexpr,
+                  minp_val, pid, row, inv_t, part, n_out, greedy, MODE: tl.constexpr,
                   SEARCHED_MASS: tl.constexpr, FROM_LOGITS: tl.constexpr,
                   TOP_K: tl.constexpr, TOP_P: tl.constexpr, MIN_P: tl.constexpr, K_TENSOR: tl.constexpr,
-                  P_TENSOR: tl.constexpr, MINP_TENSOR: tl.constexpr, K_KNOWN: tl.constexpr, WAYS: tl.constexpr,
+                  P_TENSOR: tl.constexpr, MINP_TENSOR: tl.constexpr, WAYS: tl.constexpr,
                   STEPS: tl.constexpr, PB: tl.constexpr, BLOCK: tl.constexpr, BLOCK_S: tl.constexpr):
     """A slice of a row thresholded over the whole row: its renormalized or masked values, or
-    (the slice that holds the row's draw) the token; ``K_KNOWN``: top-k's threshold is
-    ``kthr`` (``_kept_threshold``)."""
+    (the slice that holds the row's draw) the token."""
     thr = _kept_threshold(stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, k_ptr, p_ptr, minp_ptr, pid,
-                          n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t, kthr, FROM_LOGITS, TOP_K, TOP_P,
-                          MIN_P, K_TENSOR, P_TENSOR, MINP_TENSOR, K_KNOWN, WAYS, STEPS, PB)
+                          n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t, FROM_LOGITS, TOP_K, TOP_P,
+                          MIN_P, K_TENSOR, P_TENSOR, MINP_TENSOR, WAYS, STEPS, PB)
     x_row = x_ptr + row * stride_x
     first = part * slice_len
     last = tl.minimum(first + slice_len, n_cols)
