@@ -82,8 +82,9 @@ _LIST_ROWS_INTERPRETER = 64  # the interpreter's (its sort of a list is slow; th
 # Top-k's bound (``_bound_kernel``): the k-th largest of the largest values of G groups of a row
 _GROUPS_MIN, _GROUPS_MAX, _GROUPS_ROWS = 256, 2048, 512
 _BLOCK_CLEAR = 1024
-_PASS_BYTES = 4096  # the bound's and the candidates' passes: a step's values (4 warps: 32 bytes a lane)
-_PASS_WARPS = 4
+# The bound's and the candidates' passes: a step's values in bytes, and warps (H200: bigger
+# steps or 8 warps 1.1-2x slower; 2 warps 1.1-1.7x slower)
+_PASS_BYTES, _PASS_WARPS = 2048, 4
 _BOUND_BYTES, _BOUND_WARPS = 1024, 4
 _MAX_PARTS = 256  # slices a row at most
 _PROGRAMS_PER_SM = 4  # rows x slices aimed at (a program's passes wait on their loads: more slices, more
@@ -145,7 +146,6 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
     if cap:
         # top-k's candidates listed first: the bound's groups (each row's largest keys) and the count, cleared
         groups = _groups(k_t, k_v)
-        # 32 bytes of values a lane a step (loads in flight: a step waits on its loads)
         pass_block = min(_PASS_BYTES // x.element_size(), next_power_of_2(slice_len))
         work = torch.empty(n_out * (groups + 1 + cap), dtype=torch.int32, device=x.device)
         gmax, cnt, listed = work.split([n_out * groups, n_out, n_out * cap])
