@@ -131,8 +131,9 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
     steps = _STEPS[x.dtype]
     sums = from_logits and mode == "sample"  # the softmax's max and sum
     cap = _list_cap(k_t, k_v, profile) if mode == "sample" and top_k and not joint else 0
-    # a top_k number: a row whose candidates overflow its list (ties) is drawn by _list_kernel's one
-    # program; a top_k a row: by the whole-row launches (a row whose k keeps everything is common)
+    # _list_kernel draws every row whose top-k filters (a row whose candidates overflow its list, by
+    # one program over it); with a top_k a row, the other rows (a k that keeps everything is common)
+    # take the whole-row launches, top-k filtering none of them
     whole = cap > 0 and k_t is None
     f32 = torch.empty(parts * n_out * (4 + 2 * steps * _WAYS + 1), dtype=torch.float32, device=x.device)
     bounds = torch.empty(2 * steps * n_out * 2, dtype=torch.int64, device=x.device)
@@ -142,7 +143,6 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
     grid = (n_out, parts)
     flags = dict(HAS_TEMP=temp, T_TENSOR=t_t is not None, HAS_INDICES=idx is not None)
     keyed = dict(WAYS=_WAYS, STEPS=steps, PB=pb, CAP=max(cap, 1))
-    cnt = kbounds  # (unread without a list)
     if cap:
         # top-k's candidates listed first: the bound's groups (each row's largest keys) and the count, cleared
         groups = _groups(k_t, k_v)
@@ -159,37 +159,37 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
                t_v, FROM_LOGITS=from_logits, K_TENSOR=k_t is not None, **flags, G=groups, CAP=cap,
                BLOCK=pass_block, KEY_BITS=4 * steps, num_warps=_PASS_WARPS)
     if (sums or min_p or mode == "mask") and not whole:
-        launch(_stats_kernel, grid, x, stats, cnt, idx, t_t, k_t, x.stride(0), n, slice_len, parts, t_v, k_v,
+        launch(_stats_kernel, grid, x, stats, idx, t_t, k_t, x.stride(0), n, slice_len, parts, t_v, k_v,
                SUMS=sums, **flags, LIST=cap > 0, K_TENSOR=k_t is not None, CAP=max(cap, 1), BLOCK=block,
                num_warps=4)
     for count, on, goal, goal_t in ((True, top_k, k_v, k_t), (False, top_p, p_v, p_t)):
-        if not on or whole:
+        if not on or whole or (count and cap):
             continue
         # top-p's floor: the top-k search (top-k's own search has none: top-p's buffers, unread, so that
         # no kernel is handed the buffer it writes a second time)
         part, bnd, fpart, fbnd = (kpart, kbounds, ppart, pbounds) if count else (ppart, pbounds, kpart, kbounds)
         fgoal_t = None if count else k_t
         for step in range(steps):
-            launch(_search_kernel, grid, x, stats, part, bnd, fpart, fbnd, cnt, idx, t_t, goal_t, fgoal_t,
+            launch(_search_kernel, grid, x, stats, part, bnd, fpart, fbnd, idx, t_t, goal_t, fgoal_t,
                    x.stride(0), n, slice_len, parts, step, goal, k_v, t_v, COUNT=count,
-                   FLOOR=not count and top_k and not joint, LIST=cap > 0, FROM_LOGITS=from_logits,
+                   FLOOR=not count and top_k and not joint and not cap, LIST=cap > 0, FROM_LOGITS=from_logits,
                    GOAL_TENSOR=goal_t is not None, FGOAL_TENSOR=fgoal_t is not None, **flags, **keyed,
                    BLOCK=min(_BLOCK_TEST, block), SB=min(_BLOCK_SEARCH, block), num_warps=_SEARCH_WARPS)
-    common = dict(FROM_LOGITS=from_logits, TOP_K=top_k, TOP_P=top_p, MIN_P=min_p, K_TENSOR=k_t is not None,
+    common = dict(FROM_LOGITS=from_logits, TOP_K=top_k and not cap, TOP_P=top_p, MIN_P=min_p, K_TENSOR=k_t is not None,
                   P_TENSOR=p_t is not None, MINP_TENSOR=m_t is not None, **flags, LIST=cap > 0, **keyed, BLOCK=block)
     # top-p's search weighed the kept mass already where its threshold is the last (not joint, no min-p)
     searched = top_p and not min_p and not (top_k and joint)
     if mode != "mask" and not searched and not whole:
-        launch(_mass_kernel, grid, x, stats, kpart, kbounds, ppart, pbounds, mass, cnt, idx, k_t, p_t, m_t, t_t,
+        launch(_mass_kernel, grid, x, stats, kpart, kbounds, ppart, pbounds, mass, idx, k_t, p_t, m_t, t_t,
                x.stride(0), n, slice_len, parts, k_v, p_v, m_v, t_v, **common, num_warps=4)
     if not whole:
-        launch(_finish_kernel, grid, x, out, stats, kpart, kbounds, ppart, pbounds, mass, cnt, idx, u, k_t,
+        launch(_finish_kernel, grid, x, out, stats, kpart, kbounds, ppart, pbounds, mass, idx, u, k_t,
                p_t, m_t, t_t, x.stride(0), 1 if mode == "sample" else n, n, slice_len, parts, k_v, p_v, m_v, t_v,
                MODE=mode, SEARCHED_MASS=searched, **common, BLOCK_S=min(_BLOCK_SCAN, block), num_warps=4)
     if cap:
         launch(_list_kernel, (n_out,), x, out, cnt, listed, idx, u, k_t, p_t, t_t, x.stride(0), n, k_v, p_v,
                t_v, FROM_LOGITS=from_logits, TOP_P=top_p, K_TENSOR=k_t is not None, P_TENSOR=p_t is not None,
-               **flags, WHOLE=whole, WAYS=_WAYS, STEPS=steps, CAP=cap, BLOCK=block, SB=min(_BLOCK_SEARCH, block),
+               **flags, WAYS=_WAYS, STEPS=steps, CAP=cap, BLOCK=block, SB=min(_BLOCK_SEARCH, block),
                KEY_BITS=4 * steps,
                num_warps=max(8 if whole else 4, min(16, cap // (4 * profile.warp_size))))  # 4 entries a lane
 

@@ -173,7 +173,7 @@ def _slice_stats(x_row, out, lo, hi, inv_t, SUMS: tl.constexpr, BLOCK: tl.conste
 
 
 @triton.jit
-def _stats_kernel(x_ptr, stats_ptr, cnt_ptr, idx_ptr, t_ptr, k_ptr, stride_x, n_cols, slice_len, n_parts, t_val,
+def _stats_kernel(x_ptr, stats_ptr, idx_ptr, t_ptr, k_ptr, stride_x, n_cols, slice_len, n_parts, t_val,
                   k_val, SUMS: tl.constexpr, HAS_TEMP: tl.constexpr, T_TENSOR: tl.constexpr,
                   HAS_INDICES: tl.constexpr, LIST: tl.constexpr, K_TENSOR: tl.constexpr, CAP: tl.constexpr,
                   BLOCK: tl.constexpr):
@@ -182,7 +182,7 @@ def _stats_kernel(x_ptr, stats_ptr, cnt_ptr, idx_ptr, t_ptr, k_ptr, stride_x, n_
     pid, row, inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
     work = part >= 0  # true
     if LIST:
-        work = _listed(cnt_ptr, pid, n_cols, k_ptr, k_val, K_TENSOR, CAP) == 0
+        work = _listed(pid, n_cols, k_ptr, k_val, K_TENSOR) == 0
     if work:
         lo = part * slice_len
         _slice_stats(x_ptr + row * stride_x, stats_ptr + (pid * n_parts + part) * STAT_W, lo,
@@ -283,11 +283,12 @@ def _k_of(k_ptr, pid, k_val, n_cols, K_TENSOR: tl.constexpr):
 
 
 @triton.jit
-def _listed(cnt_ptr, pid, n_cols, k_ptr, k_val, K_TENSOR: tl.constexpr, CAP: tl.constexpr):
-    """Whether the row's top-k candidates fit its list (``_compact_kernel``): its top-k
-    filters and at most CAP values reached the row's bound."""
+def _listed(pid, n_cols, k_ptr, k_val, K_TENSOR: tl.constexpr):
+    """Whether _list_kernel draws the row: its top-k filters (from its list of candidates, or
+    where they overflow it, by one program over the row); the other rows take the whole-row
+    launches, top-k filtering none of them."""
     _k, live = _k_of(k_ptr, pid, k_val, n_cols, K_TENSOR)
-    return live & (tl.load(cnt_ptr + pid) <= CAP)
+    return live
 
 
 @triton.jit
@@ -375,13 +376,12 @@ def _count(x_row, first, last, lo, wstep, hi_c, lo_c, floor, mx, rse, inv_t, FRO
 def _search_kernel(
     x_ptr, stats_ptr, part_ptr, bounds_ptr,
     fpart_ptr, fbounds_ptr,       # FLOOR: the finished top-k search
-    cnt_ptr,                      # LIST: each row's count of top-k candidates (_compact_kernel)
     idx_ptr, t_ptr, goal_ptr, fgoal_ptr,
     stride_x, n_cols, slice_len, n_parts, step,
     goal_val, fgoal_val, t_val,
     COUNT: tl.constexpr,          # top-k (count keys); else top-p (weigh probabilities)
     FLOOR: tl.constexpr,          # top-p of what top-k kept
-    LIST: tl.constexpr,           # rows whose top-k candidates were listed are drawn from the list: skipped
+    LIST: tl.constexpr,           # rows whose top-k filters are _list_kernel's: skipped
     FROM_LOGITS: tl.constexpr,    # keys of the logits (sign-ordered), weights their softmax
     GOAL_TENSOR: tl.constexpr,
     FGOAL_TENSOR: tl.constexpr,
@@ -414,9 +414,9 @@ def _search_kernel(
         work = work | (step == 0)  # a top-p search's first launch weighs the mass its goal divides
     if LIST:
         if COUNT:
-            listed = _listed(cnt_ptr, pid, n_cols, goal_ptr, goal_val, GOAL_TENSOR, CAP)
+            listed = _listed(pid, n_cols, goal_ptr, goal_val, GOAL_TENSOR)
         else:
-            listed = _listed(cnt_ptr, pid, n_cols, fgoal_ptr, fgoal_val, FGOAL_TENSOR, CAP)
+            listed = _listed(pid, n_cols, fgoal_ptr, fgoal_val, FGOAL_TENSOR)
         work = work & (listed == 0)
     if work:
         floor = lo.to(tl.int32)
@@ -460,7 +460,7 @@ def _kept_threshold(stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, k
 
 @triton.jit
 def _mass_kernel(
-    x_ptr, stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, mass_ptr, cnt_ptr,
+    x_ptr, stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, mass_ptr,
     idx_ptr, k_ptr, p_ptr, minp_ptr, t_ptr,
     stride_x, n_cols, slice_len, n_parts,
     k_val, p_val, minp_val, t_val,
@@ -476,7 +476,7 @@ def _mass_kernel(
     n_out = tl.num_programs(0)
     work = part >= 0  # true
     if LIST:
-        work = _listed(cnt_ptr, pid, n_cols, k_ptr, k_val, K_TENSOR, CAP) == 0
+        work = _listed(pid, n_cols, k_ptr, k_val, K_TENSOR) == 0
     if work:
         thr = _kept_threshold(stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, k_ptr, p_ptr, minp_ptr,
                               pid, n_out, n_parts, n_cols, k_val, p_val, minp_val, inv_t, FROM_LOGITS, TOP_K,
@@ -688,20 +688,21 @@ def _list_kernel(
     stride_x, n_cols, k_val, p_val, t_val,
     FROM_LOGITS: tl.constexpr, TOP_P: tl.constexpr, K_TENSOR: tl.constexpr, P_TENSOR: tl.constexpr,
     HAS_TEMP: tl.constexpr, T_TENSOR: tl.constexpr, HAS_INDICES: tl.constexpr,
-    WHOLE: tl.constexpr,          # a row whose candidates overflow its list: drawn here (_row_kth, _row_draw)
     WAYS: tl.constexpr, STEPS: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, SB: tl.constexpr,
     KEY_BITS: tl.constexpr,       # the keys' bits that differ: 32 (fp32 values), 20 (fp16), 16 (bf16)
 ):
-    """A row's token where its top-k candidates were listed (``_list_draw``); one program a row."""
+    """A row's token where its top-k filters: from its listed candidates (``_list_draw``), or
+    where they overflow the list, by this program over the row (``_row_kth``, ``_row_draw``)."""
     t_val = tl.cast(t_val, tl.float32)
     pid, row, inv_t, _part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
     greedy = _greedy(t_ptr, pid, t_val, HAS_TEMP, T_TENSOR)
     k, _live = _k_of(k_ptr, pid, k_val, n_cols, K_TENSOR)
     x_row = x_ptr + row * stride_x
-    if _listed(cnt_ptr, pid, n_cols, k_ptr, k_val, K_TENSOR, CAP):
-        tl.store(out_ptr + pid, _list_draw(x_row, n_cols, list_ptr, u_ptr, p_ptr, pid, tl.load(cnt_ptr + pid), k,
-                                           p_val, inv_t, greedy, FROM_LOGITS, TOP_P, P_TENSOR, CAP, KEY_BITS))
-    elif WHOLE:
+    count = tl.load(cnt_ptr + pid)
+    if _listed(pid, n_cols, k_ptr, k_val, K_TENSOR) & (count <= CAP):
+        tl.store(out_ptr + pid, _list_draw(x_row, n_cols, list_ptr, u_ptr, p_ptr, pid, count, k, p_val, inv_t, greedy,
+                                           FROM_LOGITS, TOP_P, P_TENSOR, CAP, KEY_BITS))
+    elif _listed(pid, n_cols, k_ptr, k_val, K_TENSOR):
         kthr = _row_kth(x_row, n_cols, k, FROM_LOGITS, WAYS, STEPS, BLOCK, SB)
         tl.store(out_ptr + pid, _row_draw(x_row, n_cols, kthr, u_ptr, p_ptr, pid, p_val, inv_t, greedy, FROM_LOGITS,
                                           TOP_P, P_TENSOR, WAYS, STEPS, BLOCK, SB))
@@ -709,7 +710,7 @@ def _list_kernel(
 
 @triton.jit
 def _finish_kernel(
-    x_ptr, out_ptr, stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, mass_ptr, cnt_ptr,
+    x_ptr, out_ptr, stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, mass_ptr,
     idx_ptr, u_ptr, k_ptr, p_ptr, minp_ptr, t_ptr,
     stride_x, stride_out, n_cols, slice_len, n_parts,
     k_val, p_val, minp_val, t_val,
@@ -728,7 +729,7 @@ def _finish_kernel(
     greedy = _greedy(t_ptr, pid, t_val, HAS_TEMP, T_TENSOR)
     listed = part < 0  # false
     if LIST:  # rows drawn from their lists: _list_kernel's
-        listed = _listed(cnt_ptr, pid, n_cols, k_ptr, k_val, K_TENSOR, CAP)
+        listed = _listed(pid, n_cols, k_ptr, k_val, K_TENSOR)
     if listed == 0:
         _finish_slice(x_ptr, out_ptr, stats_ptr, kpart_ptr, kbounds_ptr, ppart_ptr, pbounds_ptr, mass_ptr, u_ptr,
                       k_ptr, p_ptr, minp_ptr, stride_x, stride_out, n_cols, slice_len, n_parts, k_val, p_val,
