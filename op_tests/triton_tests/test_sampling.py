@@ -317,7 +317,8 @@ def test_top_k_survivor_lists_and_the_whole_row_path(from_logits, k_rows, top_p,
     if not from_logits:
         x = torch.softmax(x, -1)
         x[3, 17] = float("nan")
-    k = torch.tensor([9, 9, 9, 9, n, 9, 0, 9], device=DEVICE, dtype=torch.int64) if k_rows else 9  # int64: read as given
+    # int64: read as given
+    k = torch.tensor([9, 9, 9, 9, n, 9, 0, 9], device=DEVICE, dtype=torch.int64) if k_rows else 9
     call = smp.top_k_top_p_sampling_from_logits if from_logits else smp.top_k_top_p_sampling_from_probs
     filters = {"top_k": k} if top_p is None else {"top_k": k, "top_p": top_p}
     if top_p is None:

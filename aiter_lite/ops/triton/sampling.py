@@ -142,7 +142,7 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
     kbounds, pbounds = bounds.split(steps * n_out * 2)
     grid = (n_out, parts)
     flags = dict(HAS_TEMP=temp, T_TENSOR=t_t is not None, HAS_INDICES=idx is not None)
-    keyed = dict(WAYS=_WAYS, STEPS=steps, PB=pb, CAP=max(cap, 1))
+    keyed = dict(WAYS=_WAYS, STEPS=steps, PB=pb)
     if cap:
         # top-k's candidates listed first: the bound's groups (each row's largest keys) and the count, cleared
         groups = _groups(k_t, k_v)
@@ -160,7 +160,7 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
                BLOCK=pass_block, KEY_BITS=4 * steps, num_warps=_PASS_WARPS)
     if (sums or min_p or mode == "mask") and not whole:
         launch(_stats_kernel, grid, x, stats, idx, t_t, k_t, x.stride(0), n, slice_len, parts, t_v, k_v,
-               SUMS=sums, **flags, LIST=cap > 0, K_TENSOR=k_t is not None, CAP=max(cap, 1), BLOCK=block,
+               SUMS=sums, **flags, LIST=cap > 0, K_TENSOR=k_t is not None, BLOCK=block,
                num_warps=4)
     for count, on, goal, goal_t in ((True, top_k, k_v, k_t), (False, top_p, p_v, p_t)):
         if not on or whole or (count and cap):
@@ -175,8 +175,9 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
                    FLOOR=not count and top_k and not joint and not cap, LIST=cap > 0, FROM_LOGITS=from_logits,
                    GOAL_TENSOR=goal_t is not None, FGOAL_TENSOR=fgoal_t is not None, **flags, **keyed,
                    BLOCK=min(_BLOCK_TEST, block), SB=min(_BLOCK_SEARCH, block), num_warps=_SEARCH_WARPS)
-    common = dict(FROM_LOGITS=from_logits, TOP_K=top_k and not cap, TOP_P=top_p, MIN_P=min_p, K_TENSOR=k_t is not None,
-                  P_TENSOR=p_t is not None, MINP_TENSOR=m_t is not None, **flags, LIST=cap > 0, **keyed, BLOCK=block)
+    common = dict(FROM_LOGITS=from_logits, TOP_K=top_k and not cap, TOP_P=top_p, MIN_P=min_p,
+                  K_TENSOR=k_t is not None, P_TENSOR=p_t is not None, MINP_TENSOR=m_t is not None, **flags,
+                  LIST=cap > 0, **keyed, BLOCK=block)
     # top-p's search weighed the kept mass already where its threshold is the last (not joint, no min-p)
     searched = top_p and not min_p and not (top_k and joint)
     if mode != "mask" and not searched and not whole:

@@ -175,7 +175,7 @@ def _slice_stats(x_row, out, lo, hi, inv_t, SUMS: tl.constexpr, BLOCK: tl.conste
 @triton.jit
 def _stats_kernel(x_ptr, stats_ptr, idx_ptr, t_ptr, k_ptr, stride_x, n_cols, slice_len, n_parts, t_val,
                   k_val, SUMS: tl.constexpr, HAS_TEMP: tl.constexpr, T_TENSOR: tl.constexpr,
-                  HAS_INDICES: tl.constexpr, LIST: tl.constexpr, K_TENSOR: tl.constexpr, CAP: tl.constexpr,
+                  HAS_INDICES: tl.constexpr, LIST: tl.constexpr, K_TENSOR: tl.constexpr,
                   BLOCK: tl.constexpr):
     """Each slice's stats (``_slice_stats``); LIST: not of rows drawn from their lists."""
     t_val = tl.cast(t_val, tl.float32)
@@ -391,7 +391,6 @@ def _search_kernel(
     WAYS: tl.constexpr,           # candidate keys a launch (a power of 2)
     STEPS: tl.constexpr,          # launches: WAYS^STEPS >= the keys' distinct bit patterns
     PB: tl.constexpr,             # n_parts rounded up to a power of 2
-    CAP: tl.constexpr,            # LIST: a row's list
     BLOCK: tl.constexpr,          # a chunk
     SB: tl.constexpr,             # a part of it weighed against the candidates (x WAYS sums in registers)
 ):
@@ -467,7 +466,7 @@ def _mass_kernel(
     FROM_LOGITS: tl.constexpr, TOP_K: tl.constexpr, TOP_P: tl.constexpr, MIN_P: tl.constexpr,
     K_TENSOR: tl.constexpr, P_TENSOR: tl.constexpr, MINP_TENSOR: tl.constexpr, HAS_TEMP: tl.constexpr,
     T_TENSOR: tl.constexpr, HAS_INDICES: tl.constexpr, LIST: tl.constexpr, WAYS: tl.constexpr,
-    STEPS: tl.constexpr, PB: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr,
+    STEPS: tl.constexpr, PB: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """A slice's kept mass: ``sum(p, key >= the row's threshold)`` (NaN kept); rows drawn from
     their lists (LIST) skipped."""
@@ -539,9 +538,10 @@ def _compact_kernel(
     HAS_INDICES: tl.constexpr, G: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr, KEY_BITS: tl.constexpr,
 ):
     """A row's top-k candidates: every value with mass whose key reaches the row's bound (the
-    k-th largest of ``_bound_kernel``'s G keys, or every value where k > G), listed
-    (their columns) in the order they reach the row's count (``cnt``, zeroed; it counts past CAP: such a row is not listed).
-    The candidates hold the row's top-k and its ties; _list_kernel sorts them."""
+    k-th largest of ``_bound_kernel``'s G keys, or every value where k > G), their columns
+    listed in the order they reach the row's count (``cnt``, zeroed; it counts past CAP: such
+    a row is not listed). The candidates hold the row's top-k and its ties; _list_kernel
+    sorts them."""
     t_val = tl.cast(t_val, tl.float32)
     pid, row, _inv_t, part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
     k, live = _k_of(k_ptr, pid, k_val, n_cols, K_TENSOR)
@@ -719,7 +719,7 @@ def _finish_kernel(
     FROM_LOGITS: tl.constexpr, TOP_K: tl.constexpr, TOP_P: tl.constexpr, MIN_P: tl.constexpr,
     K_TENSOR: tl.constexpr, P_TENSOR: tl.constexpr, MINP_TENSOR: tl.constexpr, HAS_TEMP: tl.constexpr,
     T_TENSOR: tl.constexpr, HAS_INDICES: tl.constexpr, LIST: tl.constexpr, WAYS: tl.constexpr,
-    STEPS: tl.constexpr, PB: tl.constexpr, CAP: tl.constexpr,
+    STEPS: tl.constexpr, PB: tl.constexpr,
     BLOCK: tl.constexpr,
     BLOCK_S: tl.constexpr,        # the draw's scan chunk
 ):
