@@ -192,7 +192,7 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
                t_v, FROM_LOGITS=from_logits, TOP_P=top_p, K_TENSOR=k_t is not None, P_TENSOR=p_t is not None,
                **flags, WAYS=_WAYS, STEPS=steps, CAP=cap, BLOCK=block, SB=min(_BLOCK_SEARCH, block),
                KEY_BITS=4 * steps,
-               num_warps=max(8 if whole else 4, min(16, cap // (4 * profile.warp_size))))  # 4 entries a lane
+               num_warps=max(8 if whole else 4, min(16, cap // (2 * profile.warp_size))))  # 2 entries a lane
 
 
 # torch.compile does not trace the launches: Inductor, handed the searches' chain of kernels that
