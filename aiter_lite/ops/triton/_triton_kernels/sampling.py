@@ -224,8 +224,8 @@ def _goal(part_ptr, pid, n_out, n_parts, n_cols, goal_ptr, goal_val, COUNT: tl.c
     """(the search's goal, whether it applies): top-k's k where 0 < k < n; top-p's ``top_p``
     times the mass the first launch's first candidate (the floor) weighed, where top_p < 1."""
     if COUNT:
-        k = tl.load(goal_ptr + pid).to(tl.int64) if GOAL_TENSOR else tl.cast(goal_val, tl.int64)
-        return k.to(tl.float32), (k > 0) & (k < n_cols)
+        k, live = _k_of(goal_ptr, pid, goal_val, n_cols, GOAL_TENSOR)
+        return k.to(tl.float32), live
     else:
         top_p = tl.load(goal_ptr + pid).to(tl.float32) if GOAL_TENSOR else tl.cast(goal_val, tl.float32)
         w = tl.arange(0, WAYS)
@@ -696,13 +696,13 @@ def _list_kernel(
     t_val = tl.cast(t_val, tl.float32)
     pid, row, inv_t, _part = _row_of(idx_ptr, t_ptr, t_val, HAS_INDICES, HAS_TEMP, T_TENSOR)
     greedy = _greedy(t_ptr, pid, t_val, HAS_TEMP, T_TENSOR)
-    k, _live = _k_of(k_ptr, pid, k_val, n_cols, K_TENSOR)
+    k, live = _k_of(k_ptr, pid, k_val, n_cols, K_TENSOR)  # live: the row is this kernel's (_listed)
     x_row = x_ptr + row * stride_x
     count = tl.load(cnt_ptr + pid)
-    if _listed(pid, n_cols, k_ptr, k_val, K_TENSOR) & (count <= CAP):
+    if live & (count <= CAP):
         tl.store(out_ptr + pid, _list_draw(x_row, n_cols, list_ptr, u_ptr, p_ptr, pid, count, k, p_val, inv_t, greedy,
                                            FROM_LOGITS, TOP_P, P_TENSOR, CAP, KEY_BITS))
-    elif _listed(pid, n_cols, k_ptr, k_val, K_TENSOR):
+    elif live:
         kthr = _row_kth(x_row, n_cols, k, FROM_LOGITS, WAYS, STEPS, BLOCK, SB)
         tl.store(out_ptr + pid, _row_draw(x_row, n_cols, kthr, u_ptr, p_ptr, pid, p_val, inv_t, greedy, FROM_LOGITS,
                                           TOP_P, P_TENSOR, WAYS, STEPS, BLOCK, SB))
