@@ -70,6 +70,7 @@ _BLOCK_TEST = 512  # a search's chunk, its keys tested against the interval at o
 _SEARCH_WARPS = 4  # the H200's best (8 with 1024-value chunks was slower); every target builds clean under it
 _BLOCK_SEARCH = 128  # the part of a chunk a search weighs at once: x _WAYS candidates' sums in registers
 _BLOCK_SCAN = 512  # the draw's running-sum chunk
+_BLOCK_WHOLE = 512  # the list program's whole-row path: its chunk
 # A threshold search weighs _WAYS candidate keys a launch (4 bits each): 8 launches for fp32
 # keys, fewer where the values' keys leave low bits alone (bf16: 16 bits, fp16: 19).
 _WAYS = 16
@@ -190,9 +191,11 @@ def _launch_all(x, out, idx, u, k_t, p_t, m_t, t_t, k_v, p_v, m_v, t_v, mode, fr
     if cap:
         launch(_list_kernel, (n_out,), x, out, cnt, listed, idx, u, k_t, p_t, t_t, x.stride(0), n, k_v, p_v,
                t_v, FROM_LOGITS=from_logits, TOP_P=top_p, K_TENSOR=k_t is not None, P_TENSOR=p_t is not None,
-               **flags, WAYS=_WAYS, STEPS=steps, CAP=cap, BLOCK=block, SB=min(_BLOCK_SEARCH, block),
+               **flags, WAYS=_WAYS, STEPS=steps, CAP=cap,
+               # the whole-row path's chunks: halved beside a top_k a row's list of 1024 (registers)
+               BLOCK=block if whole else min(_BLOCK_WHOLE, block), SB=min(_BLOCK_SEARCH // (1 if whole else 2), block),
                KEY_BITS=4 * steps,
-               num_warps=max(8 if whole else 4, min(16, cap // (2 * profile.warp_size))))  # 2 entries a lane
+               num_warps=max(8 if whole else 4, min(16, cap // (4 * profile.warp_size))))  # 4 entries a lane
 
 
 # torch.compile does not trace the launches: Inductor, handed the searches' chain of kernels that
