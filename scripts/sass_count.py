@@ -65,6 +65,8 @@ def cases(m: int, n: int) -> dict:
             _meta(m, n, dtype=torch.int8), x, _meta(m, 1, dtype=torch.float32), _meta(m, 1, dtype=torch.int32)),
         "per_token_fp8": lambda: qt.dynamic_per_token_quant_fp8_i8(
             _meta(m, n, dtype=torch.float8_e4m3fn), x, _meta(m, 1, dtype=torch.float32)),
+        "per_token_int8": lambda: qt.dynamic_per_token_quant_fp8_i8(
+            _meta(m, n, dtype=torch.int8), x, _meta(m, 1, dtype=torch.float32)),
         "mxfp4": lambda: mx.dynamic_mxfp4_quant(x),
         "gated_fp8_group": lambda: ffq.fused_rms_gated_fp8_group_quant(x, w, None, _meta(m, n), 1e-6,
                                                                         out_dtype=torch.float8_e4m3fn,

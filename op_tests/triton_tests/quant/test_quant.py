@@ -662,6 +662,42 @@ def test_static_per_tensor_int8_azp_quant(dtype, m, n, azp):
     assert torch.equal(q, native.static_per_tensor_int8_azp_quant(torch.empty_like(q), x, scale, zp))
 
 
+def test_int8_rounding_edges():
+    """Symmetric int8 (static and dynamic per token): ties to even, saturation past int8 and
+    past int32, inf and NaN (0), element for element equal to the reference."""
+    vals = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, 127.5, -127.5, -128.5, 200.0, -300.0, 3.0e9, -3.0e9, 1e30,
+            float("inf"), float("-inf"), float("nan"), 0.0, -0.0]
+    x = torch.tensor(vals, device=DEVICE).repeat(3, 1)
+    scale = torch.ones(1, device=DEVICE)
+    q = _poisoned_q(tuple(x.shape), torch.int8)
+    quant.static_per_tensor_quant_fp8_i8(q, x, scale)
+    want = native.static_per_tensor_quant_fp8_i8(torch.empty_like(q), x, scale)
+    assert torch.equal(q, want), (q[0].tolist(), want[0].tolist())
+    xd = torch.tensor([[0.5, 1.5, 2.5, -2.5, 127.0, 3.0, -126.5, -1.0]], device=DEVICE).repeat(2, 1)  # scale 1
+    q = _poisoned_q(tuple(xd.shape), torch.int8)
+    s = torch.empty(2, 1, device=DEVICE)
+    quant.dynamic_per_token_quant_fp8_i8(q, xd, s)
+    q_ref, s_ref = torch.empty_like(q), torch.empty_like(s)
+    native.dynamic_per_token_quant_fp8_i8(q_ref, xd, s_ref)
+    assert torch.equal(s, s_ref) and torch.equal(q, q_ref), (q.tolist(), q_ref.tolist())
+
+
+@pytest.mark.parametrize("azp", [-2**31, -2**22 - 5, -3, 0, 3, 2**22 + 3, 2**31 - 1])
+def test_static_int8_azp_rounding_edges(azp):
+    """Ties (to even before the zero point), products past 2^22 and past int32 (clamped
+    first), inf and NaN (0 before the zero point), under zero points past every range the
+    sum could wrap in: equal to the reference element for element."""
+    ties = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, 127.5, -128.5, 4194303.5]
+    big = [4194304.0, 4194305.0, -4194305.0, 3.0e9, -3.0e9, 1e30, -1e30, float("inf"), float("-inf"), float("nan")]
+    x = torch.tensor(ties + big + [v - 4194300.0 for v in (0.0, 1.0, 2.5)], device=DEVICE).repeat(3, 1)
+    q = _poisoned_q(tuple(x.shape), torch.int8)
+    scale = torch.ones(1, device=DEVICE)
+    zp = torch.tensor([azp], dtype=torch.int32, device=DEVICE)
+    quant.static_per_tensor_int8_azp_quant(q, x, scale, zp)
+    want = native.static_per_tensor_int8_azp_quant(torch.empty_like(q), x, scale, zp)
+    assert torch.equal(q, want), (azp, q[0].tolist(), want[0].tolist())
+
+
 def test_int8_azp_quant_nan_inf_and_refusals():
     nan = float("nan")
     # a NaN, an inf, a row of NaN only (min +inf, max -inf, as the reference's), a constant row (scale 0)

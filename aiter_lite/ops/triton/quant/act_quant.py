@@ -188,7 +188,7 @@ def _act_quant_rows(x2, q2, scale, scale_ub, activation: str, scaling: str, grou
         EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
         INT64=_needs_int64(n_rows, n_cols, cfg, max(x2.stride(0), q2.stride(0), s_row, w_row), s_group + w_col)
         or (shuffle and scale.numel() >= 2**31),
-        SOFT_ROUND=_soft_round(q2.dtype) if scaling != "none" else False, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+        SOFT_ROUND=_soft_round(q2.dtype, q2.device) if scaling != "none" else False, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
         GROUP=group_size, ROUND_Y=round_y, CLAMP=limit > 0,
         WEIGHTS="" if weights is None else "row" if weights.shape[1] == 1 else "full", UE8M0=ue8m0, SHUFFLE=shuffle,
         num_warps=cfg.num_warps,

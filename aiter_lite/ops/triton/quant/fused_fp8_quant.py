@@ -248,7 +248,7 @@ def _launch_fused_rms_quant(x1: torch.Tensor, w1: torch.Tensor | None, r1: torch
         stride_x3, 0 if y3 is None else y3.stride(0), split_x1, split_x2, split_x3,
         n_rows, n1, n2, n3, x1.shape[0] if splitk else 1, eps1, eps2, q_min, q_max, GROUP_EPS,
         ACT=activation, HAS_RES=r1 is not None, STORE_Y1=y1 is not None, HAS_X2=x2 is not None,
-        HAS_X3=x3 is not None, SPLITK=splitk, ROUND=round_norm, CASTING_LLAMA=casting_llama, SOFT_ROUND=_soft_round(q.dtype), INT64=int64,
+        HAS_X3=x3 is not None, SPLITK=splitk, ROUND=round_norm, CASTING_LLAMA=casting_llama, SOFT_ROUND=_soft_round(q.dtype, q.device), INT64=int64,
         GROUPED=group_size > 0, GROUP=tile_group, BLOCK_M=block_m, BLOCK_N1=block_n1, BLOCK_N2=block_n2,
         BLOCK_N3=block_n3, num_warps=cfg.num_warps,
     )
@@ -271,7 +271,7 @@ def _launch_fused_rms_gated_quant(x: torch.Tensor, z: torch.Tensor | None, w: to
         x, z, w, b, q, scale, x.stride(0), 0 if z is None else z.stride(0), q.stride(0), scale.stride(0),
         scale.stride(1), n_rows, n_cols, group_size, eps, q_min, q_max, min_scale,
         GATE=gate, HAS_Z=z is not None, HAS_BIAS=b is not None, NORM_BEFORE_GATE=norm_before_gate, UE8M0=ue8m0,
-        SOFT_ROUND=_soft_round(q.dtype), INT64=_wide(x, z, q, scale, pad=cfg.BLOCK_M * max(x.stride(0), n_cols)),
+        SOFT_ROUND=_soft_round(q.dtype, q.device), INT64=_wide(x, z, q, scale, pad=cfg.BLOCK_M * max(x.stride(0), n_cols)),
         BLOCK_M=cfg.BLOCK_M, BLOCK_G=block_g, GROUP=group, num_warps=cfg.num_warps,
     )
 

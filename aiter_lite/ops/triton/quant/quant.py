@@ -181,10 +181,11 @@ def per_token_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = I
 def azp_launch_config(n_rows: int, n_cols: int, profile: DeviceProfile = INTERPRETER) -> QuantLaunchConfig:
     """The per-token tile for the int8 zero-point quant, on NVIDIA with fewer warps where its
     row is in registers and the grid fills the GPU twice over: 64 elements a lane. Its
-    min, max, rounding and saturation make it bound by the integer pipe, and more elements
-    a lane overlap more: on an H200 (bf16, eager) 16384 x 14336 took 251.8 us at 16 warps,
-    241.3 at 8 (232.8 at 4, but 128 elements a lane spill under Triton 3.9); 16384 x 8192
-    112.5 at 8 warps, 105.1 at 4; 65536 x 4096 242.9 at 8, 199.4 at 2. Fewer rows keep the
+    min, max, rounding and saturation load the integer pipe, and more elements a lane
+    overlap more. On an H200 (bf16, eager, with the kernel's one-conversion rounding):
+    16384 x 14336 182.1 us at 8 warps (90.5% of copy), 188.5 at 4, 208.6 at 16, 251.6 at 2;
+    16384 x 8192 94.4 at 4 (99.8%), 100.3 at 8; 65536 x 4096 185.5 at 2 (101.6%), 191.2
+    at 4; 4096 x 14336 50.5 at 8 (81.7%), 53.2 at 4, 56.9 at 16. Fewer rows keep the
     per-token warps (more lanes on a few rows), and so does AMD (64 elements a lane of a
     wavefront spill there)."""
     cfg = per_token_launch_config(n_rows, n_cols, profile)
@@ -278,14 +279,17 @@ def _rows(op: str, qx: torch.Tensor, x_in: torch.Tensor, names: tuple[str, ...])
 # launches (torch.ops.aiter_lite custom ops under torch.compile)
 
 
-def _soft_round(dtype: torch.dtype) -> bool:
+def _soft_round(dtype: torch.dtype, device: torch.device | None = None) -> int:
     """The quantize kernels' other rounding (``_quantize``'s SOFT_ROUND): fp8 rounded in fp32
     before the conversion under the interpreter only (its conversion mis-rounds; the GPUs'
     rounds to nearest even itself); int8 truncated toward zero where
-    ``AITER_INT8_ROUNDING=truncate`` (aiter's bits)."""
+    ``AITER_INT8_ROUNDING=truncate`` (aiter's bits), else on an NVIDIA ``device`` 2: rounded
+    to nearest by one saturating conversion (the same values, fewer instructions)."""
     if dtype.is_floating_point:
         return TRITON_INTERPRET
-    return envs.int8_truncates()
+    if envs.int8_truncates():
+        return 1
+    return 2 if device is not None and device_profile(device).device_math == 2 else 0
 
 
 @launcher(mutates=("q2",))
@@ -317,7 +321,7 @@ def _launch_static_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor
             q_min, q_max, GROUPED=grouped,
             EVEN=n % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
             INT64=n * max(xs.stride(0), qs.stride(0)) + cfg.BLOCK_M * xs.stride(0) >= 2**31,
-            SOFT_ROUND=_soft_round(q2.dtype),
+            SOFT_ROUND=_soft_round(q2.dtype, q2.device),
             BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
         )
 
@@ -360,7 +364,7 @@ def _launch_dynamic_per_tensor(x2: torch.Tensor, q2: torch.Tensor, scale: torch.
                 _dynamic_per_tensor_kernel, (tiles,),
                 x2, q2, work, scale, x2.stride(0), q2.stride(0), n_rows, n_cols, q_min, q_max, min_scale(q2.dtype),
                 PHASE=phase, EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
-                INT64=(n_rows + cfg.BLOCK_M) * stride >= 2**31, SOFT_ROUND=_soft_round(q2.dtype),
+                INT64=(n_rows + cfg.BLOCK_M) * stride >= 2**31, SOFT_ROUND=_soft_round(q2.dtype, q2.device),
                 BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
             )
         return
@@ -401,7 +405,7 @@ def _launch_per_token_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Ten
                 x2, q2, scale, scale if scale_ub is None else scale_ub, slots, x2.stride(0), q2.stride(0),
                 scale.stride(0), n_rows, n_cols, n_segs, q_min, q_max, min_scale(q2.dtype),
                 HAS_UB=scale_ub is not None, PHASE=phase, EVEN=n_cols % cfg.BLOCK_N == 0,
-                SOFT_ROUND=_soft_round(q2.dtype), BLOCK_N=cfg.BLOCK_N, BLOCK_S=next_power_of_2(n_segs),
+                SOFT_ROUND=_soft_round(q2.dtype, q2.device), BLOCK_N=cfg.BLOCK_N, BLOCK_S=next_power_of_2(n_segs),
                 num_warps=cfg.num_warps,
             )
         return
@@ -409,7 +413,7 @@ def _launch_per_token_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Ten
         _per_token_quant_kernel, (cdiv(n_rows, cfg.BLOCK_M),),
         x2, q2, scale, scale if scale_ub is None else scale_ub, x2.stride(0), q2.stride(0), scale.stride(0),
         n_rows, n_cols, q_min, q_max, min_scale(q2.dtype),
-        HAS_UB=scale_ub is not None, LOOPED=cfg.LOOPED, SOFT_ROUND=_soft_round(q2.dtype),
+        HAS_UB=scale_ub is not None, LOOPED=cfg.LOOPED, SOFT_ROUND=_soft_round(q2.dtype, q2.device),
         EVEN=n_rows % cfg.BLOCK_M == 0 and n_cols % cfg.BLOCK_N == 0,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, num_warps=cfg.num_warps,
     )
@@ -463,7 +467,7 @@ def _launch_group_quant(x2: torch.Tensor, q2: torch.Tensor, scale: torch.Tensor,
         _group_quant_kernel, (cdiv(n_rows * n_groups, block_g),),
         x2, q2, scale, x2.stride(0), q2.stride(0), scale.stride(0), scale.stride(1), stride_seg, seg_len,
         n_rows, n_cols, n_groups, eps, q_min, q_max,
-        EVEN=n_cols % group_size == 0 and (n_rows * n_groups) % block_g == 0, SOFT_ROUND=_soft_round(q2.dtype),
+        EVEN=n_cols % group_size == 0 and (n_rows * n_groups) % block_g == 0, SOFT_ROUND=_soft_round(q2.dtype, q2.device),
         SEG=0 if not segmented else 1 if seg_len % group_size == 0 else 2, UE8M0=ue8m0,
         BLOCK_G=block_g, GROUP=group_size, num_warps=cfg.num_warps,
     )

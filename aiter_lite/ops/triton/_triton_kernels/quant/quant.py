@@ -16,7 +16,6 @@ A NaN reaching a static scale is NaN in fp8, 0 in int8.
 
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
 from aiter_lite.ops.triton._triton_kernels.split_rows import _segment_ticket, co_resident, segments_waiting
 
@@ -67,7 +66,16 @@ def _quantize(x, inv_scale, q_min, q_max, dtype: tl.constexpr, SOFT_ROUND: tl.co
     ties to even. SOFT_ROUND, the other rounding: fp8 values rounded in fp32 first, so the
     conversion is exact, and NaN written as its bits (Triton's interpreter converts fp32
     to fp8 without carrying a rounded-up mantissa into the exponent, and NaN to a number);
-    int8 truncated toward zero (aiter's kernels' bits, ``AITER_INT8_ROUNDING=truncate``)."""
+    int8 truncated toward zero (aiter's kernels' bits, ``AITER_INT8_ROUNDING=truncate``).
+    SOFT_ROUND 2 (int8 on NVIDIA, to nearest): the product rounded, NaN to 0 and saturated
+    by one conversion (``cvt.rni.sat.s32.f32``), then clamped as integers: the same values
+    as rounding the clamped product (the bounds are integers), in one conversion and two
+    integer min / max where the float form spends a dozen instructions, most on the integer
+    pipe, and two conversions."""
+    if dtype.is_int() and SOFT_ROUND == 2:
+        k = tl.inline_asm_elementwise("cvt.rni.sat.s32.f32 $0, $1;", "=r,r", [x * inv_scale], dtype=tl.int32,
+                                      is_pure=True, pack=1)
+        return tl.minimum(tl.maximum(k, q_min.to(tl.int32)), q_max.to(tl.int32)).to(dtype)
     y = tl.clamp(x * inv_scale, q_min, q_max, propagate_nan=tl.PropagateNan.ALL)
     if dtype.is_int():
         if not SOFT_ROUND:  # else toward zero, the conversion's own
@@ -108,12 +116,12 @@ def _row_scale(amax, ub_ptr, q_max, min_scale, HAS_UB: tl.constexpr):
 
 
 @triton.jit
-def _load_f32(ptr, mask, EVEN: tl.constexpr):
-    """fp32 of x at ``ptr``, 0 where masked (EVEN: every lane, ``mask`` unused)."""
+def _load_f32(ptr, mask, EVEN: tl.constexpr, other=0.0):
+    """fp32 of x at ``ptr``, ``other`` where masked (EVEN: every lane, ``mask`` unused)."""
     if EVEN:
         x = tl.load(ptr)
     else:
-        x = tl.load(ptr, mask=mask, other=0.0)
+        x = tl.load(ptr, mask=mask, other=other)
     return x.to(tl.float32)
 
 
@@ -413,17 +421,19 @@ def _int8_azp_quant_kernel(
     EVEN: tl.constexpr,           # BLOCK_M divides n_rows and BLOCK_N divides n_cols
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    NATIVE: tl.constexpr = 0,     # 1: a GPU (NaN-skipping min / max); 2: NVIDIA (and rint by cvt.rni)
+    NATIVE: tl.constexpr = 0,     # 1: a GPU (NaN-skipping min / max); 2: NVIDIA (and _azp_round's cvt.rni.sat)
 ):
     """Asymmetric int8 quantization (vLLM's azp form): ``q = sat8(rint(x * (1 / scale)) +
     azp)``, the product saturated to int32 first (NaN: 0). Static: one scale and azp.
     DYNAMIC: per row ``scale = (max - min) / 255``, ``azp = rint(-128 - min / scale)``.
 
     Integer-pipe instructions decide its speed (bf16 in, int8 out: 3 bytes an element): on
-    a GPU (NATIVE) the min and max skip NaN themselves and, on NVIDIA, rint is one
-    instruction (Triton 3.6 has no rint for AMD), where the interpreter needs NaN masked and
-    rint built from floor (sm_90 SASS an element: 33.7, 17.3 of them on the integer pipe,
-    before; 22.4 and 12.2 after; scripts/sass_count.py int8_azp_dynamic)."""
+    a GPU (NATIVE) the min and max skip NaN themselves (a padded row's masked lanes are
+    loaded as NaN: no select an element), and on NVIDIA the rounding, NaN and saturation
+    are one conversion and integer min / max (_azp_round). sm_90 SASS an element
+    (scripts/sass_count.py int8_azp_dynamic, 16384 x 14336): 33.7 with 17.3 on the integer
+    pipe at first; 19.9 (12.0) with the float rounding, 127 registers; now 15.8 (8.5), 80
+    registers (three programs an SM where two fit)."""
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < n_rows
     x_rows = x_ptr + rows[:, None] * stride_x_row
@@ -441,8 +451,12 @@ def _int8_azp_quant_kernel(
                 hi = tl.maximum(hi, c_hi)
         else:
             mask = row_mask[:, None] & (cols < n_cols)[None, :]
-            x = _load_f32(x_rows + cols[None, :], mask, EVEN)
-            lo, hi = _min_max_skip_nan(x, mask, EVEN, NATIVE)
+            if NATIVE:  # masked lanes loaded as NaN: the min / max skip them with no select an element
+                x = _load_f32(x_rows + cols[None, :], mask, EVEN, float("nan"))
+                lo, hi = _min_max_skip_nan(x, mask, True, NATIVE)
+            else:
+                x = _load_f32(x_rows + cols[None, :], mask, EVEN)
+                lo, hi = _min_max_skip_nan(x, mask, EVEN, NATIVE)
         scale = tl.math.div_rn(hi - lo, 255.0)
         zp = -128.0 - tl.math.div_rn(lo, scale)
         zp = _rint(tl.clamp(tl.where(zp != zp, 0.0, zp), -4194304.0, 4194304.0))  # int32-saturated, |zp| <= 2^22
@@ -481,11 +495,19 @@ def _min_max_skip_nan(x, mask, EVEN: tl.constexpr, NATIVE: tl.constexpr):
 def _azp_round(x, inv_scale, zp, NATIVE: tl.constexpr = 0):
     """``sat8(rint(x * inv_scale) + zp)`` as int8; the product clamped to +-2^22 first (past
     it every int8 sum saturates; _rint is exact below it), NaN 0 (a saturating int32
-    conversion's). NATIVE 2: rint by NVIDIA's instruction (cvt.rni)."""
+    conversion's). NATIVE 2 (NVIDIA): the product rounded by one saturating conversion
+    (``cvt.rni.sat.s32.f32``: ties to even, NaN 0), then clamped, offset by the zero point
+    (``zp`` clamped to +-2^24 first: the sum cannot wrap, and past 2^23 it saturates as
+    the float sum does) and saturated as int32: one conversion and four integer min / max
+    / add instructions where the float form spends six on the integer pipe and two
+    conversions (rint, then int8)."""
     y = x * inv_scale
-    y = tl.clamp(tl.where(y != y, 0.0, y), -4194304.0, 4194304.0)
     if NATIVE == 2:
-        y = libdevice.rint(y) + zp
-    else:
-        y = _rint(y) + zp
+        k = tl.inline_asm_elementwise("cvt.rni.sat.s32.f32 $0, $1;", "=r,r", [y], dtype=tl.int32, is_pure=True,
+                                      pack=1)
+        k = tl.minimum(tl.maximum(k, -4194304), 4194304)
+        z = tl.minimum(tl.maximum(zp, -16777216.0), 16777216.0).to(tl.int32)
+        return tl.minimum(tl.maximum(k + z, -128), 127).to(tl.int8)
+    y = tl.clamp(tl.where(y != y, 0.0, y), -4194304.0, 4194304.0)
+    y = _rint(y) + zp
     return tl.clamp(y, -128.0, 127.0).to(tl.int8)
