@@ -1,6 +1,6 @@
-"""Every entry kernel builds for sm_90 with its float scalars typed fp64, as torch.compile
-passes them, and computes nothing in fp64: each pins its scalars to fp32 first
-(``eps = tl.cast(eps, tl.float32)``). Built, never run: no GPU needed; see
+"""Every entry kernel reaches sm_90's Triton IR with its float scalars typed fp64, as
+torch.compile passes them, and computes nothing in fp64: each pins its scalars to fp32
+first (``eps = tl.cast(eps, tl.float32)``). Lowered, never run: no GPU needed; see
 op_tests/utils/kernel_builds.py for how the launches are recorded and typed."""
 
 import json

@@ -1,4 +1,4 @@
-"""Every entry kernel built for sm_90 with its float scalars typed fp64, on any machine.
+"""Every entry kernel lowered for sm_90 with its float scalars typed fp64, on any machine.
 
 torch.compile (inductor compiling a user Triton kernel, or a launch it traced) hands a
 kernel the Python floats of a launch typed fp64. A kernel that does not pin them to fp32
@@ -11,9 +11,12 @@ their arguments and constexprs are the wrappers' own (every registered op at tin
 plus the regimes tiny sizes leave out, at sizes that select them on an H100: launch configs
 chosen for the H100 profile, ``utils.device.use_profile``). A launch is
 typed as Triton's binder types it (its specialization rules, alignment included), its
-Python floats as fp64, and built for ``GPUTarget("cuda", 90, 32)``: a kernel with float
-scalars once per regime of its constexpr flags, any other kernel once. The Triton IR of a
-build must hold no fp64 operation but each such parameter's conversion to fp32 (the pin).
+Python floats as fp64, and lowered to Triton IR for ``GPUTarget("cuda", 90, 32)`` (code
+generation and the TTIR passes; the machine-code builds of every kernel for every target
+are scripts/check_targets.py's): a kernel with float scalars once per regime of its
+constexpr flags, any other kernel once. That IR must hold no fp64 operation but each such
+parameter's conversion to fp32 (the pin): an fp64 division or an fp64-to-fp8 conversion
+shows there, before the stage that would refuse to build it.
 
 The kernels must be JITFunctions, so this runs in a process without TRITON_INTERPRET:
 ``python -m op_tests.utils.kernel_builds`` prints one JSON object a build, then one for
@@ -553,12 +556,30 @@ def _regime(kernel, meta: dict) -> tuple:
                  if p.is_constexpr and not p.name.startswith("BLOCK"))
 
 
+def _triton_ir(src, backend, target, options) -> str:
+    """``src`` lowered to Triton IR (code generation and the TTIR passes, as
+    ``triton.compile`` runs them first), not further: the fp64 check reads this IR, and
+    past the scalars' pins to fp32 the later stages see what the kernel's fp32-scalar
+    launches give them, which scripts/check_targets.py builds to machine code for every
+    target. The later stages (LLVM, ptxas) were nine tenths of this module's time."""
+    from triton._C.libtriton import ir
+
+    opts = backend.parse_options(dict(options.__dict__))
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    module = src.make_ir(target, opts, backend.get_codegen_implementation(opts), backend.get_module_map(), context)
+    stages = {}
+    backend.add_stages(stages, opts, src.language)
+    return str(stages["ttir"](module, {"target": target, **opts.__dict__}))
+
+
 def build_all() -> list[dict]:
-    """Every case's launches built: a kernel taking float scalars once per regime (its
-    constexpr flags), any other kernel once (nothing to pin: its build is the check). A
-    dict each: the kernel, the first case that launched it, its fp64 parameters, its
-    constexprs, and the build's error or the fp64 operations of its Triton IR."""
-    import triton
+    """Every case's launches lowered to Triton IR (_triton_ir): a kernel taking float
+    scalars once per regime (its constexpr flags), any other kernel once (nothing to pin:
+    its code generation is the check). A dict each: the kernel, the first case that
+    launched it, its fp64 parameters, its constexprs, and the lowering's error or the fp64
+    operations of its Triton IR."""
     from triton.compiler import ASTSource, make_backend
 
     from aiter_lite.spec.device import H100
@@ -580,13 +601,12 @@ def build_all() -> list[dict]:
         with tempfile.TemporaryFile("w+") as diagnostics:
             try:
                 with _stderr_to(diagnostics):
-                    compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target,
-                                              options=options.__dict__)
+                    ttir = _triton_ir(ASTSource(kernel, signature, constexprs, attrs), backend, target, options)
             except Exception as e:  # noqa: BLE001 (the error is the result)
                 diagnostics.seek(0)
                 result["error"] = _error(e, diagnostics.read())
                 return result
-        result["fp64_ops"] = fp64_ops(compiled.asm["ttir"], floats)
+        result["fp64_ops"] = fp64_ops(ttir, floats)
         return result
 
     return [build(job) for job in jobs.values()]
