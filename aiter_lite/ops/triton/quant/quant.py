@@ -279,7 +279,7 @@ def _rows(op: str, qx: torch.Tensor, x_in: torch.Tensor, names: tuple[str, ...])
 # launches (torch.ops.aiter_lite custom ops under torch.compile)
 
 
-def _soft_round(dtype: torch.dtype, device: torch.device | None = None) -> int:
+def _soft_round(dtype: torch.dtype, device: torch.device) -> int:
     """The quantize kernels' other rounding (``_quantize``'s SOFT_ROUND): fp8 rounded in fp32
     before the conversion under the interpreter only (its conversion mis-rounds; the GPUs'
     rounds to nearest even itself); int8 truncated toward zero where
@@ -289,7 +289,7 @@ def _soft_round(dtype: torch.dtype, device: torch.device | None = None) -> int:
         return TRITON_INTERPRET
     if envs.int8_truncates():
         return 1
-    return 2 if device is not None and device_profile(device).device_math == 2 else 0
+    return 2 if device_profile(device).device_math == 2 else 0
 
 
 @launcher(mutates=("q2",))

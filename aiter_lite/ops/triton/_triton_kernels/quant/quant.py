@@ -60,6 +60,13 @@ def _amax_bits(x):
 
 
 @triton.jit
+def _rint_sat_s32(y):
+    """fp32 ``y`` rounded to the nearest integer (ties to even), saturated to int32, NaN to
+    0: one NVIDIA conversion (``cvt.rni.sat.s32.f32``; PTX only)."""
+    return tl.inline_asm_elementwise("cvt.rni.sat.s32.f32 $0, $1;", "=r,r", [y], dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
 def _quantize(x, inv_scale, q_min, q_max, dtype: tl.constexpr, SOFT_ROUND: tl.constexpr):
     """fp32 ``x`` scaled by ``inv_scale``, saturated, in ``dtype``; NaN stays NaN in fp8 and
     is 0 in int8 (a float-to-int conversion of NaN is undefined). int8 rounds to nearest,
@@ -73,8 +80,7 @@ def _quantize(x, inv_scale, q_min, q_max, dtype: tl.constexpr, SOFT_ROUND: tl.co
     integer min / max where the float form spends a dozen instructions, most on the integer
     pipe, and two conversions."""
     if dtype.is_int() and SOFT_ROUND == 2:
-        k = tl.inline_asm_elementwise("cvt.rni.sat.s32.f32 $0, $1;", "=r,r", [x * inv_scale], dtype=tl.int32,
-                                      is_pure=True, pack=1)
+        k = _rint_sat_s32(x * inv_scale)
         return tl.minimum(tl.maximum(k, q_min.to(tl.int32)), q_max.to(tl.int32)).to(dtype)
     y = tl.clamp(x * inv_scale, q_min, q_max, propagate_nan=tl.PropagateNan.ALL)
     if dtype.is_int():
@@ -503,9 +509,7 @@ def _azp_round(x, inv_scale, zp, NATIVE: tl.constexpr = 0):
     conversions (rint, then int8)."""
     y = x * inv_scale
     if NATIVE == 2:
-        k = tl.inline_asm_elementwise("cvt.rni.sat.s32.f32 $0, $1;", "=r,r", [y], dtype=tl.int32, is_pure=True,
-                                      pack=1)
-        k = tl.minimum(tl.maximum(k, -4194304), 4194304)
+        k = tl.minimum(tl.maximum(_rint_sat_s32(y), -4194304), 4194304)
         z = tl.minimum(tl.maximum(zp, -16777216.0), 16777216.0).to(tl.int32)
         return tl.minimum(tl.maximum(k + z, -128), 127).to(tl.int8)
     y = tl.clamp(tl.where(y != y, 0.0, y), -4194304.0, 4194304.0)
